@@ -1,0 +1,44 @@
+"""baldur_django: circuit breakers for Django and plain Python.
+
+The names below are the fixed public contract (REQUIREMENTS section 0). Importing this
+package needs no Django settings: the core reads environment variables until the Django
+app (``baldur_django.apps.BaldurDjangoConfig``) installs ``django.conf.settings``.
+"""
+
+from .core.breaker import CircuitBreaker
+from .core.decorators import aprotect, aprotected, circuit_breaker, protect, protected
+from .core.errors import BaldurError, CircuitOpenError, ConfigError, RateLimitCooldownError
+from .core.registry import force_close_circuit, force_open_circuit, get_breaker, record_rate_limit, release_circuit
+from .core.retry import RetryPolicy
+from .core.states import CircuitState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "protected",
+    "aprotected",
+    "protect",
+    "aprotect",
+    "circuit_breaker",
+    "force_open_circuit",
+    "force_close_circuit",
+    "release_circuit",
+    "record_rate_limit",
+    "get_breaker",
+    "mark_rate_limited",
+    "CircuitBreaker",
+    "CircuitState",
+    "RetryPolicy",
+    "BaldurError",
+    "ConfigError",
+    "CircuitOpenError",
+    "RateLimitCooldownError",
+    "__version__",
+]
+
+
+def mark_rate_limited(request) -> None:
+    """Mark a Django request as refused by the app's own limiter, so the inbound
+    middleware does not count its 429 (IN-3). Works on DRF ``Request`` objects too."""
+    target = getattr(request, "_request", request)
+    target.baldur_rate_limited = True

@@ -1,0 +1,1 @@
+"""Optional integrations (DRF, Flask, ASGI, Slack, Prometheus); each needs its extra."""

@@ -1,0 +1,611 @@
+"""The breaker state machine: ask permission, then record the outcome (design habit 3).
+
+``acquire()`` either raises :class:`CircuitOpenError` or returns a :class:`Permit`
+stamped with the state generation; the caller runs its own code with no lock held and
+reports back with ``record_success`` / ``record_failure`` / ``record_ignored``. An outcome
+whose generation is no longer current is dropped (CB-8). Every mutation happens under
+one short ``threading.Lock``; events are published after it is released, once per
+transition.
+
+Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable
+
+from .classify import parse_retry_after
+from .clock import SYSTEM_CLOCK, Clock
+from .config import BreakerConfig
+from .errors import CircuitOpenError, ConfigError
+from .events import (
+    CallRejected,
+    Event,
+    EventBus,
+    ForceLapsed,
+    Forced,
+    RateLimitStorm,
+    Released,
+    StateChanged,
+)
+from .events import bus as default_bus
+from .states import CircuitState, Reason, Trigger
+from .window import CountWindow, SecondBuckets
+
+__all__ = ["Permit", "CircuitBreaker", "validate_ttl"]
+
+CLOSED = CircuitState.CLOSED
+OPEN = CircuitState.OPEN
+HALF_OPEN = CircuitState.HALF_OPEN
+
+
+class Permit:
+    """Permission for one call, stamped with the breaker's state generation.
+
+    Attributes:
+        generation (int): the breaker's generation when the call was admitted.
+        trial (bool): True for a HALF_OPEN probe.
+        dry_run (bool): True when dry-run let through a call it would have rejected; its
+            outcome is never recorded (OP-5).
+    """
+
+    __slots__ = ("generation", "trial", "dry_run")
+
+    def __init__(self, generation: int, trial: bool = False, dry_run: bool = False) -> None:
+        self.generation = generation
+        self.trial = trial
+        self.dry_run = dry_run
+
+    def __repr__(self) -> str:
+        kind = "trial" if self.trial else ("dry-run" if self.dry_run else "closed")
+        return f"<Permit {kind} gen={self.generation}>"
+
+
+def validate_ttl(ttl_minutes: Any, default: float) -> float:
+    """Check a force lifetime in minutes (``None`` -> *default*). Raises ConfigError (OP-1)."""
+    if ttl_minutes is None:
+        ttl_minutes = default
+    if isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, (int, float)):
+        raise ConfigError(f"ttl_minutes={ttl_minutes!r}: expected a number of minutes")
+    if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > 1440:
+        raise ConfigError(f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most 1440 minutes")
+    return float(ttl_minutes)
+
+
+class CircuitBreaker:
+    """One named breaker (CB-12) with consecutive, failure-rate and 429-cascade triggers.
+
+    Args:
+        name (str): the service name; any non-empty string.
+        config (BreakerConfig): resolved configuration (times in seconds).
+        clock (Clock): time source; tests pass a ``FakeClock``.
+        bus (EventBus): where events are published (the process-wide bus by default).
+
+    Raises:
+        ConfigError: *name* is empty or not a string.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: BreakerConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        bus: EventBus = default_bus,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
+        self.name = name
+        self.config = config
+        self._clock = clock
+        self._mono: Callable[[], float] = clock.monotonic
+        self._bus = bus
+        self._lock = threading.Lock()
+        self._state = CLOSED
+        self._gen = 0
+        self._closed_permit: Permit | None = Permit(0)
+        # The CLOSED permit while admission needs no lock and no clock (CLOSED and
+        # unforced), else None. Read once by the hot path, so a trip racing with it can
+        # only hand out a permit whose generation is already stale (CB-8).
+        self._fast_permit: Permit | None = self._closed_permit
+        # The CLOSED permit while a success would change nothing but the cascade count
+        # (window full, no failure in it), else None. Every locked path that records a
+        # failure or changes state clears it *before* mutating anything, so the lock-free
+        # healthy path linearises at its single read of this attribute.
+        self._healthy_permit: Permit | None = None
+        self._consecutive = 0
+        self._window = CountWindow(config.sliding_window_size)
+        self._cascade = SecondBuckets(config.cascade_window)
+        self._cooldown_until = 0.0
+        self._opened_at: float | None = None  # wall clock
+        self._open_until = 0.0  # monotonic
+        self._trials = 0  # slots taken in the current probing round
+        self._trial_successes = 0
+        self._forced: str | None = None  # "open" | "closed"
+        self._force_until = 0.0  # monotonic
+        self._force_expires_at: float | None = None  # wall clock
+        self._force_reason = ""
+        self._force_actor: str | None = None
+        self._last_trigger: str | None = None
+        self.dry_run_rejections = 0
+        self.backend = "memory"
+
+    # ------------------------------------------------------------------ reading
+    def __repr__(self) -> str:
+        return f"<CircuitBreaker {self.name!r} {self._state.value}>"
+
+    @property
+    def state(self) -> CircuitState:
+        """Current :class:`CircuitState`. Evaluates lapses and the recovery timeout (CB-5)."""
+        if self._fast_permit is not None:
+            return CLOSED
+        events: list[Event] = []
+        with self._lock:
+            self._evaluate(self._mono(), events)
+            state = self._state
+        self._publish(events)
+        return state
+
+    @property
+    def forced(self) -> str | None:
+        """``"open"``, ``"closed"`` or None; a lapsed force reads None."""
+        self.state  # noqa: B018 - evaluates a lapse
+        return self._forced
+
+    def snapshot(self) -> dict[str, Any]:
+        """A dict of the breaker's state and counts (section 0 keys). Never takes a trial slot."""
+        events: list[Event] = []
+        with self._lock:
+            self._evaluate(self._mono(), events)
+            snap = {
+                "service": self.name,
+                "state": self._state.value,
+                "consecutive_failures": self._consecutive,
+                "window_calls": self._window.calls,
+                "window_failures": self._window.failures,
+                "opened_at": self._opened_at,
+                "forced": self._forced,
+                "force_expires_at": self._force_expires_at if self._forced else None,
+                "force_reason": self._force_reason if self._forced else None,
+                "force_actor": self._force_actor if self._forced else None,
+                "half_open_trials": self._trials if self._state is HALF_OPEN else 0,
+                "half_open_successes": self._trial_successes if self._state is HALF_OPEN else 0,
+                "cooldown_remaining": max(0.0, self._cooldown_until - self._mono()),
+                "dry_run_rejections": self.dry_run_rejections,
+                "last_trigger": self._last_trigger,
+                "backend": self.backend,
+                "config": {
+                    "failure_threshold": self.config.failure_threshold,
+                    "failure_rate_threshold": self.config.failure_rate_threshold,
+                    "sliding_window_size": self.config.sliding_window_size,
+                    "minimum_calls": self.config.minimum_calls,
+                    "recovery_timeout": self.config.recovery_timeout,
+                    "half_open_max_calls": self.config.half_open_max_calls,
+                },
+            }
+        self._publish(events)
+        return snap
+
+    # ---------------------------------------------------------------- admission
+    def acquire(self) -> Permit:
+        """Ask to make one call.
+
+        Returns:
+            A :class:`Permit` to pass to one of the ``record_*`` methods.
+
+        Raises:
+            CircuitOpenError: OPEN (``reason="open"``, ``retry_after`` seconds until a probe
+                or until a force lapses) or HALF_OPEN with every trial slot taken
+                (``reason="half_open_full"``). Never raised in dry-run (OP-5).
+        """
+        permit = self._fast_permit
+        if permit is not None:
+            return permit
+        return self._acquire_slow()
+
+    def _acquire_slow(self) -> Permit:
+        now = self._mono()
+        events: list[Event] = []
+        permit: Permit | None = None
+        reason = Reason.OPEN
+        retry_after: float | None = None
+        with self._lock:
+            self._evaluate(now, events)
+            state = self._state
+            if state is CLOSED:
+                permit = self._closed_permit
+            elif state is HALF_OPEN:
+                if self._trials < self.config.half_open_max_calls:
+                    self._trials += 1
+                    permit = Permit(self._gen, trial=True)
+                else:
+                    reason = Reason.HALF_OPEN_FULL
+            elif self._forced == "open":
+                retry_after = max(0.0, self._force_until - now)
+            else:
+                retry_after = max(0.0, self._open_until - now)
+            if permit is None and self.config.dry_run:
+                self.dry_run_rejections += 1
+                permit = Permit(self._gen, dry_run=True)
+                events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True))
+        if permit is None:
+            events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
+            self._publish(events)
+            raise CircuitOpenError(self.name, reason, retry_after)
+        if events:
+            self._publish(events)
+        return permit
+
+    # ---------------------------------------------------------------- recording
+    def record_success(self, permit: Permit, *, count_attempt: bool = True) -> None:
+        """Record that the call admitted by *permit* succeeded.
+
+        Args:
+            permit: from :meth:`acquire`.
+            count_attempt: also count the call in the 429 cascade window (False when the
+                retry stage already counted each attempt with :meth:`note_attempt`).
+        """
+        if permit is self._healthy_permit:
+            # Healthy CLOSED, without the lock: this success changes nothing but one
+            # cascade call, counted by an atomic next(); rolling to a new second locks.
+            if not count_attempt:
+                return
+            cascade = self._cascade
+            if self._mono() < cascade.bucket_end:
+                next(cascade.counter)
+                return
+        if permit is self._closed_permit:
+            lock = self._lock
+            lock.acquire()
+            try:
+                if permit is self._closed_permit and not self._window.failures:
+                    self._consecutive = 0
+                    window = self._window
+                    if window.calls < window.size:
+                        window.calls += 1
+                    if window.calls == window.size:
+                        self._healthy_permit = permit
+                    if count_attempt:
+                        self._cascade.add(self._mono(), False)
+                    return
+            finally:
+                lock.release()
+        self._record(permit, ok=True, count_attempt=count_attempt)
+
+    def record_failure(
+        self,
+        permit: Permit,
+        *,
+        rate_limited: bool = False,
+        retry_after: Any = None,
+        count_attempt: bool = True,
+    ) -> None:
+        """Record that the call admitted by *permit* failed.
+
+        Args:
+            permit: from :meth:`acquire`.
+            rate_limited: the failure was a 429 sighting (RL-1); also feeds the cascade
+                and starts the cooldown (RL-2) when *count_attempt*.
+            retry_after: the raw ``Retry-After`` (seconds or header text) for the cooldown.
+            count_attempt: False when the retry stage already noted each attempt.
+        """
+        if permit.dry_run:
+            return
+        if count_attempt and rate_limited:
+            self.note_attempt(rate_limited=True, retry_after=retry_after, evaluate=False)
+            count_attempt = False
+        self._record(permit, ok=False, count_attempt=count_attempt, rate_limited=rate_limited)
+
+    def record_ignored(self, permit: Permit) -> None:
+        """The call ended in an ignored exception, a ``BaseException`` that is not an
+        ``Exception``, or never reached the dependency: neither success nor failure. A trial
+        gives its slot back (CB-10)."""
+        if not permit.trial:
+            return
+        with self._lock:
+            if permit.generation == self._gen and self._state is HALF_OPEN and self._trials > 0:
+                self._trials -= 1
+
+    def _record(self, permit: Permit, *, ok: bool, count_attempt: bool, rate_limited: bool = False) -> None:
+        if permit.dry_run:
+            return
+        now = self._mono()
+        events: list[Event] = []
+        with self._lock:
+            if count_attempt:
+                self._cascade.add(now, False)
+            if permit.generation != self._gen:
+                pass  # CB-8: stale outcome, dropped
+            elif permit.trial:
+                if self._state is HALF_OPEN:
+                    if ok:
+                        self._trial_successes += 1
+                        if self._trial_successes >= self.config.half_open_max_calls:
+                            self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
+                    else:
+                        self._to_open(now, Trigger.HALF_OPEN_FAILURE, events)
+            elif self._state is CLOSED:
+                if ok:
+                    self._consecutive = 0
+                    self._window.add(False)
+                    if not self._window.failures and self._window.calls == self._window.size:
+                        self._healthy_permit = self._closed_permit
+                else:
+                    self._healthy_permit = None  # before any mutation: see __init__
+                    self._consecutive += 1
+                    self._window.add(True)
+                if self._forced is None:
+                    if not ok and self._consecutive >= self.config.failure_threshold:
+                        self._to_open(now, Trigger.CONSECUTIVE_FAILURES, events)
+                    else:
+                        self._check_rate(now, events)
+            if rate_limited and self._state is CLOSED:
+                self._check_cascade(now, events)
+        self._publish(events)
+
+    def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
+        """Count one attempt at the dependency in the cascade window (RL-5).
+
+        A 429 sighting (*rate_limited*) also starts or extends the cooldown from
+        *retry_after* (RL-2) and may open the breaker through the cascade (RL-3).
+        Outcomes for the breaker's own triggers are recorded separately.
+        """
+        now = self._mono()
+        events: list[Event] = []
+        with self._lock:
+            self._cascade.add(now, rate_limited)
+            if rate_limited:
+                cfg = self.config
+                seconds = parse_retry_after(
+                    retry_after, default=cfg.default_cooldown, cap=cfg.max_cooldown, now_wall=self._clock.wall()
+                )
+                until = now + seconds
+                if until > self._cooldown_until:
+                    self._cooldown_until = until
+                if evaluate and self._state is CLOSED:
+                    self._check_cascade(now, events)
+        self._publish(events)
+
+    def report_rate_limit(self, retry_after: Any = None) -> None:
+        """A 429 seen outside any protected call (RL-9): a sighting counted as a call, a
+        cooldown, and a failure of the current state (CLOSED: a recorded failure;
+        HALF_OPEN: a failed probe; OPEN: nothing more)."""
+        self.state  # noqa: B018 - apply a due recovery timeout first
+        with self._lock:
+            state, gen = self._state, self._gen
+        if state is OPEN:
+            self.note_attempt(rate_limited=True, retry_after=retry_after)
+            return
+        permit = Permit(gen, trial=state is HALF_OPEN)
+        if state is CLOSED and self._closed_permit is not None and self._closed_permit.generation == gen:
+            permit = self._closed_permit
+        self.record_failure(permit, rate_limited=True, retry_after=retry_after)
+
+    def cooldown_remaining(self) -> float:
+        """Seconds left on this service's 429 cooldown in this process (0.0 when none)."""
+        remaining = self._cooldown_until - self._mono()
+        return remaining if remaining > 0 else 0.0
+
+    # ------------------------------------------------------------------ triggers
+    def _check_rate(self, now: float, events: list[Event]) -> None:
+        cfg = self.config
+        if self._window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls):
+            self._to_open(now, Trigger.FAILURE_RATE, events)
+
+    def _check_cascade(self, now: float, events: list[Event]) -> None:
+        if self._forced is not None or self._state is not CLOSED:
+            return
+        cfg = self.config
+        calls, sightings = self._cascade.totals(now)
+        if sightings < cfg.cascade_threshold or calls < cfg.cascade_min_calls:
+            return
+        rate = sightings * 100.0 / calls
+        if rate < cfg.cascade_min_ratio:
+            return
+        events.append(RateLimitStorm(self.name, self._clock.wall(), count=sightings, calls=calls, rate=rate))
+        self._to_open(now, Trigger.RATE_LIMIT_CASCADE, events)
+
+    # --------------------------------------------------------------- transitions
+    def _new_generation(self) -> None:
+        self._healthy_permit = None
+        self._gen += 1
+        self._trials = 0
+        self._trial_successes = 0
+
+    def _to_open(self, now: float, trigger: str, events: list[Event], detail: dict[str, Any] | None = None) -> None:
+        before = self._state
+        self._new_generation()
+        self._state = OPEN
+        self._closed_permit = None
+        self._fast_permit = None
+        self._opened_at = self._clock.wall()
+        self._open_until = now + self.config.recovery_timeout
+        self._last_trigger = trigger
+        self._cascade.clear()
+        events.append(
+            StateChanged(
+                self.name,
+                self._opened_at,
+                from_state=before.value,
+                to_state=OPEN.value,
+                trigger=trigger,
+                dry_run=self.config.dry_run,
+                detail=detail or {},
+            )
+        )
+
+    def _to_half_open(self, trigger: str, events: list[Event]) -> None:
+        before = self._state
+        self._new_generation()
+        self._state = HALF_OPEN
+        self._closed_permit = None
+        self._fast_permit = None
+        self._last_trigger = trigger
+        events.append(
+            StateChanged(
+                self.name, self._clock.wall(), from_state=before.value, to_state=HALF_OPEN.value, trigger=trigger,
+                dry_run=self.config.dry_run,
+            )
+        )
+
+    def _to_closed(self, trigger: str, events: list[Event], *, clear: bool = True) -> None:
+        before = self._state
+        self._new_generation()
+        self._state = CLOSED
+        self._closed_permit = Permit(self._gen)
+        self._fast_permit = self._closed_permit if self._forced is None else None
+        self._opened_at = None
+        self._last_trigger = trigger
+        if clear:
+            self._consecutive = 0
+            self._window.clear()
+        events.append(
+            StateChanged(
+                self.name, self._clock.wall(), from_state=before.value, to_state=CLOSED.value, trigger=trigger,
+                dry_run=self.config.dry_run,
+            )
+        )
+
+    def _evaluate(self, now: float, events: list[Event]) -> None:
+        """Apply a lapsed force and the recovery timeout (lazy transitions, CB-5, OP-3)."""
+        if self._forced is not None and now >= self._force_until:
+            previous = self._forced
+            before = self._state
+            self._clear_force()
+            if previous == "open":
+                self._to_half_open(Trigger.FORCE_LAPSED, [])
+            else:
+                self._fast_permit = self._closed_permit if self._state is CLOSED else None
+            events.append(
+                ForceLapsed(self.name, self._clock.wall(), previous=previous, from_state=before.value, to_state=self._state.value)
+            )
+        if self._state is OPEN and self._forced is None and now >= self._open_until:
+            self._to_half_open(Trigger.RECOVERY_TIMEOUT, events)
+
+    def _clear_force(self) -> None:
+        self._forced = None
+        self._force_until = 0.0
+        self._force_expires_at = None
+        self._force_reason = ""
+        self._force_actor = None
+
+    # -------------------------------------------------------------------- forces
+    def force_open(self, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
+        """Hold the breaker OPEN for *ttl_minutes* minutes (OP-1, OP-2).
+
+        Args:
+            ttl_minutes: lifetime in minutes, > 0 and <= 1440; None uses
+                ``BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES``.
+            reason: free text for logs and the audit.
+            actor: who forced it (a user name, ``"command"``...).
+
+        Raises:
+            ConfigError: bad lifetime; nothing changes.
+        """
+        self._force("open", ttl_minutes, reason, actor)
+
+    def force_close(self, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
+        """Hold the breaker CLOSED for *ttl_minutes* minutes; failures are still recorded (OP-2).
+
+        Raises:
+            ConfigError: bad lifetime; nothing changes.
+        """
+        self._force("closed", ttl_minutes, reason, actor)
+
+    def _force(self, mode: str, ttl_minutes: float | None, reason: str, actor: str | None) -> None:
+        ttl = validate_ttl(ttl_minutes, self.config.default_ttl_minutes)
+        now = self._mono()
+        wall = self._clock.wall()
+        events: list[Event] = []
+        with self._lock:
+            self._evaluate(now, events)
+            before = self._state
+            self._forced = mode
+            self._force_until = now + ttl * 60.0
+            self._force_expires_at = wall + ttl * 60.0
+            self._force_reason = reason or ""
+            self._force_actor = actor
+            scratch: list[Event] = []
+            if mode == "open":
+                if self._state is not OPEN:
+                    self._to_open(now, Trigger.FORCED, scratch)
+                else:
+                    self._new_generation()
+                self._fast_permit = None
+            else:
+                if self._state is not CLOSED:
+                    self._to_closed(Trigger.FORCED, scratch)
+                self._fast_permit = None
+            events.append(
+                Forced(
+                    self.name, wall, mode=mode, from_state=before.value, to_state=self._state.value, ttl_minutes=ttl,
+                    expires_at=self._force_expires_at, reason=self._force_reason, actor=actor, dry_run=self.config.dry_run,
+                )
+            )
+        self._publish(events)
+
+    def release(self, actor: str | None = None, reason: str = "") -> bool:
+        """Hand the breaker back to automatic judgement (OP-3).
+
+        A forced open goes straight to HALF_OPEN; a forced closed stays CLOSED with its
+        counts, and the next outcome evaluates the triggers.
+
+        Returns:
+            True when a force was removed, False when nothing was forced (a no-op).
+        """
+        events: list[Event] = []
+        with self._lock:
+            self._evaluate(self._mono(), events)
+            previous = self._forced
+            if previous is None:
+                released = False
+            else:
+                released = True
+                before = self._state
+                self._clear_force()
+                if previous == "open":
+                    self._to_half_open(Trigger.RELEASED, [])
+                else:
+                    self._fast_permit = self._closed_permit if self._state is CLOSED else None
+                events.append(
+                    Released(self.name, self._clock.wall(), previous=previous, from_state=before.value,
+                             to_state=self._state.value, actor=actor, reason=reason)
+                )
+        self._publish(events)
+        return released
+
+    # ------------------------------------------------------------ configuration
+    def reconfigure(self, config: BreakerConfig) -> None:
+        """Swap in a new configuration (CFG-2). A new window size restarts the window."""
+        with self._lock:
+            if config.sliding_window_size != self._window.size:
+                self._healthy_permit = None
+                self._window = CountWindow(config.sliding_window_size)
+            if config.cascade_window != self._cascade.span:
+                self._cascade.span = config.cascade_window
+            self.config = config
+
+    def reset(self) -> None:
+        """Return to a fresh CLOSED breaker: counts, cooldown and force cleared (for tests and operators)."""
+        with self._lock:
+            self._clear_force()
+            self._new_generation()
+            self._state = CLOSED
+            self._closed_permit = Permit(self._gen)
+            self._fast_permit = self._closed_permit
+            self._consecutive = 0
+            self._window.clear()
+            self._cascade.clear()
+            self._cooldown_until = 0.0
+            self._opened_at = None
+            self._last_trigger = None
+            self.dry_run_rejections = 0
+
+    # ------------------------------------------------------------------- events
+    def _publish(self, events: list[Event]) -> None:
+        if events:
+            publish = self._bus.publish
+            for event in events:
+                publish(event)

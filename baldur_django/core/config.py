@@ -1,0 +1,237 @@
+"""Settings resolution with provenance, and the frozen per-breaker configuration.
+
+Resolution order for every knob (CFG-1): an injected lookup (the Django layer passes
+``django.conf.settings``) -> the environment variable of the same name -> the default
+of :data:`baldur_django.core.knobs.KNOBS`. Each resolved value remembers where it came
+from (CFG-4). Precedence for one breaker: per-call override > ``BALDUR_SERVICES[name]``
+> global knob.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .errors import ConfigError
+from .knobs import KNOBS, check_service_overrides
+
+__all__ = ["SettingsSource", "BreakerConfig", "build_config", "MISSING", "settings", "OVERRIDE_KEYS"]
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+#: Per-call override name -> global knob it overrides.
+OVERRIDE_KEYS = {
+    "failure_threshold": "BALDUR_CB_FAILURE_THRESHOLD",
+    "failure_rate_threshold": "BALDUR_CB_FAILURE_RATE_THRESHOLD",
+    "sliding_window_size": "BALDUR_CB_SLIDING_WINDOW_SIZE",
+    "minimum_calls": "BALDUR_CB_MINIMUM_CALLS",
+    "recovery_timeout": "BALDUR_CB_RECOVERY_TIMEOUT",
+    "half_open_max_calls": "BALDUR_CB_HALF_OPEN_MAX_CALLS",
+}
+
+
+class SettingsSource:
+    """Resolves ``BALDUR_*`` knobs: lookup -> environment -> default, with provenance.
+
+    Args:
+        lookup: ``callable(name) -> value`` returning :data:`MISSING` when the setting is
+            not defined (the Django layer passes one reading ``django.conf.settings``).
+        environ: mapping of environment variables (``os.environ`` by default).
+
+    Values are parsed once and cached until :meth:`reset`. ``version`` grows on every
+    reset so breakers can notice a change (CFG-2). Implements CFG-1, CFG-3, CFG-4.
+    """
+
+    def __init__(self, lookup: Callable[[str], Any] | None = None, environ: Mapping[str, str] | None = None) -> None:
+        self._lookup = lookup
+        self._environ = environ
+        self._cache: dict[str, tuple[Any, str]] = {}
+        self._lock = threading.Lock()
+        self.version = 0
+
+    def set_lookup(self, lookup: Callable[[str], Any] | None) -> None:
+        """Install (or remove) the settings lookup and drop every cached value."""
+        self._lookup = lookup
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget cached values; the next read resolves them again (CFG-2)."""
+        with self._lock:
+            self._cache = {}
+            self.version += 1
+
+    def _resolve(self, name: str) -> tuple[Any, str]:
+        knob = KNOBS[name]
+        if self._lookup is not None:
+            value = self._lookup(name)
+            if value is not MISSING:
+                return knob.coerce(value, from_env=False), "setting"
+        environ = os.environ if self._environ is None else self._environ
+        if name in environ:
+            return knob.coerce(environ[name], from_env=True), "env"
+        return knob.coerce(knob.default, from_env=False), "default"
+
+    def get(self, name: str) -> Any:
+        """Return the parsed value of knob *name*.
+
+        Raises:
+            KeyError: *name* is not a known knob.
+            ConfigError: the configured value is invalid (names the setting and value).
+        """
+        hit = self._cache.get(name)
+        if hit is None:
+            hit = self._resolve(name)
+            self._cache[name] = hit
+        return hit[0]
+
+    __getitem__ = get
+
+    def source(self, name: str) -> str:
+        """Where the value of *name* came from: ``"setting"``, ``"env"`` or ``"default"``."""
+        self.get(name)
+        return self._cache[name][1]
+
+    def report(self) -> list[tuple[str, Any, str]]:
+        """Every knob as ``(name, value, source)``; invalid values are reported as the error text."""
+        rows = []
+        for name in KNOBS:
+            try:
+                rows.append((name, self.get(name), self.source(name)))
+            except ConfigError as exc:
+                rows.append((name, f"<invalid: {exc}>", "error"))
+        return rows
+
+
+#: The process-wide settings source used by the registry and the facade.
+settings = SettingsSource()
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    """Everything one breaker needs, resolved and validated. Times are seconds.
+
+    Built by :func:`build_config`; immutable, so a breaker swaps the whole object when
+    settings change (CFG-2).
+    """
+
+    failure_threshold: int = 5
+    failure_rate_threshold: float = 50.0
+    sliding_window_size: int = 100
+    minimum_calls: int = 10
+    recovery_timeout: float = 60.0
+    half_open_max_calls: int = 3
+    ignore_exceptions: tuple[type[BaseException], ...] = ()
+    failure_codes: frozenset[int] = frozenset({500, 502, 503, 504})
+    rate_limit_codes: frozenset[int] = frozenset({429})
+    cascade_threshold: int = 10
+    cascade_window: float = 60.0
+    cascade_min_ratio: float = 10.0
+    cascade_min_calls: int = 20
+    default_cooldown: float = 1.0
+    max_cooldown: float = 3600.0
+    max_cooldown_wait: float = 60.0
+    dry_run: bool = False
+    log_level: str = "WARNING"
+    sync_interval: float = 5.0
+    probe_lease: float = 30.0
+    default_ttl_minutes: float = 90.0
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _check_ignore(where: str, value: Any) -> tuple[type[BaseException], ...]:
+    if value is None:
+        return ()
+    if isinstance(value, type):
+        value = (value,)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ConfigError(f"{where}: ignore_exceptions={value!r} must be a tuple of exception types") from None
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise ConfigError(f"{where}: ignore_exceptions={value!r}: {item!r} is not an exception type")
+    return items
+
+
+def validate_overrides(service: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Check per-call overrides for breaker *service*; returns them parsed.
+
+    Raises:
+        ConfigError: unknown name or bad value, naming both (CFG-3).
+    """
+    where = f"breaker {service!r}"
+    plain = {k: v for k, v in overrides.items() if k != "ignore_exceptions" and v is not None}
+    out = check_service_overrides(where, plain)
+    if overrides.get("ignore_exceptions") is not None:
+        out["ignore_exceptions"] = _check_ignore(where, overrides["ignore_exceptions"])
+    return out
+
+
+def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSource | None = None) -> BreakerConfig:
+    """Resolve the configuration of breaker *service*.
+
+    Args:
+        service: the breaker's name.
+        overrides: already validated per-call overrides (see :func:`validate_overrides`).
+        source: settings to read (the process-wide :data:`settings` by default).
+
+    Returns:
+        A frozen :class:`BreakerConfig`.
+
+    Raises:
+        ConfigError: a bad setting, or ``minimum_calls`` above ``sliding_window_size``
+            where both were given explicitly at the same level.
+    """
+    s = source or settings
+    per_service = s.get("BALDUR_SERVICES").get(service, {})
+    values: dict[str, Any] = {}
+    level: dict[str, int] = {}
+    for key, knob in OVERRIDE_KEYS.items():
+        if key in overrides:
+            values[key], level[key] = overrides[key], 2
+        elif key in per_service:
+            values[key], level[key] = per_service[key], 1
+        else:
+            values[key], level[key] = s.get(knob), 0
+    if values["minimum_calls"] > values["sliding_window_size"]:
+        if level["minimum_calls"] >= level["sliding_window_size"] and level["minimum_calls"] > 0:
+            raise ConfigError(
+                f"breaker {service!r}: minimum_calls={values['minimum_calls']!r} is above "
+                f"sliding_window_size={values['sliding_window_size']!r}"
+            )
+        # the window was narrowed more specifically than minimum_calls: the gate follows it
+        values["minimum_calls"] = values["sliding_window_size"]
+    return BreakerConfig(
+        failure_threshold=values["failure_threshold"],
+        failure_rate_threshold=values["failure_rate_threshold"],
+        sliding_window_size=values["sliding_window_size"],
+        minimum_calls=values["minimum_calls"],
+        recovery_timeout=values["recovery_timeout"],
+        half_open_max_calls=values["half_open_max_calls"],
+        ignore_exceptions=overrides.get("ignore_exceptions", ()),
+        failure_codes=s.get("BALDUR_MIDDLEWARE_CB_STATUS_CODES"),
+        rate_limit_codes=s.get("BALDUR_MIDDLEWARE_RATE_LIMIT_CODES"),
+        cascade_threshold=s.get("BALDUR_CB_RATE_LIMIT_CASCADE_THRESHOLD"),
+        cascade_window=s.get("BALDUR_CB_RATE_LIMIT_CASCADE_WINDOW_SECONDS"),
+        cascade_min_ratio=s.get("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_RATIO"),
+        cascade_min_calls=s.get("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_CALLS"),
+        default_cooldown=s.get("BALDUR_RATE_LIMIT_DEFAULT_COOLDOWN_SECONDS"),
+        max_cooldown=s.get("BALDUR_RATE_LIMIT_MAX_COOLDOWN_SECONDS"),
+        max_cooldown_wait=s.get("BALDUR_MAX_COOLDOWN_WAIT_SECONDS"),
+        dry_run=s.get("BALDUR_DRY_RUN"),
+        log_level=s.get("BALDUR_EVENT_LOGGING_CB_LOG_LEVEL"),
+        sync_interval=s.get("BALDUR_CB_SYNC_INTERVAL_SECONDS"),
+        probe_lease=s.get("BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS"),
+        default_ttl_minutes=s.get("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES"),
+        overrides=dict(overrides),
+    )

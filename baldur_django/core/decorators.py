@@ -1,0 +1,308 @@
+"""The public facade: ``protected``, ``aprotected``, ``protect``, ``aprotect``, ``circuit_breaker``.
+
+``protected`` and ``circuit_breaker`` look at what they decorate and return a real
+``def`` or ``async def`` wrapper (``functools.wraps`` metadata kept, so
+``inspect.iscoroutinefunction`` holds for async). Generators are refused: wrap the
+call that produces the data instead. Implements FAC-1..FAC-4, CB-6, CB-10, CB-11.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Awaitable, Callable, TypeVar
+
+from .breaker import CircuitBreaker
+from .classify import PLAIN_TYPES
+from .errors import CircuitOpenError, ConfigError
+from .registry import registry
+from .retry import RetryPolicy, coerce_retry
+from .runner import (
+    acall_fallback,
+    call_fallback,
+    run_async,
+    run_sync,
+    settle_exception,
+    settle_result,
+)
+
+__all__ = ["protected", "aprotected", "protect", "aprotect", "circuit_breaker"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OVERRIDE_NAMES = (
+    "failure_threshold",
+    "failure_rate_threshold",
+    "sliding_window_size",
+    "minimum_calls",
+    "recovery_timeout",
+    "half_open_max_calls",
+    "ignore_exceptions",
+)
+
+
+def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
+    unknown = set(overrides) - set(_OVERRIDE_NAMES)
+    if unknown:
+        raise ConfigError(f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return registry.get(service, given)  # type: ignore[return-value]
+
+
+def _check_fallback(service: str, fallback: Any) -> None:
+    if fallback is not None and not callable(fallback):
+        raise ConfigError(f"breaker {service!r}: fallback={fallback!r} is not callable")
+
+
+def _refuse_generators(func: Callable[..., Any]) -> None:
+    if not callable(func):
+        raise ConfigError(f"{func!r} is not callable")
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        name = getattr(func, "__qualname__", repr(func))
+        raise ConfigError(
+            f"cannot protect generator function {name!r}: its body runs after the call returns; "
+            "protect the call that produces the data instead"
+        )
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    while isinstance(func, functools.partial):
+        func = func.func
+    if inspect.iscoroutinefunction(func):
+        return True
+    call = getattr(func, "__call__", None)  # noqa: B004 - async callable objects
+    return call is not None and not inspect.isfunction(func) and inspect.iscoroutinefunction(call)
+
+
+def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any):
+    """The CLOSED hot path: one attribute read to admit, no lock to record a healthy success."""
+    acquire_slow = breaker._acquire_slow
+    record_success = breaker.record_success
+    cascade = breaker._cascade
+    monotonic = breaker._mono
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        permit = breaker._fast_permit
+        if permit is None:
+            try:
+                permit = acquire_slow()
+            except CircuitOpenError as rejection:
+                if fallback is None:
+                    raise
+                return call_fallback(fallback, args, kwargs, rejection)
+        if policy is not None and not permit.trial and not permit.dry_run:
+            return run_sync(breaker, permit, policy, func, args, kwargs, fallback)
+        try:
+            result = func(*args, **kwargs)
+        except BaseException as exc:
+            if settle_exception(breaker, permit, exc) and fallback is not None and not permit.dry_run:
+                return call_fallback(fallback, args, kwargs, exc)
+            raise
+        if type(result) in PLAIN_TYPES:
+            # record_success's healthy path, inlined: the hottest line of the package
+            if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
+                next(cascade.counter)
+            else:
+                record_success(permit)
+        else:
+            settle_result(breaker, permit, result)
+        return result
+
+    return wrapper
+
+
+def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]], policy: RetryPolicy | None, fallback: Any):
+    acquire_slow = breaker._acquire_slow
+    record_success = breaker.record_success
+    cascade = breaker._cascade
+    monotonic = breaker._mono
+
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        permit = breaker._fast_permit
+        if permit is None:
+            try:
+                permit = acquire_slow()
+            except CircuitOpenError as rejection:
+                if fallback is None:
+                    raise
+                return await acall_fallback(fallback, args, kwargs, rejection)
+        if policy is not None and not permit.trial and not permit.dry_run:
+            return await run_async(breaker, permit, policy, func, args, kwargs, fallback)
+        try:
+            result = await func(*args, **kwargs)
+        except BaseException as exc:
+            if settle_exception(breaker, permit, exc) and fallback is not None and not permit.dry_run:
+                return await acall_fallback(fallback, args, kwargs, exc)
+            raise
+        if type(result) in PLAIN_TYPES:
+            if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
+                next(cascade.counter)
+            else:
+                record_success(permit)
+        else:
+            settle_result(breaker, permit, result)
+        return result
+
+    return wrapper
+
+
+def _decorate(service: str, func: F, policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any], force_async: bool) -> F:
+    _refuse_generators(func)
+    breaker = _breaker(service, overrides)
+    if force_async or _is_async(func):
+        if force_async and not _is_async(func):
+            name = getattr(func, "__qualname__", repr(func))
+            raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
+        wrapper = _async_wrapper(breaker, func, policy, fallback)
+    else:
+        wrapper = _sync_wrapper(breaker, func, policy, fallback)
+    functools.update_wrapper(wrapper, func)
+    wrapper.breaker = breaker  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def protected(
+    service: str,
+    *,
+    retry: bool | RetryPolicy = False,
+    fallback: Callable[..., Any] | None = None,
+    failure_threshold: int | None = None,
+    failure_rate_threshold: float | None = None,
+    sliding_window_size: int | None = None,
+    minimum_calls: int | None = None,
+    recovery_timeout: float | None = None,
+    half_open_max_calls: int | None = None,
+    ignore_exceptions: tuple[type[BaseException], ...] | None = None,
+) -> Callable[[F], F]:
+    """Decorate a ``def`` or ``async def`` with breaker, retry and fallback (FAC-1..FAC-4).
+
+    Args:
+        service: breaker name (CB-12).
+        retry: False (default), True for ``RetryPolicy()``, or a :class:`RetryPolicy`.
+        fallback: called with the call's own arguments when the breaker rejects, the
+            cooldown refuses, or the final outcome is a counted exception; a coroutine
+            function is awaited in the async form.
+        failure_threshold ... ignore_exceptions: per-call overrides (recovery_timeout in
+            seconds, float allowed).
+
+    Returns:
+        A decorator; the wrapped function returns what the call (or fallback) returns.
+
+    Raises:
+        ConfigError: at decoration time for a bad override, a generator function, or a
+            non-callable fallback.
+        CircuitOpenError, RateLimitCooldownError: at call time when no fallback applies.
+    """
+    policy = coerce_retry(retry)
+    _check_fallback(service, fallback)
+    overrides = dict(
+        failure_threshold=failure_threshold,
+        failure_rate_threshold=failure_rate_threshold,
+        sliding_window_size=sliding_window_size,
+        minimum_calls=minimum_calls,
+        recovery_timeout=recovery_timeout,
+        half_open_max_calls=half_open_max_calls,
+        ignore_exceptions=ignore_exceptions,
+    )
+    _breaker(service, overrides)  # validate and register now, not at first call
+
+    def decorate(func: F) -> F:
+        return _decorate(service, func, policy, fallback, overrides, force_async=False)
+
+    return decorate
+
+
+def aprotected(service: str, **options: Any) -> Callable[[F], F]:
+    """Explicit async form of :func:`protected`; the decorated function must be ``async def``.
+
+    Raises:
+        ConfigError: the function is not a coroutine function, or a bad option.
+    """
+    retry = options.pop("retry", False)
+    fallback = options.pop("fallback", None)
+    policy = coerce_retry(retry)
+    _check_fallback(service, fallback)
+    _breaker(service, options)
+
+    def decorate(func: F) -> F:
+        return _decorate(service, func, policy, fallback, options, force_async=True)
+
+    return decorate
+
+
+def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
+    """Breaker only (no retry, no fallback) for a ``def`` or ``async def`` (FAC-1).
+
+    Args:
+        service: breaker name.
+        **overrides: ``failure_threshold``, ``failure_rate_threshold``,
+            ``sliding_window_size``, ``minimum_calls``, ``recovery_timeout`` (seconds),
+            ``half_open_max_calls``, ``ignore_exceptions``.
+
+    Raises:
+        ConfigError: bad override or a generator function (at decoration time).
+        CircuitOpenError: at call time while the breaker rejects.
+    """
+    _breaker(service, overrides)
+
+    def decorate(func: F) -> F:
+        return _decorate(service, func, None, None, overrides, force_async=False)
+
+    return decorate
+
+
+def protect(
+    service: str,
+    call: Callable[[], Any],
+    *,
+    retry: bool | RetryPolicy = False,
+    fallback: Callable[[], Any] | None = None,
+    **overrides: Any,
+) -> Any:
+    """Run ``call()`` once under the breaker for *service*, with optional retry and fallback.
+
+    Args:
+        service: breaker name.
+        call: a zero-argument callable (a lambda around the real call).
+        retry / fallback / overrides: as for :func:`protected`; the fallback takes no arguments.
+
+    Returns:
+        What ``call()`` (or the fallback) returned.
+
+    Raises:
+        ConfigError: bad option; CircuitOpenError / RateLimitCooldownError / the call's
+        exception when no fallback applies.
+    """
+    if _is_async(call):
+        raise ConfigError(f"protect({service!r}) got a coroutine function; use aprotect() for async calls")
+    _refuse_generators(call)
+    _check_fallback(service, fallback)
+    breaker = _breaker(service, overrides)
+    return _sync_wrapper(breaker, call, coerce_retry(retry), fallback)()
+
+
+async def aprotect(
+    service: str,
+    factory: Callable[[], Awaitable[Any]],
+    *,
+    retry: bool | RetryPolicy = False,
+    fallback: Callable[[], Any] | None = None,
+    **overrides: Any,
+) -> Any:
+    """Await ``factory()`` under the breaker for *service*; *factory* makes a fresh awaitable
+    per attempt (so retries work). A coroutine-function fallback is awaited.
+
+    Raises:
+        ConfigError: *factory* is not callable; otherwise as :func:`protect`.
+    """
+    _refuse_generators(factory)
+    _check_fallback(service, fallback)
+    breaker = _breaker(service, overrides)
+
+    async def call() -> Any:
+        value = factory()
+        if not inspect.isawaitable(value):
+            raise ConfigError(f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}")
+        return await value
+
+    return await _async_wrapper(breaker, call, coerce_retry(retry), fallback)()

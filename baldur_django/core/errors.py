@@ -1,0 +1,62 @@
+"""Errors raised by baldur_django. Every one derives from :class:`BaldurError`."""
+
+from __future__ import annotations
+
+__all__ = ["BaldurError", "ConfigError", "CircuitOpenError", "RateLimitCooldownError", "StoreError"]
+
+
+class BaldurError(Exception):
+    """Base class of every error the package raises."""
+
+
+class ConfigError(BaldurError, ValueError):
+    """A setting or an argument has a bad value. Implements CFG-3.
+
+    The message names the setting (or argument) and the offending value.
+    """
+
+
+class StoreError(BaldurError):
+    """The shared store could not carry out an operator's request (OP-4).
+
+    Automatic paths never raise it: they fall back to local judgement (ST-4).
+    """
+
+
+class CircuitOpenError(BaldurError):
+    """The breaker refused the call without invoking it. Implements CB-4, CB-6.
+
+    Attributes:
+        service (str): the breaker's name.
+        reason (str): ``"open"`` (OPEN or forced open), ``"half_open_full"`` (every
+            trial slot of the probing round is taken) or ``"frozen"`` (Emergency Level 3).
+        retry_after (float | None): seconds until the breaker admits a probe (OPEN), until
+            the force lapses (forced open), or None when unknown.
+    """
+
+    def __init__(self, service: str, reason: str = "open", retry_after: float | None = None) -> None:
+        self.service = service
+        self.reason = reason
+        self.retry_after = retry_after
+        hint = "" if retry_after is None else f"; retry in {retry_after:.3f}s"
+        super().__init__(f"circuit {service!r} rejected the call ({reason}{hint})")
+
+    def __reduce__(self):  # keep pickling (multiprocessing, Celery results) working
+        return (type(self), (self.service, self.reason, self.retry_after))
+
+
+class RateLimitCooldownError(BaldurError):
+    """An attempt was refused because the service's 429 cooldown outlasts the allowed wait (RL-6).
+
+    Attributes:
+        service (str): the breaker's name.
+        remaining (float): seconds left on the cooldown when the attempt was refused.
+    """
+
+    def __init__(self, service: str, remaining: float) -> None:
+        self.service = service
+        self.remaining = remaining
+        super().__init__(f"service {service!r} is cooling down after a 429; {remaining:.3f}s remaining")
+
+    def __reduce__(self):
+        return (type(self), (self.service, self.remaining))

@@ -1,0 +1,168 @@
+"""Typed events and the in-process event bus (CB-14).
+
+The breaker publishes one event per transition, force, release, lapse and rejection.
+Logging, Django signals, Slack and metrics are listeners; a listener that raises is
+logged and skipped, and never changes what a protected call returns or raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = [
+    "Event",
+    "StateChanged",
+    "Forced",
+    "Released",
+    "ForceLapsed",
+    "CallRejected",
+    "TripBlocked",
+    "RateLimitStorm",
+    "StoreProblem",
+    "EventBus",
+    "bus",
+]
+
+_log = logging.getLogger("baldur.events")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every event. ``kind`` names it; ``at`` is Unix wall-clock seconds."""
+
+    service: str
+    at: float
+    kind: str = field(init=False, default="event")
+
+
+@dataclass(frozen=True)
+class StateChanged(Event):
+    """A transition decided by this process. ``trigger`` names its cause."""
+
+    from_state: str = ""
+    to_state: str = ""
+    trigger: str = ""
+    dry_run: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+    kind: str = field(init=False, default="state_changed")
+
+
+@dataclass(frozen=True)
+class Forced(Event):
+    """An operator force. ``mode`` is ``"open"`` or ``"closed"``; ``ttl_minutes`` its lifetime."""
+
+    mode: str = ""
+    from_state: str = ""
+    to_state: str = ""
+    ttl_minutes: float = 0.0
+    expires_at: float = 0.0
+    reason: str = ""
+    actor: str | None = None
+    dry_run: bool = False
+    kind: str = field(init=False, default="forced")
+
+
+@dataclass(frozen=True)
+class Released(Event):
+    """An operator release of a force (``previous`` was ``"open"`` or ``"closed"``)."""
+
+    previous: str = ""
+    from_state: str = ""
+    to_state: str = ""
+    actor: str | None = None
+    reason: str = ""
+    kind: str = field(init=False, default="released")
+
+
+@dataclass(frozen=True)
+class ForceLapsed(Event):
+    """A force reached the end of its lifetime."""
+
+    previous: str = ""
+    from_state: str = ""
+    to_state: str = ""
+    kind: str = field(init=False, default="force_lapsed")
+
+
+@dataclass(frozen=True)
+class CallRejected(Event):
+    """A call was rejected (or, in dry-run, would have been)."""
+
+    reason: str = ""
+    state: str = ""
+    dry_run: bool = False
+    kind: str = field(init=False, default="call_rejected")
+
+
+@dataclass(frozen=True)
+class TripBlocked(Event):
+    """A trip met a force in the shared store and was refused (OP-4)."""
+
+    forced: str = ""
+    trigger: str = ""
+    kind: str = field(init=False, default="trip_blocked")
+
+
+@dataclass(frozen=True)
+class RateLimitStorm(Event):
+    """The 429 cascade fired: ``count`` sightings among ``calls`` calls (RL-4)."""
+
+    count: int = 0
+    calls: int = 0
+    rate: float = 0.0
+    kind: str = field(init=False, default="rate_limit_storm")
+
+
+@dataclass(frozen=True)
+class StoreProblem(Event):
+    """The shared store became unavailable (``recovered`` False) or answered again."""
+
+    recovered: bool = False
+    error: str = ""
+    kind: str = field(init=False, default="store_problem")
+
+
+Listener = Callable[[Event], Any]
+
+
+class EventBus:
+    """Synchronous publish/subscribe with contained listener errors (CB-14).
+
+    ``publish`` calls every listener in subscription order; an exception from one is
+    logged on logger ``baldur.events`` and the next listener still runs.
+    """
+
+    def __init__(self) -> None:
+        self._listeners: tuple[Listener, ...] = ()
+        self._lock = threading.Lock()
+
+    def subscribe(self, listener: Listener) -> Listener:
+        """Add *listener* (idempotent) and return it, so it can serve as a decorator."""
+        with self._lock:
+            if listener not in self._listeners:
+                self._listeners = self._listeners + (listener,)
+        return listener
+
+    def unsubscribe(self, listener: Listener) -> None:
+        """Remove *listener* if present."""
+        with self._lock:
+            self._listeners = tuple(x for x in self._listeners if x != listener)
+
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        return self._listeners
+
+    def publish(self, event: Event) -> None:
+        """Deliver *event* to every listener; never raises (except BaseExceptions)."""
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                _log.exception("baldur event listener %r failed on %s for %r", listener, event.kind, event.service)
+
+
+#: The process-wide bus the registry's breakers publish on.
+bus = EventBus()

@@ -1,0 +1,399 @@
+"""The one defaults table of every ``BALDUR_*`` knob, with parsers and validators.
+
+Each row names the knob, its default and how a raw value is turned into a checked one.
+The core (environment variables), the Django settings object and the system checks all
+call :func:`parse` on the same rows, so a bad value reads the same everywhere.
+Implements CFG-1, CFG-3.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+from .errors import ConfigError
+
+__all__ = ["Knob", "KNOBS", "SERVICE_KEYS", "parse", "closest_knob", "validate_number", "check_service_overrides"]
+
+_MISSING = object()
+
+
+def _fail(name: str, value: Any, why: str) -> ConfigError:
+    return ConfigError(f"{name}={value!r}: {why}")
+
+
+def validate_number(
+    name: str,
+    value: Any,
+    *,
+    integer: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    min_exclusive: bool = False,
+    from_env: bool = False,
+) -> float | int:
+    """Check that *value* is a finite number within bounds and return it.
+
+    Args:
+        name: the setting or argument name used in the error message.
+        value: the raw value (a string when it comes from the environment).
+        integer: require a whole number.
+        minimum / maximum: inclusive bounds (``minimum`` exclusive when ``min_exclusive``).
+        from_env: accept strings such as ``"5"`` or ``"0.5"``.
+
+    Returns:
+        The value as ``int`` (when ``integer``) or ``float``.
+
+    Raises:
+        ConfigError: non-numeric, boolean, infinite, NaN, fractional where a whole
+            number is due, or out of bounds (CFG-3).
+    """
+    raw = value
+    if isinstance(value, bool):
+        raise _fail(name, raw, "a boolean is not a number")
+    if isinstance(value, str) and from_env:
+        text = value.strip()
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise _fail(name, raw, "expected a number") from None
+    if not isinstance(value, (int, float)):
+        raise _fail(name, raw, "expected a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _fail(name, raw, "must be a finite number")
+    if integer:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise _fail(name, raw, "expected a whole number")
+            value = int(value)
+    else:
+        value = float(value)
+    if minimum is not None:
+        if min_exclusive and value <= minimum:
+            raise _fail(name, raw, f"must be greater than {minimum:g}")
+        if not min_exclusive and value < minimum:
+            raise _fail(name, raw, f"must be at least {minimum:g}")
+    if maximum is not None and value > maximum:
+        raise _fail(name, raw, f"must be at most {maximum:g}")
+    return value
+
+
+def _num(integer: bool = False, minimum: float | None = None, maximum: float | None = None, exclusive: bool = False):
+    def parser(name: str, value: Any, from_env: bool) -> Any:
+        return validate_number(
+            name, value, integer=integer, minimum=minimum, maximum=maximum, min_exclusive=exclusive, from_env=from_env
+        )
+
+    return parser
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _bool(name: str, value: Any, from_env: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if from_env and isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise _fail(name, value, "expected a boolean (true/false)")
+
+
+def _text(allow_empty: bool = False, optional: bool = False):
+    def parser(name: str, value: Any, from_env: bool) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise _fail(name, value, "expected a string")
+        if not value.strip():
+            if optional:
+                return None
+            if not allow_empty:
+                raise _fail(name, value, "must not be empty")
+        return value
+
+    return parser
+
+
+def _choice(*choices: str):
+    def parser(name: str, value: Any, from_env: bool) -> str:
+        if isinstance(value, str) and value.strip().lower() in choices:
+            return value.strip().lower()
+        raise _fail(name, value, f"expected one of {', '.join(choices)}")
+
+    return parser
+
+
+def _json_or_csv(name: str, value: Any, from_env: bool) -> Any:
+    if from_env and isinstance(value, str):
+        text = value.strip()
+        if text.startswith("[") or text.startswith("{"):
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise _fail(name, value, f"malformed JSON ({exc.msg})") from None
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+def _status_codes(name: str, value: Any, from_env: bool) -> frozenset[int]:
+    value = _json_or_csv(name, value, from_env)
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise _fail(name, value, "expected a list of HTTP status codes such as [500, 502]")
+    codes = set()
+    for item in value:
+        try:
+            code = validate_number(name, item, integer=True, from_env=from_env)
+        except ConfigError:
+            raise _fail(name, value, f"{item!r} is not an HTTP status code") from None
+        if not 100 <= code <= 599:
+            raise _fail(name, value, f"{code} is not an HTTP status code (100-599)")
+        codes.add(int(code))
+    return frozenset(codes)
+
+
+def _json_dict(name: str, value: Any, from_env: bool) -> dict:
+    if from_env and isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError as exc:
+            raise _fail(name, value, f"malformed JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise _fail(name, value, "expected a mapping (a JSON object in the environment)")
+    return value
+
+
+def _json_list(name: str, value: Any, from_env: bool) -> list:
+    if from_env and isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else []
+        except ValueError as exc:
+            raise _fail(name, value, f"malformed JSON ({exc.msg})") from None
+    if not isinstance(value, (list, tuple)):
+        raise _fail(name, value, "expected a list (a JSON array in the environment)")
+    return list(value)
+
+
+#: Keys a ``BALDUR_SERVICES`` entry may set, with the validator each uses.
+SERVICE_KEYS: dict[str, Callable[[str, Any, bool], Any]] = {
+    "failure_threshold": _num(integer=True, minimum=1),
+    "failure_rate_threshold": _num(minimum=0, maximum=100),
+    "sliding_window_size": _num(integer=True, minimum=1),
+    "minimum_calls": _num(integer=True, minimum=1),
+    "recovery_timeout": _num(minimum=0, exclusive=True),
+    "half_open_max_calls": _num(integer=True, minimum=1),
+}
+
+
+def check_service_overrides(where: str, overrides: dict[str, Any], from_env: bool = False) -> dict[str, Any]:
+    """Validate a mapping of per-breaker overrides and return the parsed values.
+
+    Args:
+        where: prefix for messages, e.g. ``"BALDUR_SERVICES['payments']"`` or ``"protected('payments')"``.
+        overrides: key -> raw value; keys must be in :data:`SERVICE_KEYS`.
+
+    Raises:
+        ConfigError: an unknown key (naming the closest known one) or a bad value.
+    """
+    out: dict[str, Any] = {}
+    for key, raw in overrides.items():
+        parser = SERVICE_KEYS.get(key)
+        if parser is None:
+            near = difflib.get_close_matches(str(key), SERVICE_KEYS, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(SERVICE_KEYS)}"
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}")
+        out[key] = parser(f"{where}[{key!r}]", raw, from_env)
+    return out
+
+
+def _services(name: str, value: Any, from_env: bool) -> dict[str, dict[str, Any]]:
+    value = _json_dict(name, value, from_env)
+    out = {}
+    for service, overrides in value.items():
+        if not isinstance(service, str) or not service:
+            raise _fail(name, value, f"service names must be non-empty strings, got {service!r}")
+        if not isinstance(overrides, dict):
+            raise _fail(name, value, f"the entry for {service!r} must be a mapping of overrides")
+        out[service] = check_service_overrides(f"{name}[{service!r}]", overrides, from_env)
+    return out
+
+
+def _domain_mapping(name: str, value: Any, from_env: bool) -> dict[str, str]:
+    value = _json_dict(name, value, from_env)
+    for key, domain in value.items():
+        if not isinstance(key, str) or not key or not isinstance(domain, str) or not domain:
+            raise _fail(name, value, f"entries map a non-empty path substring to a domain name, got {key!r}: {domain!r}")
+    return dict(value)
+
+
+def _redis_url(name: str, value: Any, from_env: bool) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise _fail(name, value, "expected a URL string")
+    parsed = urlparse(value.strip())
+    if parsed.scheme not in ("redis", "rediss", "unix"):
+        raise _fail(name, value, "expected redis://, rediss:// or unix:// URL")
+    try:
+        parsed.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise _fail(name, value, "the port is not a number between 0 and 65535") from None
+    if parsed.scheme != "unix" and not parsed.hostname:
+        raise _fail(name, value, "the URL names no host")
+    if parsed.scheme == "unix" and not parsed.path:
+        raise _fail(name, value, "the unix:// URL names no socket path")
+    return value.strip()
+
+
+def _http_url(name: str, value: Any, from_env: bool) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise _fail(name, "<hidden>", "expected a URL string")
+    parsed = urlparse(value.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        # never echo the value: a webhook URL is a secret (OP-8)
+        raise ConfigError(f"{name}: expected an http:// or https:// URL (value not shown)")
+    return value.strip()
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(name: str, value: Any, from_env: bool) -> str:
+    if isinstance(value, str) and value.strip().upper() in _LEVELS:
+        return value.strip().upper()
+    if isinstance(value, int) and not isinstance(value, bool) and value in (10, 20, 30, 40, 50):
+        return _LEVELS[value // 10 - 1]
+    raise _fail(name, value, f"expected a log level: {', '.join(_LEVELS)}")
+
+
+def _rules(name: str, value: Any, from_env: bool) -> list[dict[str, Any]]:
+    value = _json_list(name, value, from_env)
+    rules = []
+    for i, rule in enumerate(value):
+        if not isinstance(rule, dict):
+            raise _fail(name, value, f"rule {i} must be a mapping with 'path', 'rate' and 'key'")
+        unknown = set(rule) - {"path", "rate", "key"}
+        if unknown:
+            raise _fail(name, value, f"rule {i} has unknown keys {sorted(unknown)}")
+        path = rule.get("path", "")
+        if not isinstance(path, str):
+            raise _fail(name, value, f"rule {i}: 'path' must be a string")
+        rate = rule.get("rate")
+        if not isinstance(rate, str) or "/" not in rate:
+            raise _fail(name, value, f"rule {i}: 'rate' must look like '10/m' (N per s, m or h)")
+        count, _, unit = rate.partition("/")
+        if not count.strip().isdigit() or int(count) < 1 or unit.strip() not in ("s", "m", "h"):
+            raise _fail(name, value, f"rule {i}: 'rate' {rate!r} must look like '10/m' (N per s, m or h)")
+        key = rule.get("key", "ip")
+        if not isinstance(key, str) or not key:
+            raise _fail(name, value, f"rule {i}: 'key' must be 'ip', 'user' or a dotted path")
+        rules.append({"path": path, "rate": rate.replace(" ", ""), "key": key})
+    return rules
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One row of the defaults table."""
+
+    name: str
+    default: Any
+    parse: Callable[[str, Any, bool], Any]
+    help: str
+
+    def coerce(self, value: Any, from_env: bool = False) -> Any:
+        """Parse and validate *value* for this knob. Raises ConfigError (CFG-3)."""
+        return self.parse(self.name, value, from_env)
+
+
+def _default_emergency_file() -> str:
+    return os.path.join(tempfile.gettempdir(), "baldur_emergency_state.json")
+
+
+_ROWS: list[Knob] = [
+    Knob("BALDUR_CB_FAILURE_THRESHOLD", 5, _num(integer=True, minimum=1), "consecutive failures that open a breaker"),
+    Knob("BALDUR_CB_FAILURE_RATE_THRESHOLD", 50.0, _num(minimum=0, maximum=100), "failure percentage that opens a breaker; 0 disables"),
+    Knob("BALDUR_CB_SLIDING_WINDOW_SIZE", 100, _num(integer=True, minimum=1), "outcomes in the count-based window"),
+    Knob("BALDUR_CB_SLIDING_WINDOW_TYPE", "count", _choice("count", "time"), "count- or time-based window"),
+    Knob("BALDUR_CB_SLIDING_WINDOW_SECONDS", 60, _num(minimum=0, exclusive=True), "span of the time-based window, seconds"),
+    Knob("BALDUR_CB_MINIMUM_CALLS", 10, _num(integer=True, minimum=1), "outcomes the window needs before the rate trigger applies"),
+    Knob("BALDUR_CB_RECOVERY_TIMEOUT", 60, _num(minimum=0, exclusive=True), "seconds OPEN before a probe is allowed"),
+    Knob("BALDUR_CB_HALF_OPEN_MAX_CALLS", 3, _num(integer=True, minimum=1), "trial calls per probing round"),
+    Knob("BALDUR_CB_RECOVERY_BACKOFF_FACTOR", 1.0, _num(minimum=1.0), "growth of the recovery timeout on repeated opens; 1 = off"),
+    Knob("BALDUR_CB_RECOVERY_TIMEOUT_MAX", 600, _num(minimum=0, exclusive=True), "upper bound of the backed-off recovery timeout, seconds"),
+    Knob("BALDUR_CB_SLOW_CALL_DURATION_SECONDS", 0, _num(minimum=0), "calls slower than this are slow; 0 = off"),
+    Knob("BALDUR_CB_SLOW_CALL_RATE_THRESHOLD", 100.0, _num(minimum=0, maximum=100), "slow-call percentage that opens a breaker"),
+    Knob("BALDUR_SERVICES", {}, _services, "per-service overrides"),
+    Knob("BALDUR_MIDDLEWARE_CB_STATUS_CODES", frozenset({500, 502, 503, 504}), _status_codes, "statuses recorded as failures"),
+    Knob("BALDUR_MIDDLEWARE_RATE_LIMIT_CODES", frozenset({429}), _status_codes, "statuses read as rate-limit answers"),
+    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_THRESHOLD", 10, _num(integer=True, minimum=1), "429 sightings that can open a breaker"),
+    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_WINDOW_SECONDS", 60, _num(minimum=0, exclusive=True), "span of the cascade window, seconds"),
+    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_RATIO", 10.0, _num(minimum=0, maximum=100), "sightings as a percentage of calls"),
+    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_CALLS", 20, _num(integer=True, minimum=1), "calls the cascade window needs"),
+    Knob("BALDUR_RATE_LIMIT_DEFAULT_COOLDOWN_SECONDS", 1.0, _num(minimum=0), "cooldown when no valid Retry-After is given"),
+    Knob("BALDUR_RATE_LIMIT_MAX_COOLDOWN_SECONDS", 3600, _num(minimum=0, exclusive=True), "cap on any cooldown, seconds"),
+    Knob("BALDUR_MAX_COOLDOWN_WAIT_SECONDS", 60, _num(minimum=0), "longest cooldown the retry stage waits out, seconds"),
+    Knob("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES", 90, _num(minimum=0, maximum=1440, exclusive=True), "default force lifetime, minutes"),
+    Knob("BALDUR_DOMAIN_MAPPING", {}, _domain_mapping, "path substring -> domain breaker"),
+    Knob("BALDUR_DOMAIN_DEFAULT", "default", _text(), "breaker for unmapped paths"),
+    Knob("BALDUR_MIDDLEWARE_SHED_LOAD", False, _bool, "answer 503 while a domain's breaker denies admission"),
+    Knob("BALDUR_RATE_LIMIT_CACHE_ALIAS", "default", _text(), "Django cache alias for the inbound limiter"),
+    Knob("BALDUR_RATE_LIMIT_RULES", [], _rules, "inbound rate-limit rules"),
+    Knob("BALDUR_RATE_LIMIT_TRUST_FORWARDED_FOR", False, _bool, "read the client IP from X-Forwarded-For"),
+    Knob("BALDUR_RATE_LIMIT_TRUSTED_PROXIES", 1, _num(integer=True, minimum=1), "X-Forwarded-For entry from the right that is the client"),
+    Knob("BALDUR_STATE_BACKEND", "memory", _choice("memory", "database", "redis"), "where breaker state lives"),
+    Knob("BALDUR_REDIS_URL", None, _redis_url, "Redis URL for the redis backend"),
+    Knob("BALDUR_REDIS_CACHE_ALIAS", "default", _text(), "django-redis cache alias used when no URL is set"),
+    Knob("BALDUR_REDIS_SOCKET_TIMEOUT", 0.25, _num(minimum=0, exclusive=True), "connect and read timeout, seconds"),
+    Knob("BALDUR_REDIS_MAX_CONNECTIONS", 50, _num(integer=True, minimum=1), "connection pool size"),
+    Knob("BALDUR_STORE_WARNING_INTERVAL_SECONDS", 60, _num(minimum=0), "at most one store warning per interval, seconds"),
+    Knob("BALDUR_CB_SYNC_INTERVAL_SECONDS", 5, _num(minimum=0), "longest gap between consults of the shared record; 0 = events only"),
+    Knob("BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS", 30, _num(minimum=0, exclusive=True), "lease of one half-open probe, seconds"),
+    Knob("BALDUR_REGISTRY_TTL_DAYS", 7, _num(minimum=0, exclusive=True), "registry entries unseen this long are pruned, days"),
+    Knob("BALDUR_TASK_RECOVERY_SWEEP_SECONDS", 10, _num(minimum=0, exclusive=True), "recovery_sweep interval, seconds"),
+    Knob("BALDUR_TASK_STATE_SYNC_SECONDS", 30, _num(minimum=0, exclusive=True), "sync_state interval, seconds"),
+    Knob("BALDUR_TASK_EMERGENCY_CHECK_SECONDS", 10, _num(minimum=0, exclusive=True), "emergency_check interval, seconds"),
+    Knob("BALDUR_DRY_RUN", False, _bool, "observe only: never reject"),
+    Knob("BALDUR_EVENT_LOGGING_CB_LOG_LEVEL", "WARNING", _log_level, "level of transition, force, release and lapse lines"),
+    Knob("BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL", None, _http_url, "Slack incoming webhook for open/close posts"),
+    Knob("BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED", False, _bool, "force-close breakers stuck OPEN"),
+    Knob("BALDUR_META_WATCHDOG_STUCK_OPEN_SECONDS", 300, _num(minimum=0, exclusive=True), "OPEN this long counts as stuck, seconds"),
+    Knob("BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED", False, _bool, "publish OPEN/CLOSED decisions to peers"),
+    Knob("BALDUR_EMERGENCY_BACKEND", "file", _choice("file", "redis"), "where the emergency level lives"),
+    Knob("BALDUR_EMERGENCY_STATE_FILE", _default_emergency_file(), _text(), "file backend path"),
+    Knob("BALDUR_EMERGENCY_CACHE_SECONDS", 30, _num(minimum=0), "how long a process caches the level, seconds"),
+    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_ENABLED", False, _bool, "declare Level 3 when most breakers are OPEN"),
+    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_RATIO", 70.0, _num(minimum=0, maximum=100), "OPEN percentage for auto-activation"),
+    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_MIN_BREAKERS", 3, _num(integer=True, minimum=1), "registered breakers needed"),
+    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_MINUTES", 30, _num(minimum=0, exclusive=True), "length of an automatic Level 3, minutes"),
+    Knob("BALDUR_EMERGENCY_STABILIZATION_SECONDS", 300, _num(minimum=0), "quiet time after a freeze ends, seconds"),
+]
+
+#: name -> :class:`Knob`; the single source of defaults (section 10).
+KNOBS: dict[str, Knob] = {row.name: row for row in _ROWS}
+
+
+def parse(name: str, value: Any = _MISSING, *, from_env: bool = False) -> Any:
+    """Parse *value* for the knob *name* (its default when omitted). Raises ConfigError."""
+    knob = KNOBS[name]
+    return knob.coerce(knob.default if value is _MISSING else value, from_env)
+
+
+def closest_knob(name: str) -> str | None:
+    """Return the known knob a misspelt ``BALDUR_*`` name most likely meant, or None."""
+    near = difflib.get_close_matches(name, KNOBS, n=1, cutoff=0.6)
+    return near[0] if near else None

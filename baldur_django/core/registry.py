@@ -1,0 +1,182 @@
+"""Process-wide registry of named breakers, and the operator functions on top of it.
+
+Breakers are identified by name (CB-12): the first registration's overrides win; a
+later registration with different overrides logs ``circuit_breaker.config_conflict``
+once. The Django layer hooks in through :func:`set_backend` (shared stores) and calls
+:func:`reconfigure_all` when settings change (CFG-2).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Iterator
+
+from .breaker import CircuitBreaker
+from .clock import SYSTEM_CLOCK, Clock
+from .config import SettingsSource, build_config, settings, validate_overrides
+from .errors import ConfigError
+from .events import bus
+from .log import LoggingListener, log_event
+
+__all__ = [
+    "Registry",
+    "registry",
+    "get_breaker",
+    "force_open_circuit",
+    "force_close_circuit",
+    "release_circuit",
+    "record_rate_limit",
+]
+
+
+BreakerFactory = Callable[..., CircuitBreaker]
+
+
+class Registry:
+    """name -> :class:`CircuitBreaker`, created on first use with the resolved config.
+
+    Args:
+        source: settings to resolve configurations from.
+        clock: time source handed to every breaker.
+    """
+
+    def __init__(self, source: SettingsSource = settings, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.source = source
+        self.clock = clock
+        self.factory: BreakerFactory = CircuitBreaker
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._overrides: dict[str, dict[str, Any] | None] = {}
+        self._conflicts: set[str] = set()
+        self._lock = threading.RLock()
+
+    def __iter__(self) -> Iterator[CircuitBreaker]:
+        return iter(list(self._breakers.values()))
+
+    def __len__(self) -> int:
+        return len(self._breakers)
+
+    def names(self) -> list[str]:
+        """Names of the breakers known to this process, sorted."""
+        return sorted(self._breakers)
+
+    def get(self, name: str, overrides: dict[str, Any] | None = None, *, create: bool = True) -> CircuitBreaker | None:
+        """Return the breaker called *name*, creating it when *create*.
+
+        Args:
+            name: service name; any non-empty string.
+            overrides: per-call overrides, validated (None registers none).
+            create: when False, return None for an unknown name.
+
+        Raises:
+            ConfigError: empty name, or a bad override or setting.
+        """
+        breaker = self._breakers.get(name)
+        if breaker is not None and overrides is None:
+            return breaker
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
+        if breaker is None and not create:
+            return None
+        checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)
+        with self._lock:
+            breaker = self._breakers.get(name)
+            if breaker is None:
+                config = build_config(name, checked or {}, self.source)
+                breaker = self.factory(name, config, clock=self.clock, bus=bus)
+                self._breakers[name] = breaker
+                self._overrides[name] = checked
+            elif checked is not None:
+                known = self._overrides.get(name)
+                if known is None:
+                    # created by get_breaker()/an operator before any decorator: adopt these
+                    self._overrides[name] = checked
+                    breaker.reconfigure(build_config(name, checked, self.source))
+                elif known != checked and name not in self._conflicts:
+                    self._conflicts.add(name)
+                    log_event(
+                        logging.WARNING,
+                        "circuit_breaker.config_conflict",
+                        name,
+                        "kept=%r ignored=%r",
+                        known,
+                        checked,
+                    )
+        return breaker
+
+    def reconfigure_all(self) -> None:
+        """Re-resolve every breaker's configuration from current settings (CFG-2).
+
+        Per-call overrides are kept; a bad new setting raises ConfigError and leaves
+        every breaker on its previous configuration.
+        """
+        with self._lock:
+            fresh = {name: build_config(name, self._overrides.get(name) or {}, self.source) for name in self._breakers}
+            for name, config in fresh.items():
+                self._breakers[name].reconfigure(config)
+
+    def clear(self) -> None:
+        """Forget every breaker (tests; a new process)."""
+        with self._lock:
+            self._breakers.clear()
+            self._overrides.clear()
+            self._conflicts.clear()
+
+
+#: The process-wide registry used by the facade.
+registry = Registry()
+
+_logging_listener = LoggingListener(lambda: settings.get("BALDUR_EVENT_LOGGING_CB_LOG_LEVEL"))
+bus.subscribe(_logging_listener)
+
+
+def get_breaker(service: str) -> CircuitBreaker:
+    """Return the breaker for *service*, registering it with default settings if new.
+
+    Returns:
+        CircuitBreaker: ``.state`` is a :class:`CircuitState`; ``.snapshot()`` a dict.
+
+    Raises:
+        ConfigError: *service* is empty or not a string (CB-12).
+    """
+    return registry.get(service)  # type: ignore[return-value]
+
+
+def force_open_circuit(service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
+    """Force *service* OPEN for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
+
+    Raises:
+        ConfigError: bad lifetime (<= 0, > 1440, not a number) or name; nothing is written.
+    """
+    get_breaker(service).force_open(ttl_minutes, reason, actor)
+
+
+def force_close_circuit(service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
+    """Force *service* CLOSED for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
+
+    Raises:
+        ConfigError: bad lifetime or name; nothing is written.
+    """
+    get_breaker(service).force_close(ttl_minutes, reason, actor)
+
+
+def release_circuit(service: str, actor: str | None = None) -> bool:
+    """Return *service* to automatic judgement. Implements OP-3.
+
+    Returns:
+        bool: False when nothing was forced (a no-op).
+    """
+    return get_breaker(service).release(actor=actor)
+
+
+def record_rate_limit(service: str, retry_after: Any = None) -> None:
+    """Report a 429 seen outside a protected call (RL-9).
+
+    Records a breaker failure, a cascade sighting counted as a call, and a cooldown.
+
+    Args:
+        service: breaker name.
+        retry_after: seconds (int/float) or a ``Retry-After`` header string; None uses
+            ``BALDUR_RATE_LIMIT_DEFAULT_COOLDOWN_SECONDS``.
+    """
+    get_breaker(service).report_rate_limit(retry_after)

@@ -1,0 +1,58 @@
+"""Shared fixtures: a fresh registry per test, a fake clock, real-server guards."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from baldur_django.core import registry as registry_module
+from baldur_django.core.clock import SYSTEM_CLOCK
+from baldur_django.core.config import settings as baldur_settings
+from baldur_django.core.events import bus
+from baldur_django.core.testing import FakeClock, RecordingListener
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def need_server(what: str, reachable: bool, detail: str = "") -> None:
+    """Skip locally, fail in CI (CI=true), when a real server is unreachable."""
+    if reachable:
+        return
+    message = f"{what} is unreachable{': ' + detail if detail else ''}"
+    if IN_CI:
+        pytest.fail(message + " (CI=true: tests that need a server fail rather than skip)")
+    pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry():
+    """Every test starts with no breakers, fresh settings and the base listeners only."""
+    registry = registry_module.registry
+    listeners = bus.listeners
+    registry.clear()
+    registry.clock = SYSTEM_CLOCK
+    baldur_settings.reset()
+    yield registry
+    registry.clear()
+    registry.clock = SYSTEM_CLOCK
+    for listener in bus.listeners:
+        if listener not in listeners:
+            bus.unsubscribe(listener)
+    baldur_settings.reset()
+
+
+@pytest.fixture
+def clock(fresh_registry):
+    """A FakeClock installed in the process-wide registry (breakers made after this use it)."""
+    fake = FakeClock()
+    fresh_registry.clock = fake
+    return fake
+
+
+@pytest.fixture
+def events():
+    """Records every event published on the process-wide bus during the test."""
+    listener = RecordingListener(bus)
+    yield listener
+    bus.unsubscribe(listener)
