@@ -51,12 +51,13 @@ class Permit:
             outcome is never recorded (OP-5).
     """
 
-    __slots__ = ("generation", "trial", "dry_run")
+    __slots__ = ("generation", "trial", "dry_run", "token")
 
-    def __init__(self, generation: int, trial: bool = False, dry_run: bool = False) -> None:
+    def __init__(self, generation: int, trial: bool = False, dry_run: bool = False, token: str | None = None) -> None:
         self.generation = generation
         self.trial = trial
         self.dry_run = dry_run
+        self.token = token  # a shared store's probe lease, for trials
 
     def __repr__(self) -> str:
         kind = "trial" if self.trial else ("dry-run" if self.dry_run else "closed")
@@ -312,20 +313,18 @@ class CircuitBreaker:
         if permit.dry_run:
             return
         now = self._mono()
+        if permit.trial:
+            if count_attempt:
+                with self._lock:
+                    self._cascade.add(now, False)
+            self._record_trial(permit, ok, now)
+            return
         events: list[Event] = []
         with self._lock:
             if count_attempt:
                 self._cascade.add(now, False)
             if permit.generation != self._gen:
                 pass  # CB-8: stale outcome, dropped
-            elif permit.trial:
-                if self._state is HALF_OPEN:
-                    if ok:
-                        self._trial_successes += 1
-                        if self._trial_successes >= self.config.half_open_max_calls:
-                            self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
-                    else:
-                        self._to_open(now, Trigger.HALF_OPEN_FAILURE, events)
             elif self._state is CLOSED:
                 if ok:
                     self._consecutive = 0
@@ -338,11 +337,24 @@ class CircuitBreaker:
                     self._window.add(True)
                 if self._forced is None:
                     if not ok and self._consecutive >= self.config.failure_threshold:
-                        self._to_open(now, Trigger.CONSECUTIVE_FAILURES, events)
+                        self._trip(now, Trigger.CONSECUTIVE_FAILURES, events)
                     else:
                         self._check_rate(now, events)
             if rate_limited and self._state is CLOSED:
                 self._check_cascade(now, events)
+        self._publish(events)
+
+    def _record_trial(self, permit: Permit, ok: bool, now: float) -> None:
+        """A trial's outcome (CB-6): N successes close, one failure reopens; stale ones drop."""
+        events: list[Event] = []
+        with self._lock:
+            if permit.generation == self._gen and self._state is HALF_OPEN:
+                if ok:
+                    self._trial_successes += 1
+                    if self._trial_successes >= self.config.half_open_max_calls:
+                        self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
+                else:
+                    self._to_open(now, Trigger.HALF_OPEN_FAILURE, events)
         self._publish(events)
 
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
@@ -392,7 +404,7 @@ class CircuitBreaker:
     def _check_rate(self, now: float, events: list[Event]) -> None:
         cfg = self.config
         if self._window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls):
-            self._to_open(now, Trigger.FAILURE_RATE, events)
+            self._trip(now, Trigger.FAILURE_RATE, events)
 
     def _check_cascade(self, now: float, events: list[Event]) -> None:
         if self._forced is not None or self._state is not CLOSED:
@@ -405,9 +417,22 @@ class CircuitBreaker:
         if rate < cfg.cascade_min_ratio:
             return
         events.append(RateLimitStorm(self.name, self._clock.wall(), count=sightings, calls=calls, rate=rate))
-        self._to_open(now, Trigger.RATE_LIMIT_CASCADE, events)
+        self._trip(now, Trigger.RATE_LIMIT_CASCADE, events)
 
     # --------------------------------------------------------------- transitions
+    #: False for breakers whose CLOSED admission must check something (a shared store's sync deadline).
+    _local_fast = True
+
+    def _refresh_fast(self) -> None:
+        """Recompute the hot-path permit after a state or force change (lock held)."""
+        self._fast_permit = (
+            self._closed_permit if self._local_fast and self._state is CLOSED and self._forced is None else None
+        )
+
+    def _trip(self, now: float, trigger: str, events: list[Event]) -> None:
+        """An automatic trigger fired (lock held). Shared-store breakers override this."""
+        self._to_open(now, trigger, events)
+
     def _new_generation(self) -> None:
         self._healthy_permit = None
         self._gen += 1
@@ -419,7 +444,7 @@ class CircuitBreaker:
         self._new_generation()
         self._state = OPEN
         self._closed_permit = None
-        self._fast_permit = None
+        self._refresh_fast()
         self._opened_at = self._clock.wall()
         self._open_until = now + self.config.recovery_timeout
         self._last_trigger = trigger
@@ -441,7 +466,7 @@ class CircuitBreaker:
         self._new_generation()
         self._state = HALF_OPEN
         self._closed_permit = None
-        self._fast_permit = None
+        self._refresh_fast()
         self._last_trigger = trigger
         events.append(
             StateChanged(
@@ -455,7 +480,7 @@ class CircuitBreaker:
         self._new_generation()
         self._state = CLOSED
         self._closed_permit = Permit(self._gen)
-        self._fast_permit = self._closed_permit if self._forced is None else None
+        self._refresh_fast()
         self._opened_at = None
         self._last_trigger = trigger
         if clear:
@@ -477,7 +502,7 @@ class CircuitBreaker:
             if previous == "open":
                 self._to_half_open(Trigger.FORCE_LAPSED, [])
             else:
-                self._fast_permit = self._closed_permit if self._state is CLOSED else None
+                self._refresh_fast()
             events.append(
                 ForceLapsed(self.name, self._clock.wall(), previous=previous, from_state=before.value, to_state=self._state.value)
             )
@@ -533,11 +558,11 @@ class CircuitBreaker:
                     self._to_open(now, Trigger.FORCED, scratch)
                 else:
                     self._new_generation()
-                self._fast_permit = None
+                self._refresh_fast()
             else:
                 if self._state is not CLOSED:
                     self._to_closed(Trigger.FORCED, scratch)
-                self._fast_permit = None
+                self._refresh_fast()
             events.append(
                 Forced(
                     self.name, wall, mode=mode, from_state=before.value, to_state=self._state.value, ttl_minutes=ttl,
@@ -568,7 +593,7 @@ class CircuitBreaker:
                 if previous == "open":
                     self._to_half_open(Trigger.RELEASED, [])
                 else:
-                    self._fast_permit = self._closed_permit if self._state is CLOSED else None
+                    self._refresh_fast()
                 events.append(
                     Released(self.name, self._clock.wall(), previous=previous, from_state=before.value,
                              to_state=self._state.value, actor=actor, reason=reason)
@@ -594,7 +619,7 @@ class CircuitBreaker:
             self._new_generation()
             self._state = CLOSED
             self._closed_permit = Permit(self._gen)
-            self._fast_permit = self._closed_permit
+            self._refresh_fast()
             self._consecutive = 0
             self._window.clear()
             self._cascade.clear()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .breaker import CircuitBreaker
 from .clock import SYSTEM_CLOCK, Clock
@@ -30,9 +30,6 @@ __all__ = [
 ]
 
 
-BreakerFactory = Callable[..., CircuitBreaker]
-
-
 class Registry:
     """name -> :class:`CircuitBreaker`, created on first use with the resolved config.
 
@@ -44,7 +41,7 @@ class Registry:
     def __init__(self, source: SettingsSource = settings, clock: Clock = SYSTEM_CLOCK) -> None:
         self.source = source
         self.clock = clock
-        self.factory: BreakerFactory = CircuitBreaker
+        self.guard: Any = None  # a shared.StoreGuard when a shared store is configured
         self._breakers: dict[str, CircuitBreaker] = {}
         self._overrides: dict[str, dict[str, Any] | None] = {}
         self._conflicts: set[str] = set()
@@ -83,7 +80,11 @@ class Registry:
             breaker = self._breakers.get(name)
             if breaker is None:
                 config = build_config(name, checked or {}, self.source)
-                breaker = self.factory(name, config, clock=self.clock, bus=bus)
+                breaker = CircuitBreaker(name, config, clock=self.clock, bus=bus)
+                if self.guard is not None:
+                    from .shared import attach
+
+                    breaker = attach(breaker, self.guard)
                 self._breakers[name] = breaker
                 self._overrides[name] = checked
             elif checked is not None:
@@ -103,6 +104,34 @@ class Registry:
                         checked,
                     )
         return breaker
+
+    def set_store(self, store: Any) -> None:
+        """Share every breaker's state through *store* (None: back to process-local, ST-1).
+
+        Existing breakers are converted in place, so decorated functions keep working.
+        """
+        from .shared import StoreGuard, attach, detach
+
+        with self._lock:
+            if store is None:
+                self.guard = None
+                for breaker in self._breakers.values():
+                    detach(breaker)
+                return
+            self.guard = StoreGuard(
+                store,
+                interval=lambda: self.source.get("BALDUR_STORE_WARNING_INTERVAL_SECONDS"),
+                publish=bus.publish,
+                monotonic=self.clock.monotonic,
+                wall=self.clock.wall,
+            )
+            for name, breaker in list(self._breakers.items()):
+                self._breakers[name] = attach(breaker, self.guard)
+
+    @property
+    def store(self) -> Any:
+        """The shared store in use, or None (memory backend)."""
+        return None if self.guard is None else self.guard.store
 
     def reconfigure_all(self) -> None:
         """Re-resolve every breaker's configuration from current settings (CFG-2).

@@ -1,0 +1,176 @@
+"""The shared-store protocol: a breaker's shared record, changed only by whole transitions.
+
+A store keeps one JSON record per breaker name plus a registry of names. Every
+operation below is one atomic read-modify-write (Redis: one Lua script; database: one
+transaction with row locks; memory: one lock) that first *normalises* the record with
+the store's own clock:
+
+* a force whose lifetime is over is lapsed (a forced open lapses to HALF_OPEN, a
+  forced closed to CLOSED) and the answer says ``lapsed`` so exactly one caller
+  publishes ``force_lapsed``;
+* probe leases past their expiry are dropped, so a worker that died mid-probe gives
+  its slot back (ST-2).
+
+Every answer carries the record after the operation and the store's clock reading
+``now`` (Unix seconds), so a worker converts shared deadlines into its own monotonic
+clock without trusting its wall clock (hosts with skewed clocks agree, ST-2).
+
+Implements ST-2, OP-4 (atomic refusal of a trip that meets a force), CB-12 (keys).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+__all__ = [
+    "Record",
+    "Answer",
+    "StateStore",
+    "StoreUnavailable",
+    "encode",
+    "decode",
+    "safe_key",
+    "TRIPPED",
+    "BLOCKED",
+    "ALREADY",
+]
+
+TRIPPED = "tripped"  # the trip was written
+BLOCKED = "blocked"  # a force refused it (OP-4): adopt the record, log trip_blocked
+ALREADY = "already"  # the record was not CLOSED any more (a peer decided): adopt silently
+
+
+class StoreUnavailable(Exception):
+    """The store did not answer (connection, timeout, read-only, database error...).
+
+    Raised by store implementations; the breaker turns it into local judgement (ST-4).
+    Never reaches a protected call's caller.
+    """
+
+
+@dataclass
+class Record:
+    """The shared state of one breaker. Times are the store clock's Unix seconds."""
+
+    state: str = "closed"
+    version: int = 0
+    opened_at: float | None = None
+    open_until: float | None = None
+    trigger: str | None = None
+    forced: str | None = None
+    force_expires_at: float | None = None
+    force_reason: str = ""
+    force_actor: str | None = None
+    probes: dict[str, float] = field(default_factory=dict)  # token -> lease expiry
+    successes: int = 0
+    updated_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Answer:
+    """What a store operation returns.
+
+    Attributes:
+        record: the record after the operation.
+        now: the store clock when it ran (Unix seconds).
+        result: operation-specific outcome (``TRIPPED``/``BLOCKED``/``ALREADY`` for
+            ``trip``; True/False for ``acquire_probe``; the previous force for ``release``;
+            the transition made for ``finish_probe``: ``"closed"``, ``"open"`` or None).
+        lapsed: the previous force when this operation lapsed it, else None.
+        moved: True when the operation itself changed ``state`` (the caller decided a transition).
+    """
+
+    record: Record
+    now: float
+    result: Any = None
+    lapsed: str | None = None
+    moved: bool = False
+
+
+_FIELDS = set(Record.__dataclass_fields__)
+
+
+def encode(record: Record) -> str:
+    """JSON text of *record* (never pickle, ST-2)."""
+    return json.dumps(record.to_dict(), separators=(",", ":"), sort_keys=True)
+
+
+def decode(raw: Any) -> Record:
+    """A :class:`Record` from JSON text/bytes/dict; missing or corrupt input reads as a fresh CLOSED record."""
+    if raw is None:
+        return Record()
+    try:
+        data = json.loads(raw) if isinstance(raw, (str, bytes, bytearray)) else dict(raw)
+        if not isinstance(data, dict):
+            return Record()
+        clean = {k: v for k, v in data.items() if k in _FIELDS}
+        record = Record(**clean)
+        if record.state not in ("closed", "open", "half_open") or not isinstance(record.version, int):
+            return Record()
+        if not isinstance(record.probes, dict):
+            record.probes = {}
+        return record
+    except (TypeError, ValueError):
+        return Record()
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def safe_key(name: str) -> str:
+    """A key fragment for breaker *name* that never collides and never breaks a key (CB-12).
+
+    Readable prefix (unsafe characters replaced, at most 40 characters) plus a SHA-256
+    digest of the full name: ``"pay_me-3f2a..."``. Contains no braces, spaces or colons.
+    """
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:24]
+    return f"{_UNSAFE.sub('_', name)[:40]}-{digest}"
+
+
+class StateStore(Protocol):
+    """Operations on shared breaker records; each one atomic. Raise StoreUnavailable on trouble."""
+
+    backend: str  # "memory", "database" or "redis"
+
+    def load(self, name: str) -> Answer:
+        """Normalise and return the record; registers *name* (touching its last-seen time)."""
+
+    def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
+        """CLOSED (unforced) -> OPEN. ``result``: TRIPPED, BLOCKED (a force holds) or ALREADY."""
+
+    def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
+        """OPEN past its timeout -> HALF_OPEN, then admit *token* if a slot is free (``result`` True)."""
+
+    def finish_probe(self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float) -> Answer:
+        """Record a trial ``"success"``, ``"failure"`` or ``"abandon"`` (slot back). Stale tokens are ignored."""
+
+    def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
+        """Hold the record ``"open"`` or ``"closed"`` for *ttl_seconds*."""
+
+    def release(self, name: str) -> Answer:
+        """Remove a force (``result`` = previous force or None). Forced open -> HALF_OPEN."""
+
+    def sweep(self, name: str) -> Answer:
+        """Recovery sweep for one record: OPEN past its timeout (unforced) -> HALF_OPEN."""
+
+    def names(self) -> dict[str, float]:
+        """Registered breaker names -> last-seen store time."""
+
+    def prune(self, older_than: float) -> list[str]:
+        """Forget registry entries (and records) last seen before *older_than* (store time)."""
+
+    def lock(self, name: str, ttl_seconds: float) -> str | None:
+        """Take the expiring lock *name*; returns a token, or None when it is held."""
+
+    def unlock(self, name: str, token: str) -> bool:
+        """Release the lock if *token* still holds it."""
+
+    def reset(self, name: str) -> None:
+        """Delete the record of *name* (operators and tests)."""

@@ -1,0 +1,158 @@
+"""The transitions of the shared record as pure functions (no I/O, no locking).
+
+The memory and database stores run these inside their lock or transaction; the Redis
+store's Lua scripts implement the same rules, and one contract test suite holds all
+three to them. Each function mutates *record* in place and returns the operation's
+result; ``normalise`` runs first in every operation.
+"""
+
+from __future__ import annotations
+
+from .base import ALREADY, BLOCKED, TRIPPED, Answer, Record
+
+__all__ = ["normalise", "op_trip", "op_acquire_probe", "op_finish_probe", "op_force", "op_release", "op_sweep", "run"]
+
+
+def _bump(record: Record, state: str, now: float, trigger: str | None) -> None:
+    record.state = state
+    record.version += 1
+    record.probes = {}
+    record.successes = 0
+    record.trigger = trigger
+    record.updated_at = now
+
+
+def normalise(record: Record, now: float) -> str | None:
+    """Lapse an expired force and drop expired probe leases. Returns the lapsed force or None."""
+    lapsed = None
+    if record.forced is not None and record.force_expires_at is not None and now >= record.force_expires_at:
+        lapsed = record.forced
+        record.forced = None
+        record.force_expires_at = None
+        record.force_reason = ""
+        record.force_actor = None
+        if lapsed == "open":
+            _bump(record, "half_open", now, "force_lapsed")
+        else:
+            record.updated_at = now
+    if record.probes:
+        record.probes = {token: until for token, until in record.probes.items() if until > now}
+    return lapsed
+
+
+def op_trip(record: Record, now: float, trigger: str, recovery_timeout: float) -> str:
+    if record.forced is not None:
+        return BLOCKED
+    if record.state != "closed":
+        return ALREADY
+    _bump(record, "open", now, trigger)
+    record.opened_at = now
+    record.open_until = now + recovery_timeout
+    return TRIPPED
+
+
+def op_reopen(record: Record, now: float, trigger: str, recovery_timeout: float) -> None:
+    _bump(record, "open", now, trigger)
+    record.opened_at = now
+    record.open_until = now + recovery_timeout
+
+
+def op_sweep(record: Record, now: float) -> bool:
+    """OPEN (unforced) past ``open_until`` -> HALF_OPEN; True when it moved."""
+    if record.state == "open" and record.forced is None and record.open_until is not None and now >= record.open_until:
+        _bump(record, "half_open", now, "recovery_timeout")
+        return True
+    return False
+
+
+def op_acquire_probe(record: Record, now: float, token: str, max_calls: int, lease_seconds: float) -> tuple[bool, bool]:
+    """Returns ``(admitted, moved)``."""
+    moved = op_sweep(record, now)
+    if record.state != "half_open" or record.forced is not None:
+        return False, moved
+    if len(record.probes) + record.successes >= max_calls:
+        return False, moved
+    record.probes[token] = now + lease_seconds
+    record.updated_at = now
+    return True, moved
+
+
+def op_finish_probe(
+    record: Record, now: float, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float
+) -> str | None:
+    """Returns the transition made (``"closed"``, ``"open"``) or None."""
+    if record.version != version or record.state != "half_open" or token not in record.probes:
+        return None  # stale: a newer round, or the lease expired and the slot went to another worker
+    del record.probes[token]
+    record.updated_at = now
+    if outcome == "success":
+        record.successes += 1
+        if record.successes >= max_calls:
+            _bump(record, "closed", now, "half_open_success")
+            record.opened_at = None
+            record.open_until = None
+            return "closed"
+    elif outcome == "failure":
+        op_reopen(record, now, "half_open_failure", recovery_timeout)
+        return "open"
+    return None
+
+
+def op_force(record: Record, now: float, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> None:
+    target = "open" if mode == "open" else "closed"
+    if record.state != target:
+        _bump(record, target, now, "forced")
+        if target == "open":
+            record.opened_at = now
+            record.open_until = now + ttl_seconds
+        else:
+            record.opened_at = None
+            record.open_until = None
+    else:
+        record.version += 1
+        record.probes = {}
+        record.successes = 0
+        record.updated_at = now
+    record.forced = mode
+    record.force_expires_at = now + ttl_seconds
+    record.force_reason = reason or ""
+    record.force_actor = actor
+
+
+def op_release(record: Record, now: float) -> str | None:
+    previous = record.forced
+    if previous is None:
+        return None
+    record.forced = None
+    record.force_expires_at = None
+    record.force_reason = ""
+    record.force_actor = None
+    if previous == "open":
+        _bump(record, "half_open", now, "released")
+    else:
+        record.updated_at = now
+    return previous
+
+
+def run(op: str, record: Record, now: float, *args: object) -> Answer:
+    """Normalise *record* then apply operation *op*; returns the :class:`Answer`."""
+    before = record.state
+    lapsed = normalise(record, now)
+    result: object = None
+    if op == "load":
+        pass
+    elif op == "trip":
+        result = op_trip(record, now, *args)  # type: ignore[arg-type]
+    elif op == "acquire_probe":
+        result, _ = op_acquire_probe(record, now, *args)  # type: ignore[arg-type]
+    elif op == "finish_probe":
+        result = op_finish_probe(record, now, *args)  # type: ignore[arg-type]
+    elif op == "force":
+        op_force(record, now, *args)  # type: ignore[arg-type]
+    elif op == "release":
+        result = op_release(record, now)
+    elif op == "sweep":
+        result = op_sweep(record, now)
+    else:  # pragma: no cover - programming error
+        raise ValueError(f"unknown store operation {op!r}")
+    return Answer(record=record, now=now, result=result, lapsed=lapsed, moved=record.state != before)

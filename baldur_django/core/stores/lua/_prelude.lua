@@ -1,0 +1,85 @@
+-- Shared by every transition script (prepended at load time); mirrors core/stores/logic.py.
+local NULL = cjson.null
+local function isnull(v) return v == nil or v == NULL end
+
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function fresh()
+  return {state = 'closed', version = 0, opened_at = NULL, open_until = NULL, trigger = NULL,
+          forced = NULL, force_expires_at = NULL, force_reason = '', force_actor = NULL,
+          probes = {}, successes = 0, updated_at = NULL}
+end
+
+local function load(key)
+  local raw = redis.call('GET', key)
+  if not raw then return fresh() end
+  local ok, rec = pcall(cjson.decode, raw)
+  if not ok or type(rec) ~= 'table' or type(rec.version) ~= 'number'
+     or (rec.state ~= 'closed' and rec.state ~= 'open' and rec.state ~= 'half_open') then
+    return fresh()  -- a corrupt record reads as a fresh CLOSED breaker (ST-2)
+  end
+  local base = fresh()
+  for k, v in pairs(base) do if rec[k] == nil then rec[k] = v end end
+  if type(rec.probes) ~= 'table' then rec.probes = {} end
+  if type(rec.successes) ~= 'number' then rec.successes = 0 end
+  return rec
+end
+
+local function bump(rec, state, now, trigger)
+  rec.state = state
+  rec.version = rec.version + 1
+  rec.probes = {}
+  rec.successes = 0
+  rec.trigger = trigger
+  rec.updated_at = now
+end
+
+local function clear_force(rec)
+  rec.forced = NULL
+  rec.force_expires_at = NULL
+  rec.force_reason = ''
+  rec.force_actor = NULL
+end
+
+local function normalise(rec, now)
+  local lapsed = NULL
+  if not isnull(rec.forced) and not isnull(rec.force_expires_at) and now >= rec.force_expires_at then
+    lapsed = rec.forced
+    clear_force(rec)
+    if lapsed == 'open' then bump(rec, 'half_open', now, 'force_lapsed') else rec.updated_at = now end
+  end
+  local live = {}
+  for token, untl in pairs(rec.probes) do
+    if type(untl) == 'number' and untl > now then live[token] = untl end
+  end
+  rec.probes = live
+  return lapsed
+end
+
+local function sweep(rec, now)
+  if rec.state == 'open' and isnull(rec.forced) and not isnull(rec.open_until) and now >= rec.open_until then
+    bump(rec, 'half_open', now, 'recovery_timeout')
+    return true
+  end
+  return false
+end
+
+local function count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+
+local function finish(key, rec, now, result, lapsed, before)
+  redis.call('SET', key, cjson.encode(rec))
+  return cjson.encode({record = rec, now = now, result = result, lapsed = lapsed, moved = rec.state ~= before})
+end
+
+local key = KEYS[1]
+local now = clock()
+local rec = load(key)
+local before = rec.state
+local lapsed = normalise(rec, now)

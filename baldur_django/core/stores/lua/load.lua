@@ -1,0 +1,1 @@
+return finish(key, rec, now, NULL, lapsed, before)

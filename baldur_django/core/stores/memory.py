@@ -1,0 +1,106 @@
+"""In-process implementation of the store protocol (ST-1's reference semantics).
+
+With ``BALDUR_STATE_BACKEND="memory"`` breakers keep their state locally and never call a
+store; this class exists so the contract suite has a reference, and for tests and
+single-process tools that want the protocol without a server.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Callable
+
+from .base import Answer, Record, decode, encode
+from .logic import run
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Records as JSON strings in a dict, every operation under one lock.
+
+    Args:
+        now: wall-clock function (Unix seconds); a FakeClock's ``wall`` in tests.
+    """
+
+    backend = "memory"
+
+    def __init__(self, now: Callable[[], float] | None = None) -> None:
+        import time
+
+        self._now = now or time.time
+        self._lock = threading.Lock()
+        self._records: dict[str, str] = {}
+        self._seen: dict[str, float] = {}
+        self._locks: dict[str, tuple[str, float]] = {}
+
+    def _op(self, name: str, op: str, *args: object) -> Answer:
+        with self._lock:
+            now = self._now()
+            record = decode(self._records.get(name))
+            answer = run(op, record, now, *args)
+            self._records[name] = encode(answer.record)
+            self._seen[name] = now
+            answer.record = decode(self._records[name])  # hand out a copy
+            return answer
+
+    def load(self, name: str) -> Answer:
+        return self._op(name, "load")
+
+    def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
+        return self._op(name, "trip", trigger, recovery_timeout)
+
+    def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
+        return self._op(name, "acquire_probe", token, max_calls, lease_seconds)
+
+    def finish_probe(self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float) -> Answer:
+        return self._op(name, "finish_probe", token, version, outcome, max_calls, recovery_timeout)
+
+    def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
+        return self._op(name, "force", mode, ttl_seconds, reason, actor)
+
+    def release(self, name: str) -> Answer:
+        return self._op(name, "release")
+
+    def sweep(self, name: str) -> Answer:
+        return self._op(name, "sweep")
+
+    def names(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._seen)
+
+    def prune(self, older_than: float) -> list[str]:
+        with self._lock:
+            gone = [name for name, seen in self._seen.items() if seen < older_than]
+            for name in gone:
+                self._seen.pop(name, None)
+                self._records.pop(name, None)
+            return gone
+
+    def lock(self, name: str, ttl_seconds: float) -> str | None:
+        with self._lock:
+            now = self._now()
+            held = self._locks.get(name)
+            if held is not None and held[1] > now:
+                return None
+            token = uuid.uuid4().hex
+            self._locks[name] = (token, now + ttl_seconds)
+            return token
+
+    def unlock(self, name: str, token: str) -> bool:
+        with self._lock:
+            held = self._locks.get(name)
+            if held is not None and held[0] == token:
+                del self._locks[name]
+                return True
+            return False
+
+    def reset(self, name: str) -> None:
+        with self._lock:
+            self._records.pop(name, None)
+
+    def raw(self, name: str) -> Record:
+        """The stored record without normalising it (tests)."""
+        with self._lock:
+            return decode(self._records.get(name))
