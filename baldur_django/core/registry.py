@@ -42,6 +42,7 @@ class Registry:
         self.source = source
         self.clock = clock
         self.guard: Any = None  # a shared.StoreGuard when a shared store is configured
+        self.store_configured = False  # set by set_store(); else the first breaker builds one from settings
         self._breakers: dict[str, CircuitBreaker] = {}
         self._overrides: dict[str, dict[str, Any] | None] = {}
         self._conflicts: set[str] = set()
@@ -76,6 +77,8 @@ class Registry:
         if breaker is None and not create:
             return None
         checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)
+        if not self.store_configured:
+            self._store_from_settings()
         with self._lock:
             breaker = self._breakers.get(name)
             if breaker is None:
@@ -113,6 +116,7 @@ class Registry:
         from .shared import StoreGuard, attach, detach
 
         with self._lock:
+            self.store_configured = True
             if store is None:
                 self.guard = None
                 for breaker in self._breakers.values():
@@ -127,6 +131,26 @@ class Registry:
             )
             for name, breaker in list(self._breakers.items()):
                 self._breakers[name] = attach(breaker, self.guard)
+
+    def _store_from_settings(self) -> None:
+        """Plain-Python use (no Django app): build the Redis store from environment settings."""
+        with self._lock:
+            if self.store_configured:
+                return
+            backend = self.source.get("BALDUR_STATE_BACKEND")
+            store = None
+            if backend == "redis":
+                url = self.source.get("BALDUR_REDIS_URL")
+                if not url:
+                    raise ConfigError("BALDUR_STATE_BACKEND='redis' without Django needs BALDUR_REDIS_URL")
+                from .stores.redis import RedisStore, connect
+
+                store = RedisStore(
+                    connect(url, self.source.get("BALDUR_REDIS_SOCKET_TIMEOUT"), self.source.get("BALDUR_REDIS_MAX_CONNECTIONS"))
+                )
+            elif backend == "database":
+                raise ConfigError("BALDUR_STATE_BACKEND='database' needs the Django app (add 'baldur_django' to INSTALLED_APPS)")
+            self.set_store(store)
 
     @property
     def store(self) -> Any:

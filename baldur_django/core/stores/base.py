@@ -108,7 +108,7 @@ def decode(raw: Any) -> Record:
         return Record()
     try:
         data = json.loads(raw) if isinstance(raw, (str, bytes, bytearray)) else dict(raw)
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or not isinstance(data.get("version"), int) or "state" not in data:
             return Record()
         clean = {k: v for k, v in data.items() if k in _FIELDS}
         record = Record(**clean)
