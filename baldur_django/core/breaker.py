@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import deque
 from typing import Any, Callable
 
 from .classify import parse_retry_after
@@ -132,6 +133,11 @@ class CircuitBreaker:
         self._last_trigger: str | None = None
         self.dry_run_rejections = 0
         self.backend = "memory"
+        # Events are queued here under the state lock, in the order the transitions were
+        # decided, and delivered after it is released by whichever thread drains first:
+        # listeners see transitions in order and never run under the state lock (CB-14).
+        self._outbox: deque[Event] = deque()
+        self._drain = threading.RLock()
 
     # ------------------------------------------------------------------ reading
     def __repr__(self) -> str:
@@ -142,7 +148,7 @@ class CircuitBreaker:
         """Current :class:`CircuitState`. Evaluates lapses and the recovery timeout (CB-5)."""
         if self._fast_permit is not None:
             return CLOSED
-        events: list[Event] = []
+        events = self._outbox
         with self._lock:
             self._evaluate(self._mono(), events)
             state = self._state
@@ -157,7 +163,7 @@ class CircuitBreaker:
 
     def snapshot(self) -> dict[str, Any]:
         """A dict of the breaker's state and counts (section 0 keys). Never takes a trial slot."""
-        events: list[Event] = []
+        events = self._outbox
         with self._lock:
             self._evaluate(self._mono(), events)
             snap = {
@@ -208,7 +214,7 @@ class CircuitBreaker:
 
     def _acquire_slow(self) -> Permit:
         now = self._mono()
-        events: list[Event] = []
+        events = self._outbox
         permit: Permit | None = None
         reason = Reason.OPEN
         retry_after: float | None = None
@@ -319,7 +325,7 @@ class CircuitBreaker:
                     self._cascade.add(now, False)
             self._record_trial(permit, ok, now)
             return
-        events: list[Event] = []
+        events = self._outbox
         with self._lock:
             if count_attempt:
                 self._cascade.add(now, False)
@@ -346,7 +352,7 @@ class CircuitBreaker:
 
     def _record_trial(self, permit: Permit, ok: bool, now: float) -> None:
         """A trial's outcome (CB-6): N successes close, one failure reopens; stale ones drop."""
-        events: list[Event] = []
+        events = self._outbox
         with self._lock:
             if permit.generation == self._gen and self._state is HALF_OPEN:
                 if ok:
@@ -365,7 +371,7 @@ class CircuitBreaker:
         Outcomes for the breaker's own triggers are recorded separately.
         """
         now = self._mono()
-        events: list[Event] = []
+        events = self._outbox
         with self._lock:
             self._cascade.add(now, rate_limited)
             if rate_limited:
@@ -394,6 +400,12 @@ class CircuitBreaker:
         if state is CLOSED and self._closed_permit is not None and self._closed_permit.generation == gen:
             permit = self._closed_permit
         self.record_failure(permit, rate_limited=True, retry_after=retry_after)
+
+    def note_dry_run_refusal(self, remaining: float) -> None:
+        """Dry-run (OP-5): a cooldown refusal that did not happen; counted and logged."""
+        with self._lock:
+            self.dry_run_rejections += 1
+        self._publish([CallRejected(self.name, self._clock.wall(), reason="cooldown", state=self._state.value, dry_run=True)])
 
     def cooldown_remaining(self) -> float:
         """Seconds left on this service's 429 cooldown in this process (0.0 when none)."""
@@ -543,7 +555,7 @@ class CircuitBreaker:
         ttl = validate_ttl(ttl_minutes, self.config.default_ttl_minutes)
         now = self._mono()
         wall = self._clock.wall()
-        events: list[Event] = []
+        events = self._outbox
         with self._lock:
             self._evaluate(now, events)
             before = self._state
@@ -580,7 +592,7 @@ class CircuitBreaker:
         Returns:
             True when a force was removed, False when nothing was forced (a no-op).
         """
-        events: list[Event] = []
+        events = self._outbox
         with self._lock:
             self._evaluate(self._mono(), events)
             previous = self._forced
@@ -629,8 +641,18 @@ class CircuitBreaker:
             self.dry_run_rejections = 0
 
     # ------------------------------------------------------------------- events
-    def _publish(self, events: list[Event]) -> None:
-        if events:
-            publish = self._bus.publish
-            for event in events:
+    def _publish(self, events: Any = ()) -> None:
+        """Deliver queued events in order (lock NOT held). *events* not yet queued are queued first."""
+        outbox = self._outbox
+        if events is not outbox and events:
+            outbox.extend(events)
+        if not outbox:
+            return
+        publish = self._bus.publish
+        with self._drain:
+            while True:
+                try:
+                    event = outbox.popleft()
+                except IndexError:
+                    return
                 publish(event)

@@ -31,7 +31,9 @@ RATE_LIMITED = 2  # a failure that is also a 429 sighting
 PLAIN_TYPES = frozenset({type(None), bool, int, float, str, bytes, dict, list, tuple, set, frozenset})
 
 _RATE_NAME = re.compile(r"ratelimit|toomanyrequests", re.IGNORECASE)
-_RATE_TEXT = re.compile(r"(?<!\d)429(?!\d)|rate[ _-]?limit|too many requests", re.IGNORECASE)
+# "429" as a whole number: not part of a longer integer (4290, 1429) nor of a decimal
+# (0.429, 429.5); a full stop that ends a sentence ("got a 429.") still matches.
+_RATE_TEXT = re.compile(r"(?<!\d)(?<!\d\.)429(?!\d|\.\d)|rate[ _-]?limit|too many requests", re.IGNORECASE)
 
 
 def status_of(value: Any) -> int | None:
@@ -42,9 +44,12 @@ def status_of(value: Any) -> int | None:
     """
     if type(value) in PLAIN_TYPES:
         return None
-    code = getattr(value, "status_code", None)
-    if code is None:
-        code = getattr(value, "status", None)
+    try:
+        code = getattr(value, "status_code", None)
+        if code is None:
+            code = getattr(value, "status", None)
+    except Exception:  # a property that raises must not turn a returned value into an error
+        return None
     if isinstance(code, int) and not isinstance(code, bool):
         return int(code)
     return None
@@ -82,7 +87,9 @@ def exception_is_rate_limit(exc: BaseException, rate_limit_codes: frozenset[int]
 
     The type name (or a base class name) contains ``RateLimit``/``TooManyRequests``; the
     message contains ``429`` as a whole number, "rate limit" or "too many requests"; or
-    the exception carries a response whose status is on *rate_limit_codes*.
+    the exception carries a response whose status is on *rate_limit_codes*. When the
+    exception carries a response with a status, that status decides over the message
+    (an ``HTTPError`` for a 500 whose URL holds ``/429`` is not a sighting).
     """
     for klass in type(exc).__mro__:
         if klass is Exception or klass is BaseException or klass is object:
@@ -90,8 +97,8 @@ def exception_is_rate_limit(exc: BaseException, rate_limit_codes: frozenset[int]
         if _RATE_NAME.search(klass.__name__):
             return True
     code = exception_status(exc)
-    if code is not None and code in rate_limit_codes:
-        return True
+    if code is not None:
+        return code in rate_limit_codes
     try:
         text = str(exc)
     except Exception:

@@ -88,18 +88,26 @@ class SettingsSource:
             KeyError: *name* is not a known knob.
             ConfigError: the configured value is invalid (names the setting and value).
         """
+        return self._hit(name)[0]
+
+    def _hit(self, name: str) -> tuple[Any, str]:
+        # one read of the cache, so a concurrent reset() can never leave us without a value
         hit = self._cache.get(name)
         if hit is None:
             hit = self._resolve(name)
             self._cache[name] = hit
-        return hit[0]
+        return hit
 
     __getitem__ = get
 
     def source(self, name: str) -> str:
-        """Where the value of *name* came from: ``"setting"``, ``"env"`` or ``"default"``."""
-        self.get(name)
-        return self._cache[name][1]
+        """Where the value of *name* came from: ``"setting"``, ``"env"`` or ``"default"``.
+
+        Raises:
+            KeyError: *name* is not a known knob.
+            ConfigError: the configured value is invalid.
+        """
+        return self._hit(name)[1]
 
     def report(self) -> list[tuple[str, Any, str]]:
         """Every knob as ``(name, value, source)``; invalid values are reported as the error text."""
@@ -189,27 +197,38 @@ def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSou
         A frozen :class:`BreakerConfig`.
 
     Raises:
-        ConfigError: a bad setting, or ``minimum_calls`` above ``sliding_window_size``
-            where both were given explicitly at the same level.
+        ConfigError: a bad setting, or an explicitly given ``minimum_calls`` above a
+            ``sliding_window_size`` given at the same or a less specific level (CFG-3).
+            When the window was given more specifically than ``minimum_calls`` (or
+            ``minimum_calls`` is the default), ``minimum_calls`` is lowered to the window.
     """
     s = source or settings
     per_service = s.get("BALDUR_SERVICES").get(service, {})
     values: dict[str, Any] = {}
+    # how specifically each value was given: 3 per-call, 2 BALDUR_SERVICES, 1 global
+    # setting or env var, 0 the table's default
     level: dict[str, int] = {}
+    origin: dict[str, str] = {}
     for key, knob in OVERRIDE_KEYS.items():
         if key in overrides:
-            values[key], level[key] = overrides[key], 2
+            values[key], level[key], origin[key] = overrides[key], 3, "per-call argument"
         elif key in per_service:
-            values[key], level[key] = per_service[key], 1
+            values[key], level[key], origin[key] = per_service[key], 2, f"BALDUR_SERVICES[{service!r}]"
         else:
-            values[key], level[key] = s.get(knob), 0
+            values[key] = s.get(knob)
+            explicit = s.source(knob) != "default"
+            level[key], origin[key] = (1, knob) if explicit else (0, f"default of {knob}")
     if values["minimum_calls"] > values["sliding_window_size"]:
-        if level["minimum_calls"] >= level["sliding_window_size"] and level["minimum_calls"] > 0:
+        if level["minimum_calls"] > 0 and level["minimum_calls"] >= level["sliding_window_size"]:
+            # CFG-3: an explicit minimum_calls the window can never hold
             raise ConfigError(
                 f"breaker {service!r}: minimum_calls={values['minimum_calls']!r} is above "
-                f"sliding_window_size={values['sliding_window_size']!r}"
+                f"sliding_window_size={values['sliding_window_size']!r} "
+                f"(minimum_calls from {origin['minimum_calls']}, "
+                f"sliding_window_size from {origin['sliding_window_size']})"
             )
-        # the window was narrowed more specifically than minimum_calls: the gate follows it
+        # the window was narrowed more specifically than minimum_calls (or minimum_calls
+        # is the default): the gate follows the window
         values["minimum_calls"] = values["sliding_window_size"]
     return BreakerConfig(
         failure_threshold=values["failure_threshold"],

@@ -8,6 +8,7 @@ call that produces the data instead. Implements FAC-1..FAC-4, CB-6, CB-10, CB-11
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import Any, Awaitable, Callable, TypeVar
@@ -46,7 +47,8 @@ def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
     if unknown:
         raise ConfigError(f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}")
     given = {k: v for k, v in overrides.items() if v is not None}
-    return registry.get(service, given)  # type: ignore[return-value]
+    # no overrides: use (or create) the breaker without claiming a configuration
+    return registry.get(service, given or None)  # type: ignore[return-value]
 
 
 def _check_fallback(service: str, fallback: Any) -> None:
@@ -80,6 +82,7 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
     record_success = breaker.record_success
     cascade = breaker._cascade
     monotonic = breaker._mono
+    trial_policy = None if policy is None else dataclasses.replace(policy, max_attempts=1)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
@@ -90,8 +93,9 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
                 if fallback is None:
                     raise
                 return call_fallback(fallback, args, kwargs, rejection)
-        if policy is not None and not permit.trial and not permit.dry_run:
-            return run_sync(breaker, permit, policy, func, args, kwargs, fallback)
+        if policy is not None and not permit.dry_run:
+            # a trial is one attempt (CB-6), still gated by the cooldown (RL-6)
+            return run_sync(breaker, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback)
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
@@ -116,6 +120,7 @@ def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]],
     record_success = breaker.record_success
     cascade = breaker._cascade
     monotonic = breaker._mono
+    trial_policy = None if policy is None else dataclasses.replace(policy, max_attempts=1)
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
@@ -126,8 +131,8 @@ def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]],
                 if fallback is None:
                     raise
                 return await acall_fallback(fallback, args, kwargs, rejection)
-        if policy is not None and not permit.trial and not permit.dry_run:
-            return await run_async(breaker, permit, policy, func, args, kwargs, fallback)
+        if policy is not None and not permit.dry_run:
+            return await run_async(breaker, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback)
         try:
             result = await func(*args, **kwargs)
         except BaseException as exc:

@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -150,17 +151,18 @@ def _json_or_csv(name: str, value: Any, from_env: bool) -> Any:
 
 
 def _status_codes(name: str, value: Any, from_env: bool) -> frozenset[int]:
+    raw = value  # messages show what the user wrote, not the parsed form
     value = _json_or_csv(name, value, from_env)
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        raise _fail(name, value, "expected a list of HTTP status codes such as [500, 502]")
+        raise _fail(name, raw, "expected a list of HTTP status codes such as [500, 502]")
     codes = set()
     for item in value:
         try:
             code = validate_number(name, item, integer=True, from_env=from_env)
         except ConfigError:
-            raise _fail(name, value, f"{item!r} is not an HTTP status code") from None
+            raise _fail(name, raw, f"{item!r} is not an HTTP status code") from None
         if not 100 <= code <= 599:
-            raise _fail(name, value, f"{code} is not an HTTP status code (100-599)")
+            raise _fail(name, raw, f"{code} is not an HTTP status code (100-599)")
         codes.add(int(code))
     return frozenset(codes)
 
@@ -239,22 +241,36 @@ def _domain_mapping(name: str, value: Any, from_env: bool) -> dict[str, str]:
     return dict(value)
 
 
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):[^@/\s]+@")
+
+
+def _hide_password(url: str) -> str:
+    """*url* with the password of any ``user:password@`` part masked (messages never leak it)."""
+    return _URL_PASSWORD.sub(lambda m: m.group("head") + ":***@", url)
+
+
 def _redis_url(name: str, value: Any, from_env: bool) -> str | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if not isinstance(value, str):
         raise _fail(name, value, "expected a URL string")
+    shown = _hide_password(value)
     parsed = urlparse(value.strip())
     if parsed.scheme not in ("redis", "rediss", "unix"):
-        raise _fail(name, value, "expected redis://, rediss:// or unix:// URL")
+        raise _fail(name, shown, "expected redis://, rediss:// or unix:// URL")
     try:
         parsed.port  # noqa: B018 - raises on a bad port
     except ValueError:
-        raise _fail(name, value, "the port is not a number between 0 and 65535") from None
+        raise _fail(name, shown, "the port is not a number between 0 and 65535") from None
     if parsed.scheme != "unix" and not parsed.hostname:
-        raise _fail(name, value, "the URL names no host")
+        raise _fail(name, shown, "the URL names no host")
     if parsed.scheme == "unix" and not parsed.path:
-        raise _fail(name, value, "the unix:// URL names no socket path")
+        raise _fail(name, shown, "the unix:// URL names no socket path")
+    if parsed.scheme != "unix":
+        db = parsed.path.strip("/")
+        if db and not db.isdigit():
+            # redis-py would fail later with a bare int() error deep inside (CFG-3)
+            raise _fail(name, shown, f"the database number {db!r} in the path is not a whole number")
     return value.strip()
 
 

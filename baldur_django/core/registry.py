@@ -69,11 +69,11 @@ class Registry:
         Raises:
             ConfigError: empty name, or a bad override or setting.
         """
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
         breaker = self._breakers.get(name)
         if breaker is not None and overrides is None:
             return breaker
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
         if breaker is None and not create:
             return None
         checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)

@@ -153,6 +153,35 @@ def _refusal(breaker: CircuitBreaker, permit: Permit, last: _Attempt | None, rem
     return error
 
 
+_GO, _WAIT, _REFUSE, _STOP = "go", "wait", "refuse", "stop"
+
+
+def _gate(breaker: CircuitBreaker, plan: RetryPlan, permit: Permit, last: _Attempt | None) -> tuple[str, Any]:
+    """Before each attempt (RL-6): stop if the breaker moved on, wait out the cooldown, or refuse.
+
+    Re-read after every wait, so a cooldown extended meanwhile is waited out again.
+    """
+    if last is not None and permit.generation != breaker._gen:
+        return _STOP, None  # the breaker tripped during the wait: no further attempt
+    remaining = breaker.cooldown_remaining()
+    if remaining <= 0:
+        return _GO, None
+    if remaining > plan.allowed_wait(breaker._clock.monotonic(), breaker.config.max_cooldown_wait):
+        if breaker.config.dry_run:
+            breaker.note_dry_run_refusal(remaining)  # OP-5: counted and logged, never refused
+            return _GO, None
+        return _REFUSE, _refusal(breaker, permit, last, remaining)
+    return _WAIT, remaining
+
+
+def _finish(breaker: CircuitBreaker, permit: Permit, last: _Attempt) -> tuple[bool, Any]:
+    """Record the final outcome; ``(raised, value_or_exception)``."""
+    _record_final(breaker, permit, last)
+    if last.exc is None:
+        return False, last.result
+    return True, last.exc
+
+
 def run_sync(
     breaker: CircuitBreaker,
     permit: Permit,
@@ -162,7 +191,7 @@ def run_sync(
     kwargs: dict,
     fallback: Callable[..., Any] | None,
 ) -> Any:
-    """Run *func* under an admitted *permit* with retries (never for a trial permit).
+    """Run *func* under an admitted *permit* with retries (a trial gets a one-attempt policy).
 
     Returns the final value (a failure response unchanged, FAC-3) or the fallback's.
 
@@ -174,14 +203,17 @@ def run_sync(
     plan = RetryPlan(policy, clock.monotonic())
     last: _Attempt | None = None
     while True:
-        remaining = breaker.cooldown_remaining()
-        if remaining > 0:
-            if remaining > plan.allowed_wait(clock.monotonic(), breaker.config.max_cooldown_wait):
-                error = _refusal(breaker, permit, last, remaining)
-                if fallback is None:
-                    raise error
-                return call_fallback(fallback, args, kwargs, error)
-            clock.sleep(remaining)
+        step, value = _gate(breaker, plan, permit, last)
+        while step == _WAIT:
+            clock.sleep(value)
+            step, value = _gate(breaker, plan, permit, last)
+        if step == _REFUSE:
+            if fallback is None:
+                raise value
+            return call_fallback(fallback, args, kwargs, value)
+        if step == _STOP:
+            raised, outcome = _finish(breaker, permit, last)  # type: ignore[arg-type]
+            break
         plan.attempts += 1
         try:
             result = func(*args, **kwargs)
@@ -195,14 +227,15 @@ def run_sync(
             last = _judge_result(breaker, result)
         wait = plan.next_wait(clock.monotonic()) if _may_retry(plan, last, breaker, permit) else None
         if wait is None:
-            _record_final(breaker, permit, last)
-            if last.exc is None:
-                return last.result
-            if fallback is None:
-                raise last.exc
-            return call_fallback(fallback, args, kwargs, last.exc)
+            raised, outcome = _finish(breaker, permit, last)
+            break
         if wait > 0:
             clock.sleep(wait)
+    if not raised:
+        return outcome
+    if fallback is None:
+        raise outcome
+    return call_fallback(fallback, args, kwargs, outcome)
 
 
 async def run_async(
@@ -220,14 +253,17 @@ async def run_async(
     plan = RetryPlan(policy, clock.monotonic())
     last: _Attempt | None = None
     while True:
-        remaining = breaker.cooldown_remaining()
-        if remaining > 0:
-            if remaining > plan.allowed_wait(clock.monotonic(), breaker.config.max_cooldown_wait):
-                error = _refusal(breaker, permit, last, remaining)
-                if fallback is None:
-                    raise error
-                return await acall_fallback(fallback, args, kwargs, error)
-            await asleep(remaining)
+        step, value = _gate(breaker, plan, permit, last)
+        while step == _WAIT:
+            await asleep(value)
+            step, value = _gate(breaker, plan, permit, last)
+        if step == _REFUSE:
+            if fallback is None:
+                raise value
+            return await acall_fallback(fallback, args, kwargs, value)
+        if step == _STOP:
+            raised, outcome = _finish(breaker, permit, last)  # type: ignore[arg-type]
+            break
         plan.attempts += 1
         try:
             result = await factory(*args, **kwargs)
@@ -241,14 +277,15 @@ async def run_async(
             last = _judge_result(breaker, result)
         wait = plan.next_wait(clock.monotonic()) if _may_retry(plan, last, breaker, permit) else None
         if wait is None:
-            _record_final(breaker, permit, last)
-            if last.exc is None:
-                return last.result
-            if fallback is None:
-                raise last.exc
-            return await acall_fallback(fallback, args, kwargs, last.exc)
+            raised, outcome = _finish(breaker, permit, last)
+            break
         if wait > 0:
             await asleep(wait)
+    if not raised:
+        return outcome
+    if fallback is None:
+        raise outcome
+    return await acall_fallback(fallback, args, kwargs, outcome)
 
 
 def guard_rejection(fallback: Callable[..., Any] | None, args: tuple, kwargs: dict, error: CircuitOpenError) -> Any:

@@ -22,6 +22,7 @@ Implements ST-2, ST-3, ST-4, OP-4, CB-14 (shared part).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from typing import Any, Callable
@@ -128,6 +129,10 @@ class SharedCircuitBreaker(CircuitBreaker):
         self._pending_trip: str | None = None  # trigger of a trip not yet written to the store
         self._unpushed_trip: str | None = None  # trip decided while the store was down
         self._probe_versions: dict[str, int] = {}  # probe token -> record version it was admitted in
+        # Serialises this process's store round trips for this breaker, so answers are
+        # adopted in the order the store produced them (never a stale one over a newer).
+        # Never held across the user's call; the state lock is taken inside it, never around it.
+        self._io = threading.RLock()
 
     # ------------------------------------------------------------- admission
     def _acquire_slow(self) -> Permit:
@@ -159,21 +164,23 @@ class SharedCircuitBreaker(CircuitBreaker):
         if due:
             token = uuid.uuid4().hex
             cfg = self.config
-            answer = self._guard.call(self.name, "acquire_probe", token, cfg.half_open_max_calls, cfg.probe_lease)
+            events = self._outbox
+            permit: Permit | None = None
+            with self._io:
+                answer = self._guard.call(self.name, "acquire_probe", token, cfg.half_open_max_calls, cfg.probe_lease)
+                if answer is not None:
+                    with self._lock:
+                        self._adopt(answer, self._mono(), events)
+                        if answer.result:
+                            self._trials += 1
+                            self._probe_versions[token] = answer.record.version
+                            permit = Permit(self._gen, trial=True, token=token)
+                        elif self._state is CLOSED:
+                            permit = self._closed_permit
+                        else:
+                            self._next_probe = now + min(1.0, cfg.probe_lease)
             if answer is None:
                 return super()._acquire_slow()  # ST-4: local judgement
-            events: list[Event] = []
-            permit: Permit | None = None
-            with self._lock:
-                self._adopt(answer, self._mono(), events)
-                if answer.result:
-                    self._trials += 1
-                    self._probe_versions[token] = answer.record.version
-                    permit = Permit(self._gen, trial=True, token=token)
-                elif self._state is CLOSED:
-                    permit = self._closed_permit
-                else:
-                    self._next_probe = now + min(1.0, cfg.probe_lease)
             self._publish(events)
             if permit is not None:
                 return permit
@@ -204,26 +211,28 @@ class SharedCircuitBreaker(CircuitBreaker):
             if not self._push_trip(self._unpushed_trip):
                 self._next_sync = now + (interval if interval > 0 else 1.0)
             return
-        answer = self._guard.call(self.name, "load")
-        if answer is None:
-            self._next_sync = now + (interval if interval > 0 else 1.0)  # try again later
-            return
-        events: list[Event] = []
-        with self._lock:
-            self._adopt(answer, self._mono(), events)
+        events = self._outbox
+        with self._io:
+            answer = self._guard.call(self.name, "load")
+            if answer is None:
+                self._next_sync = now + (interval if interval > 0 else 1.0)  # try again later
+                return
+            with self._lock:
+                self._adopt(answer, self._mono(), events)
         self._publish(events)
 
     def _push_trip(self, trigger: str) -> bool:
         """Write a trip decided during an outage (ST-4); a force in the store refuses it."""
-        answer = self._guard.call(self.name, "trip", trigger, self.config.recovery_timeout)
-        if answer is None:
-            return False
-        self._unpushed_trip = None
-        events: list[Event] = []
-        with self._lock:
-            if answer.result == BLOCKED:
-                events.append(TripBlocked(self.name, self._clock.wall(), forced=answer.record.forced or "", trigger=trigger))
-            self._adopt(answer, self._mono(), events, force=True)
+        events = self._outbox
+        with self._io:
+            answer = self._guard.call(self.name, "trip", trigger, self.config.recovery_timeout)
+            if answer is None:
+                return False
+            self._unpushed_trip = None
+            with self._lock:
+                if answer.result == BLOCKED:
+                    events.append(TripBlocked(self.name, self._clock.wall(), forced=answer.record.forced or "", trigger=trigger))
+                self._adopt(answer, self._mono(), events, force=True)
         self._publish(events)
         return True
 
@@ -286,22 +295,27 @@ class SharedCircuitBreaker(CircuitBreaker):
         self._held = held
         self._pending_trip = trigger
 
-    def _publish(self, events: list[Event]) -> None:
+    def _publish(self, events: Any = ()) -> None:
         with self._lock:
             trigger, self._pending_trip = self._pending_trip, None
             held, self._held = self._held, []
         if trigger is not None:
-            answer = self._guard.call(self.name, "trip", trigger, self.config.recovery_timeout)
-            if answer is None:
-                self._unpushed_trip = trigger  # ST-4: a local trip, pushed on recovery
-                events = held + list(events)
-            else:
+            # the store decides who publishes a local trip: TRIPPED -> us, BLOCKED -> trip_blocked,
+            # ALREADY -> nobody (a peer decided it); unreachable -> our local decision stands (ST-4)
+            with self._io:
+                answer = self._guard.call(self.name, "trip", trigger, self.config.recovery_timeout)
                 with self._lock:
-                    if answer.result == TRIPPED:
-                        events = held + list(events)
-                    elif answer.result == BLOCKED:
-                        events = [TripBlocked(self.name, self._clock.wall(), forced=answer.record.forced or "", trigger=trigger)] + list(events)
-                    self._adopt(answer, self._mono(), events, force=True)
+                    if answer is None:
+                        self._unpushed_trip = trigger
+                        self._outbox.extend(held)
+                    else:
+                        if answer.result == TRIPPED:
+                            self._outbox.extend(held)
+                        elif answer.result == BLOCKED:
+                            self._outbox.append(
+                                TripBlocked(self.name, self._clock.wall(), forced=answer.record.forced or "", trigger=trigger)
+                            )
+                        self._adopt(answer, self._mono(), self._outbox, force=True)
         super()._publish(events)
 
     # ---------------------------------------------------------------- trials
@@ -318,17 +332,30 @@ class SharedCircuitBreaker(CircuitBreaker):
 
     def _finish(self, permit: Permit, outcome: str) -> None:
         cfg = self.config
-        answer = self._guard.call(
-            self.name, "finish_probe", permit.token, self._version_for(permit), outcome, cfg.half_open_max_calls, cfg.recovery_timeout
-        )
+        events = self._outbox
+        with self._io:
+            answer = self._guard.call(
+                self.name, "finish_probe", permit.token, self._version_for(permit), outcome, cfg.half_open_max_calls,
+                cfg.recovery_timeout,
+            )
+            if answer is not None:
+                with self._lock:
+                    self._adopt(answer, self._mono(), events)
         if answer is None:
             if outcome != "abandon":
                 super()._record_trial(permit, outcome == "success", self._mono())
             return
-        events: list[Event] = []
-        with self._lock:
-            self._adopt(answer, self._mono(), events)
         self._publish(events)
+
+    @contextlib.contextmanager
+    def _lock_after_store(self, op: str, *args: Any):
+        """Run an operator's store operation (errors raise StoreError, OP-4), then hold the lock."""
+        try:
+            answer = getattr(self._guard.store, op)(self.name, *args)
+        except Exception as exc:  # OP-4: a force never fails silently
+            raise StoreError(f"could not store the {op} of {self.name!r}: {_describe(exc)}") from exc
+        with self._lock:
+            yield answer
 
     def _version_for(self, permit: Permit) -> int:
         return self._probe_versions.pop(permit.token, self._version)  # type: ignore[arg-type]
@@ -343,12 +370,13 @@ class SharedCircuitBreaker(CircuitBreaker):
             state = self._state
             due = state is OPEN and self._forced is None and now >= self._open_until
         if due and not self._guard.down:
-            answer = self._guard.call(self.name, "sweep")
-            if answer is not None:
-                events: list[Event] = []
-                with self._lock:
-                    self._adopt(answer, self._mono(), events)
-                self._publish(events)
+            events = self._outbox
+            with self._io:
+                answer = self._guard.call(self.name, "sweep")
+                if answer is not None:
+                    with self._lock:
+                        self._adopt(answer, self._mono(), events)
+            self._publish(events)
         return super().state
 
     def snapshot(self) -> dict[str, Any]:
@@ -361,12 +389,8 @@ class SharedCircuitBreaker(CircuitBreaker):
     # ----------------------------------------------------------------- forces
     def _force(self, mode: str, ttl_minutes: float | None, reason: str, actor: str | None) -> None:
         ttl = validate_ttl(ttl_minutes, self.config.default_ttl_minutes)
-        try:
-            answer = self._guard.store.force(self.name, mode, ttl * 60.0, reason or "", actor)
-        except Exception as exc:  # OP-4: a force never fails silently
-            raise StoreError(f"could not store the force of {self.name!r} ({mode}): {_describe(exc)}") from exc
-        events: list[Event] = []
-        with self._lock:
+        events = self._outbox
+        with self._io, self._lock_after_store("force", mode, ttl * 60.0, reason or "", actor) as answer:
             before = self._state
             self._adopt(answer, self._mono(), [], force=True)
             events.append(
@@ -377,12 +401,8 @@ class SharedCircuitBreaker(CircuitBreaker):
         super()._publish(events)
 
     def release(self, actor: str | None = None, reason: str = "") -> bool:
-        try:
-            answer = self._guard.store.release(self.name)
-        except Exception as exc:
-            raise StoreError(f"could not store the release of {self.name!r}: {_describe(exc)}") from exc
-        events: list[Event] = []
-        with self._lock:
+        events = self._outbox
+        with self._io, self._lock_after_store("release") as answer:
             before = self._state
             if answer.lapsed is not None:
                 events.append(ForceLapsed(self.name, self._clock.wall(), previous=answer.lapsed, from_state=before.value,
@@ -424,6 +444,7 @@ def attach(breaker: CircuitBreaker, guard: StoreGuard) -> SharedCircuitBreaker:
         shared._pending_trip = None
         shared._unpushed_trip = None
         shared._probe_versions = {}
+        shared._io = threading.RLock()
         shared._fast_permit = None
     return shared
 

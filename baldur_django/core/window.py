@@ -77,7 +77,7 @@ class SecondBuckets:
     second it belongs to. Cost per call does not grow with traffic.
     """
 
-    __slots__ = ("span", "bucket_end", "counter", "sightings", "_old")
+    __slots__ = ("span", "bucket_end", "counter", "sightings", "_old", "_seen")
 
     def __init__(self, span: float) -> None:
         self.span = span
@@ -85,6 +85,7 @@ class SecondBuckets:
         self.counter = itertools.count()
         self.sightings = 0
         self._old: deque[tuple[float, itertools.count[int], int]] = deque()  # (end, calls, sightings)
+        self._seen: deque[float] = deque()  # exact times of the sightings (rare: a deque is cheap)
 
     def add(self, now: float, sighting: bool) -> None:
         """Count one call at monotonic time *now* (and a sighting when *sighting*). Caller holds the lock."""
@@ -93,6 +94,7 @@ class SecondBuckets:
         next(self.counter)
         if sighting:
             self.sightings += 1
+            self._seen.append(now)
 
     def _roll(self, now: float) -> None:
         self._old.append((self.bucket_end, self.counter, self.sightings))
@@ -105,19 +107,21 @@ class SecondBuckets:
             old.popleft()
 
     def totals(self, now: float) -> tuple[int, int]:
-        """``(calls, sightings)`` in the buckets that overlap ``(now - span, now]``."""
+        """``(calls, sightings)`` in ``(now - span, now]``: sightings exactly, calls from the
+        per-second buckets that overlap the window (up to one second more)."""
         horizon = now - self.span
-        calls = sightings = 0
-        if self.bucket_end > horizon:
-            calls, sightings = _count_of(self.counter), self.sightings
-        for end, counter, seen in self._old:
+        seen = self._seen
+        while seen and seen[0] <= horizon:
+            seen.popleft()
+        calls = _count_of(self.counter) if self.bucket_end > horizon else 0
+        for end, counter, _ in self._old:
             if end > horizon:
                 calls += _count_of(counter)
-                sightings += seen
-        return calls, sightings
+        return calls, len(seen)
 
     def clear(self) -> None:
         self._old.clear()
+        self._seen.clear()
         self.bucket_end = float("-inf")
         self.counter = itertools.count()
         self.sightings = 0

@@ -142,6 +142,9 @@ class StateStore(Protocol):
     def load(self, name: str) -> Answer:
         """Normalise and return the record; registers *name* (touching its last-seen time)."""
 
+    def inspect(self, name: str) -> Answer:
+        """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks."""
+
     def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
         """CLOSED (unforced) -> OPEN. ``result``: TRIPPED, BLOCKED (a force holds) or ALREADY."""
 
@@ -164,7 +167,8 @@ class StateStore(Protocol):
         """Registered breaker names -> last-seen store time."""
 
     def prune(self, older_than: float) -> list[str]:
-        """Forget registry entries (and records) last seen before *older_than* (store time)."""
+        """Forget registry entries (and their records) last seen before *older_than* (store
+        time) whose record is CLOSED and unforced; returns the names forgotten."""
 
     def lock(self, name: str, ttl_seconds: float) -> str | None:
         """Take the expiring lock *name*; returns a token, or None when it is held."""

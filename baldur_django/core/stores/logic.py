@@ -134,12 +134,17 @@ def op_release(record: Record, now: float) -> str | None:
     return previous
 
 
+def prunable(record: Record) -> bool:
+    """Only a CLOSED, unforced record may be forgotten by the registry prune (ST-5)."""
+    return record.state == "closed" and record.forced is None
+
+
 def run(op: str, record: Record, now: float, *args: object) -> Answer:
     """Normalise *record* then apply operation *op*; returns the :class:`Answer`."""
     before = record.state
     lapsed = normalise(record, now)
     result: object = None
-    if op == "load":
+    if op in ("load", "inspect"):
         pass
     elif op == "trip":
         result = op_trip(record, now, *args)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ import uuid
 from typing import Callable
 
 from .base import Answer, Record, decode, encode
-from .logic import run
+from .logic import prunable, run
 
 __all__ = ["MemoryStore"]
 
@@ -38,15 +38,21 @@ class MemoryStore:
     def _op(self, name: str, op: str, *args: object) -> Answer:
         with self._lock:
             now = self._now()
-            record = decode(self._records.get(name))
-            answer = run(op, record, now, *args)
+            touch = op not in ("inspect", "sweep")
+            if not touch and name not in self._records:
+                return run(op, decode(None), now, *args)  # a task's read registers nothing
+            answer = run(op, decode(self._records.get(name)), now, *args)
             self._records[name] = encode(answer.record)
-            self._seen[name] = now
+            if touch:
+                self._seen[name] = now
             answer.record = decode(self._records[name])  # hand out a copy
             return answer
 
     def load(self, name: str) -> Answer:
         return self._op(name, "load")
+
+    def inspect(self, name: str) -> Answer:
+        return self._op(name, "inspect")
 
     def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
         return self._op(name, "trip", trigger, recovery_timeout)
@@ -72,7 +78,11 @@ class MemoryStore:
 
     def prune(self, older_than: float) -> list[str]:
         with self._lock:
-            gone = [name for name, seen in self._seen.items() if seen < older_than]
+            gone = [
+                name
+                for name, seen in self._seen.items()
+                if seen < older_than and prunable(decode(self._records.get(name)))
+            ]
             for name in gone:
                 self._seen.pop(name, None)
                 self._records.pop(name, None)

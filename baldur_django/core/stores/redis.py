@@ -68,6 +68,7 @@ class RedisStore:
         self._scripts = {name: client.register_script(prelude + "\n" + _read(name)) for name in _SCRIPTS}
         self._touch = client.register_script(_read("registry_touch"))
         self._unlock = client.register_script(_read("unlock"))
+        self._prune = client.register_script(_read("prune"))
         self.registry_key = f"{prefix}:registry"
 
     def key(self, name: str) -> str:
@@ -100,6 +101,9 @@ class RedisStore:
 
     def load(self, name: str) -> Answer:
         return self._run("load", name, touch=True)
+
+    def inspect(self, name: str) -> Answer:
+        return self._run("load", name)
 
     def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
         return self._run("trip", name, trigger, repr(float(recovery_timeout)))
@@ -137,10 +141,12 @@ class RedisStore:
 
         try:
             stale = self.client.zrangebyscore(self.registry_key, "-inf", f"({older_than}")
-            names = [n.decode("utf-8") if isinstance(n, bytes) else n for n in stale]
-            for name in names:  # one breaker at a time: its keys share a slot, the registry's may not
-                self.client.delete(self.key(name))
-                self.client.zrem(self.registry_key, name)
+            names = []
+            for raw in stale:  # one breaker at a time: its keys share a slot, the registry's may not
+                name = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+                if self._prune(keys=[self.key(name)]):
+                    self.client.zrem(self.registry_key, name)
+                    names.append(name)
         except (redis.RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis prune failed: {exc}") from exc
         return names
