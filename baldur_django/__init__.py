@@ -11,6 +11,7 @@ from .core.errors import BaldurError, CircuitOpenError, ConfigError, RateLimitCo
 from .core.registry import force_close_circuit, force_open_circuit, get_breaker, record_rate_limit, release_circuit
 from .core.retry import RetryPolicy
 from .core.states import CircuitState
+from .inbound import mark_rate_limited
 
 __version__ = "0.1.0"
 
@@ -35,10 +36,3 @@ __all__ = [
     "RateLimitCooldownError",
     "__version__",
 ]
-
-
-def mark_rate_limited(request) -> None:
-    """Mark a Django request as refused by the app's own limiter, so the inbound
-    middleware does not count its 429 (IN-3). Works on DRF ``Request`` objects too."""
-    target = getattr(request, "_request", request)
-    target.baldur_rate_limited = True

@@ -6,7 +6,15 @@ from django.apps import AppConfig
 
 
 class BaldurDjangoConfig(AppConfig):
-    """Installs the Django settings lookup, the signal bridge and the system checks."""
+    """The ``baldur_django`` app. Its ``ready()`` wires the Django layer onto the core.
+
+    ``ready()`` is idempotent (Django's test runner or a second ``django.setup()`` may call
+    it again): the settings lookup is (re)installed, every bus listener is subscribed at
+    most once, checks register in Django's set-based registry and the ``setting_changed``
+    receiver has a ``dispatch_uid``.
+
+    Implements CFG-1, CFG-2, CFG-3, CB-14, ST-2, OP-6, OP-8.
+    """
 
     name = "baldur_django"
     label = "baldur_django"
@@ -14,15 +22,30 @@ class BaldurDjangoConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, conf, signals  # noqa: F401 - registers checks and receivers
+        """Install the settings lookup, the bus listeners, the shared store and the checks.
+
+        * Django settings are put in front of environment variables (CFG-1).
+        * The event bus gets the Django-signal bridge (CB-14), the audit writer (OP-6) and
+          the Slack notifier, which stays silent while
+          ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` is unset (OP-8).
+        * Breakers decorated at import time, before this ran, were built from environment
+          variables and defaults only; they are re-resolved against Django settings, and
+          the shared store named by ``BALDUR_STATE_BACKEND`` is installed (ST-2). No
+          connection or query happens here.
+
+        A bad setting is logged (ERROR, logger ``baldur.config``) rather than raised, so the
+        system checks can report it with a hint; breakers keep their import-time
+        configuration meanwhile.
+        """
+        from . import checks, conf, services, signals  # noqa: F401 - registers checks and receivers
+        from .contrib import slack
         from .core.events import bus
 
         conf.install()
-        bus.subscribe(signals.bridge)
-        try:
-            from .core.registry import registry
-
-            registry.reconfigure_all()
-        except Exception:
-            # a bad setting is reported by the system checks with a hint, not here
-            pass
+        # bus listeners; EventBus.subscribe ignores a second subscription of the same one
+        bus.subscribe(signals.bridge)  # Django signals (CB-14)
+        services.install_audit_listener()  # one audit row per force and release (OP-6)
+        slack.install_slack_listener()  # posts only while the webhook setting is set (OP-8)
+        # re-resolve breakers decorated before Django was ready and install the shared
+        # store BALDUR_STATE_BACKEND asks for (no connection is opened here)
+        conf.reload_or_log(None, when="at startup")

@@ -1,14 +1,46 @@
 """Django signals for breaker events, bridged from the core's event bus (CB-14).
 
-Receivers get keyword arguments ``service``, ``from_state``, ``to_state``, ``trigger``
-and ``reason`` (those that apply), plus the core ``event`` object. The sender is the
-:class:`~baldur_django.core.breaker.CircuitBreaker` class. A receiver that raises is
-logged and never reaches the protected call (``send_robust``).
+=======================  ===================================================================
+signal                   sent when
+=======================  ===================================================================
+``circuit_opened``       a breaker went to OPEN on its own (a trigger or a failed probe)
+``circuit_half_opened``  an OPEN breaker's recovery timeout ran out (probing starts)
+``circuit_closed``       enough probes succeeded and the breaker closed
+``circuit_forced``       an operator forced a breaker open or closed
+``circuit_released``     a force was released by an operator or lapsed at the end of its TTL
+``call_rejected``        a call was refused (or, under dry-run, would have been)
+=======================  ===================================================================
+
+Every receiver gets ``sender`` (the :class:`~baldur_django.core.breaker.CircuitBreaker`
+class), ``service`` (the breaker's name) and ``event`` (the core event object), plus:
+
+* transitions: ``from_state``, ``to_state`` (``"closed"``, ``"open"``, ``"half_open"``),
+  ``trigger`` (``"consecutive_failures"``, ``"failure_rate"``, ``"rate_limit_cascade"``,
+  ``"half_open_failure"``, ``"recovery_timeout"``, ``"half_open_success"`` ...) and ``dry_run``;
+* ``circuit_forced``: ``from_state``, ``to_state``, ``trigger="forced"``, ``reason`` (the
+  operator's text), ``mode`` (``"open"``/``"closed"``), ``ttl_minutes``, ``expires_at``
+  (Unix seconds), ``actor``, ``dry_run``;
+* ``circuit_released``: ``from_state``, ``to_state``, ``trigger`` (``"released"`` or
+  ``"force_lapsed"``), ``reason``, ``previous`` (the force that ended), ``actor``;
+* ``call_rejected``: ``reason`` (``"open"``, ``"half_open_full"`` or ``"frozen"``),
+  ``state`` (the breaker's state) and ``dry_run``.
+
+A force and a release are announced on ``circuit_forced`` / ``circuit_released`` only
+(with their ``from_state`` and ``to_state``), not again on the state signals.
+
+Signals are sent synchronously in the thread (or task) that made the decision, after
+the breaker's lock is released. A receiver that raises is logged on logger
+``baldur.signals`` with its traceback; the other receivers still run and the protected
+call returns or raises exactly what it would have without it (CB-14).
+
+This module also holds the ``setting_changed`` receiver that reloads ``BALDUR_*``
+settings (CFG-2).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
@@ -28,39 +60,108 @@ __all__ = [
 
 _log = logging.getLogger("baldur.signals")
 
+#: A breaker went OPEN on its own (CB-14).
 circuit_opened = Signal()
+#: A breaker's recovery timeout elapsed: it now admits trial calls (CB-5, CB-14).
 circuit_half_opened = Signal()
+#: A breaker closed after successful trials (CB-6, CB-14).
 circuit_closed = Signal()
+#: An operator forced a breaker open or closed (OP-1, CB-14).
 circuit_forced = Signal()
+#: A force was released or lapsed (OP-3, CB-14).
 circuit_released = Signal()
+#: A call was rejected, or would have been under dry-run (CB-4, CB-6, OP-5, CB-14).
 call_rejected = Signal()
 
 _BY_STATE = {"open": circuit_opened, "half_open": circuit_half_opened, "closed": circuit_closed}
 
 
-def _send(signal: Signal, event: Event, **kwargs) -> None:
-    for handler, result in signal.send_robust(sender=CircuitBreaker, service=event.service, event=event, **kwargs):
+def _send(signal: Signal, event: Event, **kwargs: Any) -> None:
+    responses = signal.send_robust(sender=CircuitBreaker, service=event.service, event=event, **kwargs)
+    for handler, result in responses:
         if isinstance(result, Exception):
             _log.error(
-                "baldur signal receiver %r raised for %r", handler, event.service, exc_info=(type(result), result, result.__traceback__)
+                "baldur_django signal receiver %s raised %s for service %r; the other receivers "
+                "ran and the protected call is unaffected",
+                getattr(handler, "__qualname__", repr(handler)),
+                type(result).__name__,
+                event.service,
+                exc_info=(type(result), result, result.__traceback__),
+                extra={"service": event.service, "receiver": repr(handler)},
             )
 
 
 def bridge(event: Event) -> None:
-    """Event-bus listener that re-publishes core events as Django signals."""
+    """Event-bus listener that re-publishes core events as Django signals (CB-14).
+
+    Subscribed once by ``BaldurDjangoConfig.ready()``. Events with no signal (a blocked
+    trip, a store problem, a 429 storm) are ignored here; they are logged by the core.
+
+    Args:
+        event: a :class:`baldur_django.core.events.Event`.
+
+    Never raises for a failing receiver (see :func:`_send`).
+    """
     if isinstance(event, StateChanged):
-        _send(_BY_STATE[event.to_state], event, from_state=event.from_state, to_state=event.to_state, trigger=event.trigger)
+        signal = _BY_STATE.get(event.to_state)
+        if signal is not None:
+            _send(
+                signal,
+                event,
+                from_state=event.from_state,
+                to_state=event.to_state,
+                trigger=event.trigger,
+                dry_run=event.dry_run,
+            )
     elif isinstance(event, Forced):
-        _send(circuit_forced, event, from_state=event.from_state, to_state=event.to_state, trigger="forced", reason=event.reason)
-    elif isinstance(event, (Released, ForceLapsed)):
-        trigger = "released" if isinstance(event, Released) else "force_lapsed"
-        _send(circuit_released, event, from_state=event.from_state, to_state=event.to_state, trigger=trigger, reason=getattr(event, "reason", ""))
+        _send(
+            circuit_forced,
+            event,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            trigger="forced",
+            reason=event.reason,
+            mode=event.mode,
+            ttl_minutes=event.ttl_minutes,
+            expires_at=event.expires_at,
+            actor=event.actor,
+            dry_run=event.dry_run,
+        )
+    elif isinstance(event, Released):
+        _send(
+            circuit_released,
+            event,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            trigger="released",
+            reason=event.reason,
+            previous=event.previous,
+            actor=event.actor,
+        )
+    elif isinstance(event, ForceLapsed):
+        _send(
+            circuit_released,
+            event,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            trigger="force_lapsed",
+            reason="",
+            previous=event.previous,
+            actor=None,
+        )
     elif isinstance(event, CallRejected):
-        _send(call_rejected, event, reason=event.reason, from_state=event.state, to_state=event.state)
+        _send(call_rejected, event, reason=event.reason, state=event.state, dry_run=event.dry_run)
 
 
-@receiver(setting_changed)
-def _on_setting_changed(setting: str, **kwargs) -> None:
+@receiver(setting_changed, dispatch_uid="baldur_django.signals.setting_changed")
+def _on_setting_changed(setting: str, **kwargs: Any) -> None:
+    """Apply a changed ``BALDUR_*`` setting at once, existing breakers included (CFG-2).
+
+    Never raises: a bad value is logged (ERROR, logger ``baldur.config``) and every
+    breaker keeps its previous configuration; the system checks explain the value.
+    """
+    if not setting.startswith("BALDUR_"):
+        return
     from . import conf
 
-    conf.reload(setting)
+    conf.reload_or_log(setting)

@@ -49,6 +49,18 @@ if os.environ.get("BALDUR_TEST_DB") == "postgres":
     }
 else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# A second alias on the real PostgreSQL server, for the database store's contract and
+# concurrency tests (they request it explicitly with databases=["default", "pg"]).
+DATABASES["pg"] = {
+    "ENGINE": "django.db.backends.postgresql",
+    # worker processes of the fleet tests point this at the test database directly
+    "NAME": os.environ.get("BALDUR_PG_NAME", "test"),
+    "HOST": "127.0.0.1",
+    "PORT": 5432,
+    "USER": os.environ.get("PGUSER", "postgres"),
+    # per test run, so concurrent runs on one machine never share a test database
+    "TEST": {"NAME": f"test_baldur_{os.getpid()}"},
+}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "/static/"

@@ -78,8 +78,6 @@ def _is_async(func: Callable[..., Any]) -> bool:
 
 def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any):
     """The CLOSED hot path: one attribute read to admit, no lock to record a healthy success."""
-    acquire_slow = breaker._acquire_slow
-    record_success = breaker.record_success
     cascade = breaker._cascade
     monotonic = breaker._mono
     trial_policy = None if policy is None else dataclasses.replace(policy, max_attempts=1)
@@ -88,7 +86,7 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
         permit = breaker._fast_permit
         if permit is None:
             try:
-                permit = acquire_slow()
+                permit = breaker._acquire_slow()  # looked up per call: attach() may change the class
             except CircuitOpenError as rejection:
                 if fallback is None:
                     raise
@@ -107,7 +105,7 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 next(cascade.counter)
             else:
-                record_success(permit)
+                breaker.record_success(permit)
         else:
             settle_result(breaker, permit, result)
         return result
@@ -116,8 +114,6 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
 
 
 def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]], policy: RetryPolicy | None, fallback: Any):
-    acquire_slow = breaker._acquire_slow
-    record_success = breaker.record_success
     cascade = breaker._cascade
     monotonic = breaker._mono
     trial_policy = None if policy is None else dataclasses.replace(policy, max_attempts=1)
@@ -126,7 +122,7 @@ def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]],
         permit = breaker._fast_permit
         if permit is None:
             try:
-                permit = acquire_slow()
+                permit = breaker._acquire_slow()  # looked up per call: attach() may change the class
             except CircuitOpenError as rejection:
                 if fallback is None:
                     raise
@@ -143,7 +139,7 @@ def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]],
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 next(cascade.counter)
             else:
-                record_success(permit)
+                breaker.record_success(permit)
         else:
             settle_result(breaker, permit, result)
         return result

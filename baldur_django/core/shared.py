@@ -389,6 +389,7 @@ class SharedCircuitBreaker(CircuitBreaker):
     # ----------------------------------------------------------------- forces
     def _force(self, mode: str, ttl_minutes: float | None, reason: str, actor: str | None) -> None:
         ttl = validate_ttl(ttl_minutes, self.config.default_ttl_minutes)
+        self._consult(self._mono())  # so from_state is the shared state, not a stale local view
         events = self._outbox
         with self._io, self._lock_after_store("force", mode, ttl * 60.0, reason or "", actor) as answer:
             before = self._state
@@ -401,6 +402,7 @@ class SharedCircuitBreaker(CircuitBreaker):
         super()._publish(events)
 
     def release(self, actor: str | None = None, reason: str = "") -> bool:
+        self._consult(self._mono())  # so from_state is the shared state, not a stale local view
         events = self._outbox
         with self._io, self._lock_after_store("release") as answer:
             before = self._state

@@ -1,0 +1,261 @@
+"""Django admin for breakers: a live list, permission-gated force/release actions with a
+confirmation page, and the read-only audit (OP-6).
+
+The list lives at ``admin/baldur_django/breaker/``. It is the changelist of the
+table-less :class:`~baldur_django.models.Breaker` model, replaced by a view that reads
+:func:`baldur_django.services.status_rows`. Selecting breakers and an action leads to a
+confirmation page (as Django's "delete selected") asking for the lifetime in minutes and a
+reason; confirming calls :func:`baldur_django.services.force` or
+:func:`~baldur_django.services.release` with ``source="admin"`` and the user name as actor.
+Acting needs ``baldur_django.force_circuit``; seeing the list needs ``view_breaker`` or
+that permission. On the memory backend the page says it acts on its own process only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.utils.translation import ngettext
+
+from . import services
+from .core.errors import BaldurError, ConfigError
+from .core.registry import registry
+from .forms import ForceForm, ReleaseForm
+from .models import FORCE_PERMISSION, Breaker, BreakerAudit
+
+__all__ = ["BreakerAdmin", "BreakerAuditAdmin", "BREAKER_ACTIONS"]
+
+#: action name -> (force mode or None for release, label, button text)
+BREAKER_ACTIONS: dict[str, tuple[str | None, Any, Any]] = {
+    "force_open": ("open", gettext_lazy("Force open selected breakers"), gettext_lazy("Yes, force open")),
+    "force_close": ("close", gettext_lazy("Force closed selected breakers"), gettext_lazy("Yes, force closed")),
+    "release": (None, gettext_lazy("Release selected breakers (back to automatic)"), gettext_lazy("Yes, release")),
+}
+
+
+def _when(timestamp: float | None) -> dt.datetime | None:
+    if timestamp is None:
+        return None
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+def _display_row(row: dict[str, Any]) -> dict[str, Any]:
+    shown = dict(row)
+    shown["opened_at_dt"] = _when(row.get("opened_at"))
+    shown["force_expires_dt"] = _when(row.get("force_expires_at"))
+    expires = row.get("force_expires_at")
+    # measured on the breakers' own clock, so the countdown agrees with when the force lapses
+    shown["force_left"] = _duration(expires - registry.clock.wall()) if expires is not None else None
+    shown["state_label"] = str(row.get("state", "")).replace("_", "-")
+    return shown
+
+
+@admin.register(Breaker)
+class BreakerAdmin(admin.ModelAdmin):
+    """The breaker list and its force/release actions (OP-6). See the module docstring."""
+
+    actions = None  # the three actions are handled by this admin's own views
+    list_template = "admin/baldur_django/breaker/change_list.html"
+    confirm_template = "admin/baldur_django/breaker/confirm_action.html"
+
+    # ------------------------------------------------------------------ permissions
+    def has_force_circuit_permission(self, request: HttpRequest) -> bool:
+        """True when the user may force and release breakers (``baldur_django.force_circuit``)."""
+        return request.user.is_active and request.user.has_perm(FORCE_PERMISSION)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_view_permission(request, obj) or self.has_force_circuit_permission(request)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return super().has_module_permission(request) or self.has_force_circuit_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    # ------------------------------------------------------------------------- urls
+    def get_urls(self):
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def _list_url(self) -> str:
+        return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist")
+
+    # ------------------------------------------------------------------------ views
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """GET: the breaker list. POST: an action (confirmation page, then the change)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            return self._action_view(request)
+        try:
+            rows = [_display_row(row) for row in services.status_rows()]
+            backend, shared, problem = services.backend_name(), services.is_shared_backend(), None
+        except ConfigError as exc:
+            rows, backend, shared, problem = [], "?", False, str(exc)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Circuit breakers"),
+            "subtitle": None,
+            "opts": self.opts,
+            "rows": rows,
+            "backend": backend,
+            "shared_backend": shared,
+            "config_problem": problem,
+            "TIME_ZONE_NAME": timezone.get_current_timezone_name(),
+            "can_force": self.has_force_circuit_permission(request),
+            "action_choices": [(key, label) for key, (_mode, label, _button) in BREAKER_ACTIONS.items()],
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "audit_url": reverse(f"{self.admin_site.name}:baldur_django_breakeraudit_changelist"),
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.list_template, context)
+
+    def _action_view(self, request: HttpRequest) -> HttpResponse:
+        action = request.POST.get("action", "")
+        if action not in BREAKER_ACTIONS:
+            self.message_user(request, _("No action selected."), messages.WARNING)
+            return HttpResponseRedirect(self._list_url())
+        if not self.has_force_circuit_permission(request):
+            raise PermissionDenied
+        selected = list(dict.fromkeys(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
+        if not selected:
+            self.message_user(
+                request, _("Items must be selected in order to perform actions on them. No items have been changed."),
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(self._list_url())
+        known = {row["service"]: row for row in services.status_rows()}
+        unknown = [name for name in selected if name not in known]
+        if unknown:
+            self.message_user(
+                request, _("Unknown breaker(s): %(names)s. Nothing was changed.") % {"names": ", ".join(unknown)},
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(self._list_url())
+        mode, label, button = BREAKER_ACTIONS[action]
+        form_class = ReleaseForm if mode is None else ForceForm
+        if request.POST.get("post") == "yes":
+            form = form_class(request.POST)
+            if form.is_valid():
+                self._perform(request, selected, mode, form.cleaned_data)
+                return HttpResponseRedirect(self._list_url())
+        else:
+            form = form_class()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": label,
+            "subtitle": None,
+            "opts": self.opts,
+            "action": action,
+            "mode": mode,
+            "button": button,
+            "form": form,
+            "rows": [_display_row(known[name]) for name in selected],
+            "backend": services.backend_name(),
+            "shared_backend": services.is_shared_backend(),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.confirm_template, context)
+
+    def _perform(self, request: HttpRequest, selected: list[str], mode: str | None, data: dict[str, Any]) -> None:
+        actor = request.user.get_username()
+        reason = data.get("reason", "")
+        done: list[str] = []
+        unchanged: list[str] = []
+        for name in selected:
+            try:
+                if mode is None:
+                    (done if services.release(name, actor=actor, source="admin", reason=reason) else unchanged).append(name)
+                else:
+                    services.force(name, mode, data["ttl_minutes"], reason=reason, actor=actor, source="admin")
+                    done.append(name)
+            except BaldurError as exc:
+                self.message_user(request, _("%(name)s: not changed: %(error)s") % {"name": name, "error": exc}, messages.ERROR)
+        if mode is None:
+            if done:
+                self.message_user(
+                    request,
+                    ngettext("Released %(count)d breaker: %(names)s.", "Released %(count)d breakers: %(names)s.", len(done))
+                    % {"count": len(done), "names": ", ".join(done)},
+                    messages.SUCCESS,
+                )
+            if unchanged:
+                self.message_user(
+                    request,
+                    ngettext(
+                        "%(count)d breaker was not forced, nothing changed: %(names)s.",
+                        "%(count)d breakers were not forced, nothing changed: %(names)s.",
+                        len(unchanged),
+                    )
+                    % {"count": len(unchanged), "names": ", ".join(unchanged)},
+                    messages.INFO,
+                )
+        elif done:
+            what = _("open") if mode == "open" else _("closed")
+            self.message_user(
+                request,
+                ngettext(
+                    "Forced %(count)d breaker %(what)s for %(ttl)g minutes: %(names)s.",
+                    "Forced %(count)d breakers %(what)s for %(ttl)g minutes: %(names)s.",
+                    len(done),
+                )
+                % {"count": len(done), "what": what, "ttl": data["ttl_minutes"], "names": ", ".join(done)},
+                messages.SUCCESS,
+            )
+
+
+@admin.register(BreakerAudit)
+class BreakerAuditAdmin(admin.ModelAdmin):
+    """Read-only audit of every force and release (OP-6)."""
+
+    actions = None
+    list_display = ("at", "actor", "action", "service", "ttl_minutes", "expires_at", "source", "short_reason")
+    list_filter = ("action", "source", "dry_run")
+    search_fields = ("service", "actor", "reason")
+    date_hierarchy = "at"
+    readonly_fields = (
+        "at", "actor", "action", "service", "ttl_minutes", "expires_at", "reason", "source", "from_state", "to_state", "dry_run",
+    )
+    fields = readonly_fields
+
+    @admin.display(description=gettext_lazy("reason"))
+    def short_reason(self, obj: BreakerAudit) -> str:
+        return obj.reason if len(obj.reason) <= 80 else obj.reason[:79] + "…"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

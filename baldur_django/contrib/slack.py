@@ -1,0 +1,358 @@
+"""Slack push of breaker opens and closes (OP-8).
+
+A bus listener turns each open into a 🔴 message and each close into a 🟢 message naming
+the service, the trigger and the time, and hands it to a background sender thread through
+a bounded queue. The protected call that caused the transition only pays for formatting
+the text and one ``put_nowait``: it never waits for Slack, and a full queue drops the
+message (counted in :attr:`SlackNotifier.dropped` and logged).
+
+The sender posts ``{"text": ...}`` with a 5 s timeout (``urllib.request``, no extra
+dependency). Slack's 429 is honoured once: wait its ``Retry-After``, post again. A
+permanent refusal (another 4xx) is logged once per status code. The webhook URL is a
+secret: it never appears in a log record or in an exception text produced here.
+
+Enabled by ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` (read on every event, so a settings
+change applies without restart); unset, nothing is queued and the events are only
+logged by the core's logging listener. Pure Python: usable without Django.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import json
+import logging
+import os
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from ..core.classify import parse_retry_after
+from ..core.config import SettingsSource
+from ..core.config import settings as default_settings
+from ..core.errors import ConfigError
+from ..core.events import Event, Forced, StateChanged, bus
+
+__all__ = ["SlackNotifier", "escape", "install_slack_listener", "uninstall_slack_listener", "get_notifier"]
+
+_log = logging.getLogger("baldur.slack")
+
+SETTING = "BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"
+OPEN_EMOJI = "\U0001F534"  # red circle
+CLOSE_EMOJI = "\U0001F7E2"  # green circle
+_STOP = object()
+
+
+def escape(text: Any) -> str:
+    """Escape ``&``, ``<`` and ``>`` for Slack's message markup (so ``<!channel>`` in a
+    service name is shown, not acted on). Implements OP-8."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _utc(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class SlackNotifier:
+    """Bus listener plus background sender for the Slack push (OP-8).
+
+    Args:
+        url: a fixed webhook URL; None (the default) reads
+            ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` from *source* on every event.
+        source: settings to read the URL from (the process-wide settings by default).
+        timeout: seconds allowed for one HTTP post (5).
+        max_queue: messages that may wait for the sender; more are dropped and counted.
+        sleep: ``callable(seconds)`` used to wait out Slack's ``Retry-After`` (tests pass
+            a recorder); by default an interruptible wait.
+        max_retry_after: longest wait honoured for a 429, seconds.
+        opener: ``callable(request, timeout=...)`` doing the HTTP request
+            (``urllib.request.urlopen`` by default).
+
+    Attributes:
+        sent, dropped, failed (int): messages delivered, dropped on a full queue, and
+            given up after an error or refusal.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        source: SettingsSource | None = None,
+        timeout: float = 5.0,
+        max_queue: int = 100,
+        sleep: Callable[[float], Any] | None = None,
+        max_retry_after: float = 60.0,
+        opener: Callable[..., Any] | None = None,
+    ) -> None:
+        if max_queue < 1:
+            raise ConfigError(f"max_queue={max_queue!r}: must be at least 1")
+        if timeout <= 0:
+            raise ConfigError(f"timeout={timeout!r}: must be more than 0 seconds")
+        self._fixed_url = url
+        self._source = source or default_settings
+        self.timeout = float(timeout)
+        self.max_queue = int(max_queue)
+        self.max_retry_after = float(max_retry_after)
+        self._stop = threading.Event()
+        self._sleep = sleep or self._stop.wait
+        self._opener = opener or urllib.request.urlopen
+        self._lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._queue: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._pending = 0
+        self._refusals_logged: set[int] = set()
+        self._bad_setting_logged = False
+        self.sent = 0
+        self.dropped = 0
+        self.failed = 0
+
+    def __repr__(self) -> str:  # never the URL
+        return f"<SlackNotifier sent={self.sent} dropped={self.dropped} failed={self.failed}>"
+
+    # ----------------------------------------------------------------- listener
+    def webhook_url(self) -> str | None:
+        """The URL to post to, or None when the push is off (setting unset or invalid)."""
+        if self._fixed_url is not None:
+            return self._fixed_url or None
+        try:
+            return self._source.get(SETTING)
+        except ConfigError:
+            if not self._bad_setting_logged:
+                self._bad_setting_logged = True
+                _log.warning("slack_notifier.disabled: %s is invalid; nothing is posted", SETTING)
+            return None
+
+    @staticmethod
+    def message_for(event: Event) -> str | None:
+        """The Slack text for *event*, or None when it is neither an open nor a close.
+
+        Opens: a transition to OPEN, or a force open of a breaker that was not OPEN.
+        Closes: a transition to CLOSED, or a force closed of a breaker that was not CLOSED.
+        Transitions adopted from a peer (trigger ``propagated``) are posted by the peer
+        that made them, not here. Dry-run transitions are marked.
+        """
+        if isinstance(event, StateChanged):
+            if event.trigger == "propagated" or event.to_state not in ("open", "closed"):
+                return None
+            to_state, trigger, dry_run = event.to_state, event.trigger or "unknown", event.dry_run
+        elif isinstance(event, Forced):
+            if event.to_state == event.from_state or event.to_state not in ("open", "closed"):
+                return None
+            to_state, dry_run = event.to_state, event.dry_run
+            trigger = "forced"
+            if event.actor:
+                trigger += f" by {event.actor}"
+            if event.reason:
+                trigger += f" ({event.reason})"
+            trigger += f", for {event.ttl_minutes:g} min"
+        else:
+            return None
+        emoji, verb = (OPEN_EMOJI, "opened") if to_state == "open" else (CLOSE_EMOJI, "closed")
+        text = f"{emoji} Circuit breaker *{escape(event.service)}* {verb} (trigger: {escape(trigger)}) at {_utc(event.at)}"
+        if dry_run:
+            text += " [dry-run: no call is rejected]"
+        return text
+
+    def __call__(self, event: Event) -> None:
+        """Bus listener: queue a message for an open or a close; never blocks, never raises."""
+        try:
+            text = self.message_for(event)
+            if text is None:
+                return
+            url = self.webhook_url()
+            if not url:
+                return
+            self.enqueue(url, text, service=event.service)
+        except Exception as exc:  # the bus contains errors too; this keeps the URL out of its log
+            _log.error("slack_notifier.listener_failed error=%s", self._scrub(f"{type(exc).__name__}: {exc}", self.webhook_url()))
+
+    # ------------------------------------------------------------------- sender
+    def enqueue(self, url: str, text: str, *, service: str | None = None) -> bool:
+        """Queue *text* for posting to *url*. Returns False (and counts a drop) when full."""
+        q = self._ensure_sender()
+        with self._idle:
+            self._pending += 1
+        try:
+            q.put_nowait((url, text))
+        except queue.Full:
+            with self._idle:
+                self._pending -= 1
+                self.dropped += 1
+                dropped = self.dropped
+                self._idle.notify_all()
+            _log.warning(
+                "slack_notifier.dropped service=%s: the send queue is full (%d waiting); %d message(s) dropped so far",
+                service, self.max_queue, dropped,
+            )
+            return False
+        return True
+
+    def _ensure_sender(self) -> queue.Queue:
+        pid = os.getpid()
+        thread = self._thread
+        if thread is not None and self._pid == pid and thread.is_alive() and self._queue is not None:
+            return self._queue
+        with self._lock:
+            if self._pid != pid or self._queue is None:  # new process after fork: fresh queue
+                self._queue = queue.Queue(self.max_queue)
+                with self._idle:
+                    self._pending = 0
+            if self._thread is None or self._pid != pid or not self._thread.is_alive():
+                self._pid = pid
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, args=(self._queue,), name="baldur-slack-sender", daemon=True)
+                self._thread.start()
+            return self._queue
+
+    def _run(self, q: queue.Queue) -> None:
+        while True:
+            item = q.get()
+            if item is _STOP:
+                return
+            try:
+                self._deliver(*item)
+            except Exception as exc:  # pragma: no cover - _deliver catches its own errors
+                self.failed += 1
+                _log.error("slack_notifier.sender_error error=%s", self._scrub(f"{type(exc).__name__}: {exc}", item[0]))
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _deliver(self, url: str, text: str) -> None:
+        status, retry_after, error = self._post(url, text)
+        if status == 429:
+            delay = parse_retry_after(retry_after, default=1.0, cap=self.max_retry_after, now_wall=time.time())
+            _log.info("slack_notifier.rate_limited: Slack answered 429; retrying once in %.1fs", delay)
+            self._sleep(delay)
+            if self._stop.is_set():  # closing: give up rather than post late
+                self.failed += 1
+                return
+            status, retry_after, error = self._post(url, text)
+        if status is not None and 200 <= status < 300:
+            self.sent += 1
+            return
+        self.failed += 1
+        if status == 429:
+            _log.warning("slack_notifier.rate_limited: Slack answered 429 again after the retry; message dropped")
+        elif status is not None and 400 <= status < 500:
+            if status not in self._refusals_logged:
+                self._refusals_logged.add(status)
+                _log.error(
+                    "slack_notifier.refused status=%d: the webhook refused the message; check "
+                    "%s (further %d answers are not logged)", status, SETTING, status,
+                )
+        elif status is not None:
+            _log.warning("slack_notifier.post_failed status=%d: message dropped", status)
+        else:
+            _log.warning("slack_notifier.post_failed error=%s: message dropped", self._scrub(error or "?", url))
+
+    def _post(self, url: str, text: str) -> tuple[int | None, str | None, str | None]:
+        body = json.dumps({"text": text}, ensure_ascii=False).encode("utf-8")
+        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json; charset=utf-8"})
+        try:
+            with self._opener(request, timeout=self.timeout) as response:
+                response.read(4096)
+                return int(getattr(response, "status", None) or response.getcode()), None, None
+        except urllib.error.HTTPError as exc:
+            retry_after = exc.headers.get("Retry-After") if exc.headers is not None else None
+            try:
+                exc.close()
+            except Exception:  # pragma: no cover
+                pass
+            return int(exc.code), retry_after, None
+        except Exception as exc:  # URLError, timeout, OSError...: described without the URL
+            reason = getattr(exc, "reason", None)
+            described = f"{type(exc).__name__}: {reason if reason is not None else exc}"
+            return None, None, self._scrub(described, url)
+
+    @staticmethod
+    def _scrub(text: str, url: str | None) -> str:
+        """*text* with the URL and its secret parts (path, query, credentials) removed."""
+        if not url:
+            return text
+        secrets = [url, url.strip()]
+        try:
+            parts = urlsplit(url.strip())
+            secrets += [parts.netloc, parts.path, parts.query, parts.password or "", parts.username or ""]
+        except ValueError:
+            pass
+        for secret in sorted({s for s in secrets if s and len(s) > 1}, key=len, reverse=True):
+            text = text.replace(secret, "<webhook>")
+        return text
+
+    # --------------------------------------------------------------- lifecycle
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued message was handled (sent, failed or dropped).
+
+        Returns:
+            True when the queue drained within *timeout* seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._pending > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the sender after the messages already queued; waits at most *timeout* s."""
+        thread, q = self._thread, self._queue
+        if thread is None or q is None or not thread.is_alive() or self._pid != os.getpid():
+            return
+        self.flush(timeout)
+        self._stop.set()
+        try:
+            q.put_nowait(_STOP)
+        except queue.Full:  # pragma: no cover - flushed above
+            pass
+        thread.join(timeout)
+
+
+_notifier: SlackNotifier | None = None
+_install_lock = threading.Lock()
+
+
+def get_notifier() -> SlackNotifier | None:
+    """The notifier installed by :func:`install_slack_listener`, or None."""
+    return _notifier
+
+
+def _flush_at_exit() -> None:
+    notifier = _notifier
+    if notifier is not None:
+        notifier.flush(timeout=2.0)
+
+
+def install_slack_listener() -> SlackNotifier:
+    """Subscribe the process-wide :class:`SlackNotifier` to the event bus (idempotent).
+
+    Safe to call whether or not ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` is set: the
+    listener reads the setting on every event and does nothing while it is unset. At exit
+    it waits up to 2 s for messages still queued. Implements OP-8.
+    """
+    global _notifier
+    with _install_lock:
+        if _notifier is None:
+            _notifier = SlackNotifier()
+            atexit.register(_flush_at_exit)
+        bus.subscribe(_notifier)
+        return _notifier
+
+
+def uninstall_slack_listener() -> None:
+    """Unsubscribe the process-wide notifier and stop its sender (tests)."""
+    global _notifier
+    with _install_lock:
+        notifier, _notifier = _notifier, None
+    if notifier is not None:
+        bus.unsubscribe(notifier)
+        notifier.close(timeout=1.0)

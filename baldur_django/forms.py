@@ -1,0 +1,59 @@
+"""Forms of the admin's confirmation page: lifetime and reason of a force (OP-1, OP-6)."""
+
+from __future__ import annotations
+
+import math
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from . import services
+from .core.errors import ConfigError
+
+__all__ = ["ForceForm", "ReleaseForm"]
+
+
+class ReleaseForm(forms.Form):
+    """Reason for a release (optional text, at most ``services.MAX_REASON_LENGTH`` characters)."""
+
+    reason = forms.CharField(
+        label=_("Reason"),
+        required=False,
+        max_length=services.MAX_REASON_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=_("Recorded in the audit and the log."),
+    )
+
+
+class ForceForm(ReleaseForm):
+    """Lifetime (minutes, 0 < x <= 1440) and reason of a force open or force closed.
+
+    The lifetime starts at ``BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES``. ``cleaned_data
+    ["ttl_minutes"]`` is a float number of minutes.
+    """
+
+    ttl_minutes = forms.FloatField(
+        label=_("Lifetime (minutes)"),
+        help_text=_("The force lapses on its own after this many minutes: more than 0, at most 1440 (24 hours)."),
+        widget=forms.NumberInput(attrs={"step": "any", "min": "0", "max": "1440"}),
+    )
+    field_order = ["ttl_minutes", "reason"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            default = services.default_ttl_minutes()
+            self.initial.setdefault("ttl_minutes", int(default) if float(default).is_integer() else default)
+
+    def clean_ttl_minutes(self) -> float:
+        value = self.cleaned_data["ttl_minutes"]
+        if value is None or not math.isfinite(value) or value <= 0 or value > 1440:
+            raise forms.ValidationError(
+                _("The lifetime must be more than 0 and at most 1440 minutes (you gave %(value)s)."),
+                code="ttl_range",
+                params={"value": value},
+            )
+        try:
+            return services.validate_lifetime(value)
+        except ConfigError as exc:  # pragma: no cover - same bounds as above
+            raise forms.ValidationError(str(exc), code="ttl_range") from None

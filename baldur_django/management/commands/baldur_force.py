@@ -1,0 +1,124 @@
+"""``manage.py baldur_force {open,close,release} SERVICE [--ttl MINUTES] [--reason TEXT]`` (OP-7).
+
+Forces a breaker open or closed for a lifetime in minutes, or releases it, through
+:mod:`baldur_django.services` (audit source ``command``, actor ``command:<OS user>``).
+
+* Bad input (a lifetime that is not a number, <= 0 or above 1440; ``--ttl`` with
+  ``release``; an empty name; a reason too long) exits non-zero with a message and
+  changes nothing.
+* On the memory backend it refuses (non-zero): a force made in this short-lived process
+  could not reach the running workers, which each keep their own breakers.
+* A force the shared store could not record exits non-zero (OP-4).
+* Releasing a breaker that was not forced exits 0 and says so.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+import os
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from baldur_django import services
+from baldur_django.core.errors import BaldurError, ConfigError
+
+from .baldur_status import format_time, utf8_streams
+
+__all__ = ["Command", "MEMORY_REFUSAL", "parse_ttl", "command_actor"]
+
+MEMORY_REFUSAL = (
+    f"Refusing to act: {services.MEMORY_NOTICE} "
+    "A force made by this command would live only in this short-lived process and cannot reach the "
+    "running workers. Use the Django admin of a running process, call baldur_django.force_open_circuit() "
+    "inside the process, or switch BALDUR_STATE_BACKEND to 'database' or 'redis'."
+)
+
+
+def parse_ttl(raw: str | None) -> float | None:
+    """Parse ``--ttl``: minutes, a number > 0 and <= 1440; None when not given.
+
+    Raises:
+        CommandError: not a number, NaN/infinite or out of range.
+    """
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise CommandError(f"--ttl {raw!r}: expected a number of minutes (more than 0, at most 1440)") from None
+    if not math.isfinite(value) or value <= 0 or value > 1440:
+        raise CommandError(f"--ttl {raw!r}: the lifetime must be more than 0 and at most 1440 minutes (24 hours)")
+    return value
+
+
+def command_actor() -> str:
+    """``"command:<OS user name>"`` (``"command:uid-<n>"`` when the name is unknown)."""
+    try:
+        return f"command:{getpass.getuser()}"
+    except Exception:
+        uid = getattr(os, "getuid", lambda: None)()
+        return f"command:uid-{uid}" if uid is not None else "command"
+
+
+class Command(BaseCommand):
+    help = (
+        "Force a circuit breaker open or closed for a lifetime (minutes), or release it back to "
+        "automatic judgement. Needs a shared state backend (database or redis)."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("action", choices=["open", "close", "release"], help="force open, force closed, or release")
+        parser.add_argument("service", metavar="SERVICE", help="the breaker's name")
+        parser.add_argument(
+            "--ttl", metavar="MINUTES", default=None,
+            help="lifetime of the force in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
+        )
+        parser.add_argument("--reason", metavar="TEXT", default="", help="why; recorded in the log and the audit")
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        if not options.get("stdout"):
+            utf8_streams(sys.stdout)
+        if not options.get("stderr"):
+            utf8_streams(sys.stderr)
+        return super().execute(*args, **options)
+
+    def handle(self, *args: Any, action: str, service: str, ttl: str | None = None, reason: str = "", **options: Any) -> None:
+        if not service:
+            raise CommandError("SERVICE: a breaker name must be a non-empty string")
+        if action == "release" and ttl is not None:
+            raise CommandError("--ttl applies to 'open' and 'close' only; a release has no lifetime")
+        minutes = parse_ttl(ttl)
+        if len(reason) > services.MAX_REASON_LENGTH:
+            raise CommandError(f"--reason: {len(reason)} characters, at most {services.MAX_REASON_LENGTH} allowed")
+        try:
+            shared = services.is_shared_backend()
+        except ConfigError as exc:
+            raise CommandError(f"invalid setting: {exc}") from None
+        if not shared:
+            raise CommandError(MEMORY_REFUSAL)
+        actor = command_actor()
+        try:
+            if action == "release":
+                changed = services.release(service, actor=actor, source="command", reason=reason)
+            else:
+                snapshot = services.force(service, action, minutes, reason=reason, actor=actor, source="command")
+        except ConfigError as exc:
+            raise CommandError(str(exc)) from None
+        except BaldurError as exc:
+            verb = "release" if action == "release" else "force"
+            raise CommandError(f"the {verb} of {service!r} was not stored, nothing changed for the fleet: {exc}") from None
+        if action == "release":
+            if changed:
+                self.stdout.write(f"Released {service!r}: back to automatic judgement.")
+            else:
+                self.stdout.write(f"{service!r} was not forced: nothing to release, nothing changed.")
+            return
+        what = "open" if action == "open" else "closed"
+        used = minutes if minutes is not None else services.default_ttl_minutes()
+        self.stdout.write(
+            f"Forced {service!r} {what} for {used:g} minutes (until {format_time(snapshot.get('force_expires_at'))}); "
+            f"state now {snapshot.get('state')}."
+        )

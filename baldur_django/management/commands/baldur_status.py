@@ -1,0 +1,135 @@
+"""``manage.py baldur_status [--json] [--service NAME] [--config]`` (OP-7, CFG-4).
+
+Lists the known breakers with state, counts and force, or (``--config``) every effective
+``BALDUR_*`` value with where it came from. ``--json`` prints one JSON document and
+nothing else on stdout; notices go to stderr. Output is UTF-8 whatever the locale. On the
+memory backend it says on stderr that it shows only its own process. An unknown
+``--service`` or an invalid setting is a :class:`CommandError` (exit status 1).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from typing import Any, Iterable
+
+from django.core.management.base import BaseCommand, CommandError
+
+from baldur_django import services
+from baldur_django.core.errors import ConfigError
+
+__all__ = ["Command", "utf8_streams", "format_time", "format_table"]
+
+
+def utf8_streams(*streams: Any) -> None:
+    """Switch real text streams (``sys.stdout``/``sys.stderr``) to UTF-8 if they are not
+    already, so a breaker name in any script prints under a C or Latin-1 locale (OP-7).
+
+    ``surrogateescape`` writes back the original bytes of text that Python decoded from
+    a non-UTF-8 environment (an environment variable read under ``LC_ALL=C``)."""
+    for stream in streams:
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
+        if encoding in ("utf-8", "utf8") or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            stream.reconfigure(encoding="utf-8", errors="surrogateescape")
+        except (ValueError, OSError):  # pragma: no cover - a detached or closed stream
+            pass
+
+
+def format_time(timestamp: float | None) -> str:
+    """Unix seconds -> ``"YYYY-MM-DD HH:MM:SS UTC"``; None -> ``"-"``."""
+    if timestamp is None:
+        return "-"
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def format_table(header: list[str], rows: Iterable[list[str]]) -> str:
+    """Left-aligned plain-text columns separated by two spaces."""
+    rows = [header] + [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+class Command(BaseCommand):
+    help = (
+        "Show every known circuit breaker (state, counts, force and expiry), or with --config every "
+        "effective BALDUR_* setting and its source. --json prints only JSON on stdout."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--json", action="store_true", dest="as_json", help="print one JSON document on stdout")
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument("--service", metavar="NAME", help="show only this breaker (error if unknown)")
+        group.add_argument("--config", action="store_true", help="list every effective setting and where it came from")
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        if not options.get("stdout"):
+            utf8_streams(sys.stdout)
+        if not options.get("stderr"):
+            utf8_streams(sys.stderr)
+        return super().execute(*args, **options)
+
+    def handle(self, *args: Any, as_json: bool = False, service: str | None = None, config: bool = False, **options: Any) -> None:
+        if config:
+            self._config(as_json)
+            return
+        try:
+            backend = services.backend_name()
+            shared = services.is_shared_backend()
+        except ConfigError as exc:
+            raise CommandError(f"invalid setting: {exc}") from None
+        if not shared:
+            self.stderr.write(
+                f"Note: {services.MEMORY_NOTICE} This command shows only its own process (pid {os.getpid()}), not your "
+                "running workers: look at the Django admin of a running process, or set BALDUR_STATE_BACKEND to "
+                "'database' or 'redis' to share breakers."
+            )
+        try:
+            rows = services.status_rows(service)
+        except services.UnknownServiceError as exc:
+            hint = "" if shared else " (the memory backend shows only this command's own process)"
+            raise CommandError(f"{exc}{hint}") from None
+        if as_json:
+            document = {
+                "backend": backend,
+                "shared": shared,
+                "scope": "shared store" if shared else f"this process only (pid {os.getpid()})",
+                "breakers": rows,
+            }
+            self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+            return
+        self.stdout.write(f"backend: {backend}" + ("" if shared else " (this process only)"))
+        if not rows:
+            self.stdout.write("No circuit breakers known.")
+            return
+        table = []
+        for row in rows:
+            forced = row.get("forced") or "-"
+            if row.get("forced") and row.get("force_actor"):
+                forced += f" by {row['force_actor']}"
+            table.append(
+                [
+                    row["service"],
+                    row["state"].upper(),
+                    forced,
+                    format_time(row.get("force_expires_at")),
+                    row["consecutive_failures"],
+                    f"{row['window_calls']}/{row['window_failures']}",
+                    format_time(row.get("opened_at")),
+                    row.get("last_trigger") or "-",
+                ]
+            )
+        header = ["SERVICE", "STATE", "FORCED", "FORCE EXPIRES", "CONSECUTIVE", "WINDOW CALLS/FAILURES", "OPENED AT", "LAST TRIGGER"]
+        self.stdout.write(format_table(header, table))
+
+    def _config(self, as_json: bool) -> None:
+        rows = services.config_report()
+        if as_json:
+            self.stdout.write(json.dumps({"settings": rows}, indent=2, ensure_ascii=False, default=str))
+            return
+        table = [[row["name"], json.dumps(row["value"], ensure_ascii=False), row["source"]] for row in rows]
+        self.stdout.write(format_table(["SETTING", "VALUE", "SOURCE"], table))

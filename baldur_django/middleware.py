@@ -1,0 +1,283 @@
+"""Django middlewares of the inbound side (IN-1..IN-4).
+
+``CircuitBreakerMiddleware`` files every response against the breaker of the request
+path's domain; ``RateLimitMiddleware`` is the package's own fixed-window limiter. Both
+are sync- and async-capable (``sync_capable = async_capable = True``), so Django runs
+them in whichever mode the chain around them has and never adapts the chain for them.
+
+Suggested order in ``MIDDLEWARE``: ``CircuitBreakerMiddleware`` near the top (it sees
+what the whole stack answered, including the 500 Django makes of a view exception), then
+Django's own middleware, then ``RateLimitMiddleware`` after ``AuthenticationMiddleware``
+(its ``user`` key needs ``request.user``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+
+from .conf import baldur_settings
+from .core.breaker import CircuitBreaker, Permit
+from .core.classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of
+from .core.errors import CircuitOpenError
+from .core.registry import registry
+from .inbound import SHED_HEADER, RateLimiter, is_shed, own_rate_limit, rate_limited_response
+
+__all__ = ["CircuitBreakerMiddleware", "RateLimitMiddleware", "domain_for", "record_response", "shed_response"]
+
+
+# ------------------------------------------------------------------ domain mapping
+#: Most paths remembered by :func:`domain_for` before its memo starts over.
+MEMO_SIZE = 4096
+#: Longer paths are matched every time, never remembered (bounds the memo's memory).
+MEMO_PATH_LENGTH = 200
+
+
+class _Routes:
+    """``BALDUR_DOMAIN_MAPPING`` sorted once per settings version (CFG-2), plus a bounded
+    memo of path -> domain (a memo entry holds a name from the settings, never a new one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (settings version, ((substring, domain), ...) longest first, default domain, memo)
+        self._table: tuple[int, tuple[tuple[str, str], ...], str, dict[str, str]] = (-1, (), "default", {})
+
+    def domain(self, path: str) -> str:
+        version, entries, default, memo = self._table
+        current = baldur_settings.version
+        if version != current:
+            with self._lock:
+                mapping = baldur_settings.get("BALDUR_DOMAIN_MAPPING")
+                default = baldur_settings.get("BALDUR_DOMAIN_DEFAULT")
+                ordered = sorted(enumerate(mapping.items()), key=lambda item: (-len(item[1][0]), item[0]))
+                entries = tuple(pair for _, pair in ordered)
+                memo = {}
+                self._table = (current, entries, default, memo)
+        found = memo.get(path)
+        if found is not None:
+            return found
+        found = default
+        for substring, domain in entries:
+            if substring in path:
+                found = domain
+                break
+        if len(path) <= MEMO_PATH_LENGTH:
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[path] = found
+        return found
+
+
+_routes = _Routes()
+
+
+def domain_for(path: str) -> str:
+    """The domain (breaker name) of a request path (IN-1).
+
+    The longest ``BALDUR_DOMAIN_MAPPING`` key that occurs in *path* wins; among keys of
+    equal length the one listed first wins; no match gives ``BALDUR_DOMAIN_DEFAULT``.
+    Only names from those two settings can come back, so no request can make up a new
+    breaker name.
+
+    Args:
+        path: the request path (``request.path``).
+
+    Raises:
+        ConfigError: either setting is invalid.
+    """
+    return _routes.domain(path)
+
+
+# ------------------------------------------------------------- recording outcomes
+def record_response(breaker: CircuitBreaker, permit: Permit, request: Any, response: Any) -> str:
+    """Classify *response* and record it on *breaker* against *permit* (IN-1..IN-3).
+
+    A status on ``BALDUR_MIDDLEWARE_RATE_LIMIT_CODES`` records a failure that also
+    feeds the 429 cascade and the cooldown (IN-2), unless the application produced it
+    itself (``X-RateLimit-Mode`` / ``X-RateLimit-Limit`` header, or a marked request;
+    IN-3): then nothing is recorded. A status on ``BALDUR_MIDDLEWARE_CB_STATUS_CODES``
+    records a failure; any other status a success. The package's own load-shedding 503
+    is never recorded. Only ``status_code`` and headers are read, never the body.
+
+    Returns:
+        ``"success"``, ``"failure"``, ``"rate_limited"`` or ``"ignored"``.
+    """
+    config = breaker.config
+    status = getattr(response, "status_code", None)
+    kind = classify_status(status, config.failure_codes, config.rate_limit_codes)
+    if (kind != SUCCESS or status == 503) and is_shed(response):
+        breaker.record_ignored(permit)
+        return "ignored"
+    if (kind == RATE_LIMITED or status == 429) and own_rate_limit(request, response):
+        breaker.record_ignored(permit)
+        return "ignored"
+    if kind == SUCCESS:
+        breaker.record_success(permit)
+        return "success"
+    if kind == RATE_LIMITED:
+        breaker.record_failure(permit, rate_limited=True, retry_after=retry_after_of(response))
+        return "rate_limited"
+    breaker.record_failure(permit)
+    return "failure"
+
+
+def shed_response(error: CircuitOpenError) -> Any:
+    """The 503 answered instead of running the view while load shedding is on (IN-1).
+
+    ``Retry-After`` is the breaker's own estimate rounded up to whole seconds, at least
+    1 (1 when unknown); the ``X-Baldur-Shed`` header names the reason and marks the
+    answer as the package's own, so no Baldur layer counts it.
+    """
+    from django.http import HttpResponse
+
+    wait = error.retry_after
+    seconds = 1 if wait is None or not math.isfinite(wait) else max(1, math.ceil(wait))
+    response = HttpResponse(
+        "Service temporarily unavailable: this part of the site is paused to let a failing dependency recover.\n",
+        status=503,
+        content_type="text/plain; charset=utf-8",
+    )
+    response.headers["Retry-After"] = str(seconds)
+    response.headers[SHED_HEADER] = str(error.reason)
+    return response
+
+
+class CircuitBreakerMiddleware:
+    """Files every response against the breaker of the request path's domain (IN-1..IN-3).
+
+    Before the view runs the domain's breaker is asked for admission. When it refuses
+    (OPEN, or HALF_OPEN with every trial taken) the request still goes through and its
+    response is not recorded, unless ``BALDUR_MIDDLEWARE_SHED_LOAD`` is on: then the view
+    is skipped and a 503 with ``Retry-After`` is answered, which is never counted.
+
+    After the view, the response is classified by :func:`record_response`. A view
+    exception arrives here as the 500 response Django's handler made of it, so it is
+    counted once. Streaming responses are classified by status only; their content is
+    never read, buffered or wrapped.
+
+    Args:
+        get_response: the next handler in Django's chain (sync or async).
+
+    Settings: ``BALDUR_DOMAIN_MAPPING``, ``BALDUR_DOMAIN_DEFAULT``,
+    ``BALDUR_MIDDLEWARE_SHED_LOAD``, ``BALDUR_MIDDLEWARE_CB_STATUS_CODES``,
+    ``BALDUR_MIDDLEWARE_RATE_LIMIT_CODES`` (read per request, so ``override_settings``
+    applies at once).
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        if get_response is None:
+            raise ValueError("CircuitBreakerMiddleware needs get_response")
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def _admit(self, request: Any) -> tuple[CircuitBreaker, Permit | None, Any]:
+        breaker = registry.get(domain_for(request.path))
+        assert breaker is not None
+        try:
+            return breaker, breaker.acquire(), None
+        except CircuitOpenError as exc:
+            if baldur_settings.get("BALDUR_MIDDLEWARE_SHED_LOAD"):
+                return breaker, None, shed_response(exc)
+            return breaker, None, None
+
+    def __call__(self, request: Any) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        breaker, permit, early = self._admit(request)
+        if early is not None:
+            return early
+        if permit is None:
+            return self.get_response(request)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            # Django turns exceptions into responses below us; whatever still escapes
+            # (KeyboardInterrupt, a broken handler) gives a trial slot back uncounted.
+            breaker.record_ignored(permit)
+            raise
+        record_response(breaker, permit, request, response)
+        return response
+
+    async def __acall__(self, request: Any) -> Any:
+        breaker, permit, early = self._admit(request)
+        if early is not None:
+            return early
+        if permit is None:
+            return await self.get_response(request)
+        try:
+            response = await self.get_response(request)
+        except BaseException:  # CancelledError: the client went away
+            breaker.record_ignored(permit)
+            raise
+        record_response(breaker, permit, request, response)
+        return response
+
+
+# ---------------------------------------------------------------------- limiter
+class RateLimitMiddleware:
+    """The package's own inbound rate limiter (IN-4), see :class:`~baldur_django.inbound.RateLimiter`.
+
+    Rules come from ``BALDUR_RATE_LIMIT_RULES`` (``{"path": substring, "rate": "N/s|m|h",
+    "key": "ip" | "user" | dotted path}``); counters live in the cache
+    ``BALDUR_RATE_LIMIT_CACHE_ALIAS``. A refused request gets a 429 with ``Retry-After``,
+    ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and ``X-RateLimit-Mode`` and is
+    marked (:func:`baldur_django.mark_rate_limited`), so the circuit-breaker middleware
+    never counts it (IN-3). Admitted responses get no rate-limit headers: a 429 relayed
+    from upstream through an admitted request must still count.
+
+    Args:
+        get_response: the next handler in Django's chain (sync or async).
+        limiter: the :class:`RateLimiter` to use (tests inject one with a fake clock).
+
+    Raises:
+        ConfigError: on a request, when ``BALDUR_RATE_LIMIT_RULES`` is invalid or a key
+            function cannot be imported (the system checks report it at startup).
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[Any], Any], limiter: RateLimiter | None = None) -> None:
+        if get_response is None:
+            raise ValueError("RateLimitMiddleware needs get_response")
+        self.get_response = get_response
+        self.limiter = limiter if limiter is not None else RateLimiter()
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def _refuse(self, request: Any, refusal: Any) -> Any:
+        from .inbound import mark_rate_limited
+
+        mark_rate_limited(request)
+        return rate_limited_response(refusal)
+
+    def __call__(self, request: Any) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        rules = self.limiter.matching(request.path)
+        if rules:
+            refusal = self.limiter.check(request, rules)
+            if refusal is not None:
+                return self._refuse(request, refusal)
+        return self.get_response(request)
+
+    async def __acall__(self, request: Any) -> Any:
+        rules = self.limiter.matching(request.path)
+        if rules:
+            # Cache calls block, so they run in a worker thread. A "user" or custom key may
+            # touch the ORM (a lazy request.user), which must run in the thread Django
+            # keeps for it; plain "ip" keys need no database and run in parallel.
+            main_thread = any(rule.key != "ip" for rule in rules)
+            refusal = await sync_to_async(self.limiter.check, thread_sensitive=main_thread)(request, rules)
+            if refusal is not None:
+                return self._refuse(request, refusal)
+        return await self.get_response(request)

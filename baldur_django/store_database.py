@@ -1,0 +1,214 @@
+"""The ``database`` state backend: the store protocol on the Django ORM (ST-2).
+
+Each transition is one transaction that locks the breaker's row
+(``select_for_update``; on SQLite a no-op write first takes the database's write lock)
+and applies the same pure rules as the memory store (``core/stores/logic.py``). Shared
+timestamps come from the database's clock. ORM work never runs on an event loop: called
+from a thread with a running loop, the operation runs in a worker thread (Django's
+async-safety rule). Every database error becomes ``StoreUnavailable`` (ST-4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
+
+from django.db import DatabaseError, IntegrityError, connections, router, transaction
+
+from .core.stores.base import Answer, StoreUnavailable, decode, encode, safe_key
+from .core.stores.logic import prunable, run
+
+__all__ = ["DatabaseStore", "db_now"]
+
+T = TypeVar("T")
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _worker() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="baldur-db")
+        return _executor
+
+
+def db_now(alias: str) -> float:
+    """The database clock as Unix seconds (float). Falls back to ``time.time()`` for unknown vendors."""
+    connection = connections[alias]
+    vendor = connection.vendor
+    if vendor == "postgresql":
+        sql = "SELECT EXTRACT(EPOCH FROM clock_timestamp())"
+    elif vendor == "sqlite":
+        sql = "SELECT (julianday('now') - 2440587.5) * 86400.0"
+    elif vendor == "mysql":
+        sql = "SELECT UNIX_TIMESTAMP(NOW(6))"
+    else:
+        return time.time()
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return float(cursor.fetchone()[0])
+
+
+class DatabaseStore:
+    """Breaker records in the ``BreakerRecord`` table of database *alias*.
+
+    Args:
+        alias: the Django database alias (``router.db_for_write`` of the model by default).
+    """
+
+    backend = "database"
+
+    def __init__(self, alias: str | None = None) -> None:
+        from .store_models import BreakerRecord
+
+        self.alias = alias or router.db_for_write(BreakerRecord)
+
+    # ---------------------------------------------------------------- plumbing
+    def _off_loop(self, fn: Callable[[], T]) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return fn()
+        return _worker().submit(self._in_thread, fn).result()
+
+    def _in_thread(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        finally:
+            connections[self.alias].close_if_unusable_or_obsolete()
+
+    def _guarded(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return self._off_loop(fn)
+        except StoreUnavailable:
+            raise
+        except (DatabaseError, OSError) as exc:
+            raise StoreUnavailable(f"database {what} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _write_lock(self, cursor: Any, table: str, key: str) -> None:
+        if connections[self.alias].vendor == "sqlite":
+            # take SQLite's write lock before reading, so two writers cannot interleave
+            cursor.execute(f'UPDATE "{table}" SET "key" = "key" WHERE "key" = %s', [key])
+
+    def _op(self, name: str, op: str, *args: Any, touch: bool = True) -> Answer:
+        from .store_models import BreakerRecord
+
+        key = safe_key(name)
+        table = BreakerRecord._meta.db_table
+
+        def work() -> Answer:
+            for attempt in range(3):
+                try:
+                    with transaction.atomic(using=self.alias):
+                        with connections[self.alias].cursor() as cursor:
+                            self._write_lock(cursor, table, key)
+                        now = db_now(self.alias)
+                        row = BreakerRecord.objects.using(self.alias).select_for_update().filter(key=key).first()
+                        if row is None and not touch:
+                            return run(op, decode(None), now, *args)  # a task's read registers nothing
+                        if row is None:
+                            row = BreakerRecord.objects.using(self.alias).create(key=key, name=name, record="", last_seen=now)
+                        answer = run(op, decode(row.record or None), now, *args)
+                        row.record = encode(answer.record)
+                        if touch:
+                            row.last_seen = now
+                        row.save(update_fields=["record", "last_seen"])
+                        return answer
+                except IntegrityError:
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        return self._guarded(op, work)
+
+    # ---------------------------------------------------------------- protocol
+    def load(self, name: str) -> Answer:
+        return self._op(name, "load")
+
+    def inspect(self, name: str) -> Answer:
+        return self._op(name, "inspect", touch=False)
+
+    def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
+        return self._op(name, "trip", trigger, float(recovery_timeout))
+
+    def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
+        return self._op(name, "acquire_probe", token, int(max_calls), float(lease_seconds))
+
+    def finish_probe(self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float) -> Answer:
+        return self._op(name, "finish_probe", token, int(version), outcome, int(max_calls), float(recovery_timeout))
+
+    def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
+        return self._op(name, "force", mode, float(ttl_seconds), reason or "", actor)
+
+    def release(self, name: str) -> Answer:
+        return self._op(name, "release")
+
+    def sweep(self, name: str) -> Answer:
+        return self._op(name, "sweep", touch=False)
+
+    def names(self) -> dict[str, float]:
+        from .store_models import BreakerRecord
+
+        def work() -> dict[str, float]:
+            return dict(BreakerRecord.objects.using(self.alias).values_list("name", "last_seen"))
+
+        return self._guarded("registry read", work)
+
+    def prune(self, older_than: float) -> list[str]:
+        from .store_models import BreakerRecord
+
+        def work() -> list[str]:
+            with transaction.atomic(using=self.alias):
+                stale = BreakerRecord.objects.using(self.alias).select_for_update().filter(last_seen__lt=older_than)
+                gone = [row for row in stale if prunable(decode(row.record or None))]
+                BreakerRecord.objects.using(self.alias).filter(pk__in=[row.pk for row in gone]).delete()
+                return [row.name for row in gone]
+
+        return self._guarded("prune", work)
+
+    def lock(self, name: str, ttl_seconds: float) -> str | None:
+        from .store_models import BreakerLock
+
+        table = BreakerLock._meta.db_table
+
+        def work() -> str | None:
+            token = uuid.uuid4().hex
+            with transaction.atomic(using=self.alias):
+                with connections[self.alias].cursor() as cursor:
+                    if connections[self.alias].vendor == "sqlite":
+                        cursor.execute(f'UPDATE "{table}" SET "name" = "name" WHERE "name" = %s', [name])
+                now = db_now(self.alias)
+                row = BreakerLock.objects.using(self.alias).select_for_update().filter(name=name).first()
+                if row is None:
+                    try:
+                        with transaction.atomic(using=self.alias):
+                            BreakerLock.objects.using(self.alias).create(name=name, token=token, expires_at=now + ttl_seconds)
+                    except IntegrityError:
+                        return None  # a concurrent run created it first
+                    return token
+                if row.expires_at > now:
+                    return None
+                row.token = token
+                row.expires_at = now + ttl_seconds
+                row.save(update_fields=["token", "expires_at"])
+                return token
+
+        return self._guarded("lock", work)
+
+    def unlock(self, name: str, token: str) -> bool:
+        from .store_models import BreakerLock
+
+        def work() -> bool:
+            return BreakerLock.objects.using(self.alias).filter(name=name, token=token).delete()[0] > 0
+
+        return self._guarded("unlock", work)
+
+    def reset(self, name: str) -> None:
+        from .store_models import BreakerRecord
+
+        self._guarded("reset", lambda: BreakerRecord.objects.using(self.alias).filter(key=safe_key(name)).delete())

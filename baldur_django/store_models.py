@@ -1,0 +1,39 @@
+"""Tables of the ``database`` state backend (ST-2). Imported by ``models.py``."""
+
+from __future__ import annotations
+
+from django.db import models
+
+__all__ = ["BreakerRecord", "BreakerLock"]
+
+
+class BreakerRecord(models.Model):
+    """The shared record of one breaker, as JSON text (never pickle), plus its registry entry.
+
+    ``key`` is :func:`baldur_django.core.stores.base.safe_key` of the name, so long or odd
+    names never collide (CB-12); ``last_seen`` is the database clock's Unix time.
+    """
+
+    key = models.CharField(max_length=80, unique=True)
+    name = models.TextField()
+    record = models.TextField(default="")
+    last_seen = models.FloatField(default=0.0, db_index=True)
+
+    class Meta:
+        verbose_name = "shared breaker record"
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BreakerLock(models.Model):
+    """An expiring fleet-wide lock (Celery tasks, ST-5)."""
+
+    name = models.CharField(max_length=120, unique=True)
+    token = models.CharField(max_length=64)
+    expires_at = models.FloatField()
+
+    class Meta:
+        verbose_name = "fleet lock"
+        default_permissions = ()

@@ -1,0 +1,80 @@
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--json FILE] [--stores]``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import time
+
+from .profiling import format_ladder, measure_ladder, profile_closed
+from .report import format_report, to_json
+from .scenarios import DEFAULT, QUICK, SCENARIOS, environment, run_all
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a short run (a few seconds; noisier figures)")
+    parser.add_argument("--profile", action="store_true", help="profile circuit_breaker's CLOSED hot path instead")
+    parser.add_argument("--only", default="", help=f"comma-separated scenarios to run ({', '.join(SCENARIOS)})")
+    parser.add_argument("--rounds", type=int, default=None, help="override the rounds of the closed/open/async scenarios (and the profile ladder)")
+    parser.add_argument("--json", metavar="FILE", default=None, help="also write every figure as JSON to FILE")
+    # --- shared-store benchmark hook (benchmarks/stores.py) ---
+    parser.add_argument("--stores", action="store_true", help="run the shared-store benchmark instead (benchmarks/stores.py; needs Redis)")
+    parser.add_argument("--redis-url", default=None, help="with --stores: the Redis server and database to use")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.stores:  # --- shared-store benchmark hook ---
+        from .stores import main as stores_main
+
+        return stores_main(["--redis-url", args.redis_url] if args.redis_url else [], quick=args.quick, json_file=args.json)
+    # The OPEN scenario trips breakers on purpose: keep their state-change lines off stderr
+    # (and give the logger its level back afterwards: tests call main() in-process).
+    quiet = logging.getLogger("baldur")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        return _run(args)
+    finally:
+        quiet.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = QUICK if args.quick else DEFAULT
+    if args.rounds is not None:
+        if args.rounds < 1:
+            print("--rounds must be at least 1", file=sys.stderr)
+            return 2
+        settings = dataclasses.replace(settings, rounds=args.rounds)
+
+    if args.profile:
+        print("cProfile of circuit_breaker, CLOSED success, steady state (own time; cProfile inflates every call):")
+        print(profile_closed(calls=50_000 if args.quick else 300_000))
+        print("cProfile of the same, the wrapped function returning a response object (status_code 200):")
+        print(profile_closed(calls=50_000 if args.quick else 300_000, response=True))
+        print("Step ladder: the hot path rebuilt line by line, each step measured against a bare call")
+        print(format_ladder(measure_ladder(settings, rounds=settings.rounds if args.quick else 2 * settings.rounds)))
+        return 0
+
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in only if name not in SCENARIOS]
+    if unknown:
+        print(f"--only: unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    env = environment()
+    started = time.monotonic()
+    results = run_all(settings, only or None, progress=lambda key: print(f"measuring {key} ...", file=sys.stderr, flush=True))
+    print(format_report(results, env, settings, time.monotonic() - started))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(to_json(results, env, settings), handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Timing primitives: interleaved rounds, paired against a bare baseline.
+
+Every scenario measures its contenders *and* the bare baseline in the same round, in an
+order shuffled per round, so slow phases of a busy machine hit all of them alike. Per
+round the overhead of a contender is its ns/call minus the baseline's ns/call of that
+same round; the reported figure is the median of those paired differences.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any, Awaitable, Callable, Mapping
+
+__all__ = [
+    "Sample",
+    "loop_calls",
+    "loop_rejections",
+    "aloop_calls",
+    "interleave",
+    "ainterleave",
+    "thread_batch",
+    "interleave_threads",
+    "quantiles",
+]
+
+_now = time.perf_counter_ns
+
+
+def loop_calls(func: Callable[[], Any], n: int) -> int:
+    """Call ``func()`` *n* times; return the elapsed nanoseconds (int)."""
+    start = _now()
+    for _ in repeat(None, n):
+        func()
+    return _now() - start
+
+
+def loop_rejections(func: Callable[[], Any], n: int, catch: type[BaseException] | tuple = Exception) -> int:
+    """Call ``func()`` *n* times inside ``try/except catch``; return elapsed nanoseconds.
+
+    The bare baseline runs through the same loop with a function that returns normally,
+    so the overhead of a rejection includes raising and catching its exception.
+    """
+    start = _now()
+    for _ in repeat(None, n):
+        try:
+            func()
+        except catch:
+            pass
+    return _now() - start
+
+
+async def aloop_calls(func: Callable[[], Awaitable[Any]], n: int) -> int:
+    """Await ``func()`` *n* times in the running event loop; return elapsed nanoseconds."""
+    start = _now()
+    for _ in repeat(None, n):
+        await func()
+    return _now() - start
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    """(25th percentile, median, 75th percentile) of *values* (at least one value)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], statistics.median(values), q[2]
+
+
+@dataclass
+class Sample:
+    """Per-round figures of one contender in one scenario.
+
+    Attributes:
+        per_call (list[float]): ns per call in each round (or calls/s for throughput).
+        over_bare (list[float]): the paired figure against the baseline of the same round:
+            ns over the bare call (latency scenarios) or contender/bare ratio (throughput).
+    """
+
+    per_call: list[float] = field(default_factory=list)
+    over_bare: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.per_call)
+
+    @property
+    def overhead(self) -> float:
+        return statistics.median(self.over_bare)
+
+    def spread(self) -> tuple[float, float]:
+        """(p25, p75) of the paired figure, to show how noisy the rounds were."""
+        low, _, high = quantiles(self.over_bare)
+        return low, high
+
+
+def _rounds_order(names: list[str], rounds: int, seed: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        order = list(names)
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def interleave(
+    runners: Mapping[str, Callable[[int], int]],
+    *,
+    baseline: str,
+    rounds: int,
+    n: int,
+    seed: int = 0,
+) -> dict[str, Sample]:
+    """Run every runner once per round, in a shuffled order, and pair it with *baseline*.
+
+    Args:
+        runners: name -> ``runner(n) -> elapsed ns`` for *n* calls; must include *baseline*.
+        baseline: the name of the bare runner.
+        rounds: measured rounds (one unrecorded warm-up round runs first).
+        n: calls per runner per round.
+        seed: seeds the per-round shuffle, so runs are repeatable.
+
+    Returns:
+        name -> :class:`Sample` (ns/call; ``over_bare`` is ns over the bare call). The
+        baseline's own ``over_bare`` is all zeros.
+    """
+    names = list(runners)
+    for name in names:  # warm-up: let the adaptive interpreter specialise every loop
+        runners[name](n)
+    samples = {name: Sample() for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for order in _rounds_order(names, rounds, seed):
+            elapsed = {name: runners[name](n) for name in order}
+            bare = elapsed[baseline] / n
+            for name in names:
+                per_call = elapsed[name] / n
+                samples[name].per_call.append(per_call)
+                samples[name].over_bare.append(per_call - bare)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return samples
+
+
+async def ainterleave(
+    runners: Mapping[str, Callable[[int], Awaitable[int]]],
+    *,
+    baseline: str,
+    rounds: int,
+    n: int,
+    seed: int = 0,
+) -> dict[str, Sample]:
+    """:func:`interleave` for coroutine runners, awaited inside the running event loop."""
+    names = list(runners)
+    for name in names:
+        await runners[name](n)
+    samples = {name: Sample() for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for order in _rounds_order(names, rounds, seed):
+            elapsed = {}
+            for name in order:
+                elapsed[name] = await runners[name](n)
+            bare = elapsed[baseline] / n
+            for name in names:
+                per_call = elapsed[name] / n
+                samples[name].per_call.append(per_call)
+                samples[name].over_bare.append(per_call - bare)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return samples
+
+
+def thread_batch(func: Callable[[], Any], threads: int, per_thread: int) -> float:
+    """Hammer ``func`` from *threads* threads, *per_thread* calls each; return calls/second.
+
+    The clock starts when every thread has passed a start barrier and stops when the
+    last one has finished, so thread creation is not measured.
+    """
+    barrier = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            barrier.wait()
+            loop_calls(func, per_thread)
+        except BaseException as exc:  # surfaced below, never swallowed
+            errors.append(exc)
+
+    pool = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    barrier.wait()
+    start = _now()
+    for thread in pool:
+        thread.join()
+    elapsed = _now() - start
+    if errors:
+        raise RuntimeError(f"a benchmark thread failed: {errors[0]!r}") from errors[0]
+    return threads * per_thread / (elapsed / 1e9)
+
+
+def interleave_threads(
+    funcs: Mapping[str, Callable[[], Any]],
+    *,
+    baseline: str,
+    rounds: int,
+    threads: int,
+    per_thread: int,
+    seed: int = 0,
+) -> dict[str, Sample]:
+    """Throughput rounds: every function hammered by *threads* threads once per round.
+
+    Returns:
+        name -> :class:`Sample` whose ``per_call`` holds calls/second per round and whose
+        ``over_bare`` holds the contender/bare throughput ratio of the same round.
+    """
+    names = list(funcs)
+    for name in names:
+        thread_batch(funcs[name], threads, max(1, per_thread // 10))
+    samples = {name: Sample() for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for order in _rounds_order(names, rounds, seed):
+            rate = {name: thread_batch(funcs[name], threads, per_thread) for name in order}
+            for name in names:
+                samples[name].per_call.append(rate[name])
+                samples[name].over_bare.append(rate[name] / rate[baseline])
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return samples

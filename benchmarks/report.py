@@ -1,0 +1,163 @@
+"""Tables, goal verdicts and JSON output for the benchmark results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .scenarios import (
+    CIRCUIT_BREAKER,
+    CIRCUITBREAKER,
+    CONTENDERS,
+    PROTECTED,
+    BenchSettings,
+    ScenarioResult,
+)
+
+__all__ = ["Goal", "GOALS", "Verdict", "evaluate", "format_report", "to_json"]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """``subject / reference`` in *scenario* must be <= *limit* (or >= when higher is better)."""
+
+    text: str
+    scenario: str
+    subject: str
+    reference: str
+    limit: float
+    higher_is_better: bool = False
+
+
+GOALS = (
+    Goal("circuit_breaker CLOSED-success overhead <= 0.5 x circuitbreaker's", "closed", CIRCUIT_BREAKER, CIRCUITBREAKER, 0.5),
+    Goal("protected (no retry, no fallback) CLOSED overhead <= 1.5 x circuit_breaker's", "closed", PROTECTED, CIRCUIT_BREAKER, 1.5),
+    Goal("circuit_breaker OPEN-rejection overhead <= circuitbreaker's", "open", CIRCUIT_BREAKER, CIRCUITBREAKER, 1.0),
+    Goal("protected OPEN-rejection overhead <= circuitbreaker's", "open", PROTECTED, CIRCUITBREAKER, 1.0),
+    Goal("circuit_breaker async overhead <= circuitbreaker's", "async", CIRCUIT_BREAKER, CIRCUITBREAKER, 1.0),
+    Goal("protected async overhead <= circuitbreaker's", "async", PROTECTED, CIRCUITBREAKER, 1.0),
+    Goal("circuit_breaker thread throughput >= circuitbreaker's", "threads", CIRCUIT_BREAKER, CIRCUITBREAKER, 1.0, True),
+    Goal("protected thread throughput >= circuitbreaker's", "threads", PROTECTED, CIRCUITBREAKER, 1.0, True),
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One goal's outcome: ``status`` is ``PASS``, ``MISS`` or ``N/A`` (not measured or
+    the reference figure is not positive, so no ratio can be formed)."""
+
+    goal: Goal
+    ratio: float | None
+    status: str
+
+
+def evaluate(results: dict[str, ScenarioResult]) -> list[Verdict]:
+    """The verdict of every goal whose scenario is in *results*."""
+    verdicts = []
+    for goal in GOALS:
+        result = results.get(goal.scenario)
+        if result is None:
+            continue
+        subject, reference = result.value(goal.subject), result.value(goal.reference)
+        if subject is None or reference is None or reference <= 0:
+            verdicts.append(Verdict(goal, None, "N/A"))
+            continue
+        ratio = subject / reference
+        ok = ratio >= goal.limit if goal.higher_is_better else ratio <= goal.limit
+        verdicts.append(Verdict(goal, ratio, "PASS" if ok else "MISS"))
+    return verdicts
+
+
+def _cell(result: ScenarioResult, name: str) -> str:
+    if name in result.missing:
+        return "n/a"
+    value = result.value(name)
+    if value is None:
+        return "-"
+    if result.throughput:
+        sample = result.samples[name]
+        return f"{value / 1e6:.2f} M/s ({sample.overhead:.2f}x)"
+    return f"+{value:.0f} ns" if value >= 0 else f"{value:.0f} ns"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)))
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_report(results: dict[str, ScenarioResult], env: dict[str, Any], settings: BenchSettings, elapsed: float) -> str:
+    """The human-readable report: environment, headline table, details, goal verdicts."""
+    out = []
+    out.append(
+        f"Python {env['python']} ({env['implementation']}) on {env['platform']}; "
+        f"{env['usable_cpus']} usable CPU(s) of {env['cpus']}; load average {env['loadavg'][0]:.2f} at start"
+    )
+    out.append(
+        f"baldur_django {env['baldur_django']} (window {env['baldur_window']}, rate threshold "
+        f"{env['baldur_rate_threshold']:g}%, consecutive threshold {env['baldur_failure_threshold']}), "
+        f"pybreaker {env['pybreaker']}, circuitbreaker {env['circuitbreaker']}; switch interval {env['switchinterval'] * 1e3:g} ms"
+    )
+    out.append(f"baldur state backend: {env['baldur_store']} (BALDUR_STATE_BACKEND); git {env['git']}")
+    out.append(
+        f"{settings.rounds} interleaved rounds x {settings.calls} calls (closed), {settings.reject_calls} (open), "
+        f"{settings.async_calls} (async); {settings.thread_rounds} rounds x {settings.threads} threads x "
+        f"{settings.per_thread} calls; took {elapsed:.0f} s"
+    )
+    out.append("")
+    out.append("Median overhead per call over a bare call (lower is better); thread rows: calls/s (x bare, higher is better)")
+    rows = [["scenario", "bare", *CONTENDERS]]
+    for result in results.values():
+        bare = f"{result.bare / 1e6:.2f} M/s" if result.throughput else f"{result.bare:.0f} ns"
+        rows.append([result.title, bare, *(_cell(result, name) for name in CONTENDERS)])
+    out.append(_table(rows))
+
+    out.append("")
+    out.append("Details: median per call, and the p25..p75 spread of the paired per-round figure")
+    rows = [["scenario / contender", "median", "over bare", "p25..p75"]]
+    for result in results.values():
+        for name, sample in [*result.samples.items(), *result.extra.items()]:
+            if result.throughput:
+                low, high = sample.spread()
+                rows.append([f"{result.key} / {name}", f"{sample.median / 1e6:.3f} M/s", f"{sample.overhead:.3f}x", f"{low:.3f}..{high:.3f}x"])
+            else:
+                low, high = sample.spread()
+                rows.append([f"{result.key} / {name}", f"{sample.median:.0f} ns", f"+{sample.overhead:.0f} ns", f"{low:.0f}..{high:.0f} ns"])
+        for name, why in result.missing.items():
+            rows.append([f"{result.key} / {name}", "n/a", why, ""])
+    out.append(_table(rows))
+
+    verdicts = evaluate(results)
+    if verdicts:
+        out.append("")
+        out.append("Goals")
+        for verdict in verdicts:
+            ratio = "ratio n/a" if verdict.ratio is None else f"ratio {verdict.ratio:.2f} (limit {verdict.goal.limit:g})"
+            out.append(f"  {verdict.status:<4}  {verdict.goal.text}: {ratio}")
+    return "\n".join(out)
+
+
+def to_json(results: dict[str, ScenarioResult], env: dict[str, Any], settings: BenchSettings) -> dict[str, Any]:
+    """A JSON-ready dict of every figure and verdict (for comparing runs)."""
+    scenarios = {}
+    for key, result in results.items():
+        scenarios[key] = {
+            "title": result.title,
+            "throughput": result.throughput,
+            "bare": result.bare,
+            "contenders": {
+                name: {"median": s.median, "over_bare": s.overhead, "spread": s.spread()}
+                for name, s in [*result.samples.items(), *result.extra.items()]
+            },
+            "missing": result.missing,
+        }
+    return {
+        "environment": env,
+        "settings": settings.__dict__,
+        "scenarios": scenarios,
+        "goals": [{"goal": v.goal.text, "ratio": v.ratio, "status": v.status} for v in evaluate(results)],
+    }

@@ -1,0 +1,125 @@
+"""End to end: the short scripted demo (``python -m testproject.demo --short``) with its
+two real server processes, judged from the JSON summary it writes.
+
+The demo runs once per module (about 15-20 s); each test checks one claim."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    summary_path = out / "summary.json"
+    env = dict(os.environ)
+    env.pop("TESTPROJECT_DB", None)  # the demo keeps its own throwaway database in --out-dir
+    env.pop("PAYMENTS_URL", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)  # pytest's tests.settings is not the demo's
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    result = subprocess.run(
+        [sys.executable, "-m", "testproject.demo", "--short", "--no-color", "--json-summary", str(summary_path), "--out-dir", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert summary_path.exists(), f"no summary written; rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+    summary = json.loads(summary_path.read_text())
+    assert "phases" in summary, f"the demo did not get to run its phases:\n{result.stdout}\n{result.stderr}"
+    return result, summary
+
+
+def test_demo_exits_zero_and_reports_no_problem(demo_run):
+    """The demo's own verdict: every expectation held (exit status 0)."""
+    result, summary = demo_run
+    assert summary["problems"] == [], result.stdout
+    assert summary["ok"] is True
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cb2_cb5_cb6_transitions_closed_open_half_open_closed(demo_run):
+    """CB-2, CB-5, CB-6: the breaker went CLOSED -> OPEN (consecutive failures), then
+    OPEN -> HALF_OPEN (recovery timeout), then HALF_OPEN -> CLOSED (probes succeeded),
+    in that order; every transition starts where the previous one ended."""
+    _, summary = demo_run
+    transitions = summary["transitions"]
+    assert transitions, "no transition was observed"
+    first = transitions[0]
+    assert (first["from"], first["to"], first["trigger"]) == ("closed", "open", "consecutive_failures")
+    for before, after in zip(transitions, transitions[1:]):
+        assert before["to"] == after["from"], transitions
+    wanted = [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+    found = 0
+    for t in transitions:
+        if found < len(wanted) and (t["from"], t["to"]) == wanted[found]:
+            found += 1
+    assert found == len(wanted), transitions
+    closing = [t for t in transitions if (t["from"], t["to"]) == ("half_open", "closed")]
+    assert closing[0]["trigger"] == "half_open_success"
+
+
+def test_cb4_open_breaker_spares_the_upstream(demo_run):
+    """CB-4, FAC-4: while the upstream failed, it counted fewer requests than were sent
+    (the open breaker rejected the rest fast) and every request got the fallback."""
+    _, summary = demo_run
+    failing = summary["phases"]["failing"]
+    assert failing["upstream_counted"] < failing["sent"]
+    assert failing["rejected_fast"] > 0
+    assert failing["upstream_counted"] + failing["rejected_fast"] == failing["sent"]
+    assert failing["fallback"] == failing["sent"]
+    assert failing["errors"] == 0
+    # the server's own count of rejections (call_rejected signals) matches the responses
+    assert summary["totals"]["server_rejections"] == summary["totals"]["rejected_fast"]
+    assert summary["totals"]["fallbacks"] > 0
+
+
+def test_cb1_healthy_phase_is_all_paid(demo_run):
+    """CB-1: with a healthy upstream every request went through and was paid."""
+    _, summary = demo_run
+    healthy = summary["phases"]["healthy"]
+    assert healthy["ok"] == healthy["sent"] == healthy["upstream_counted"] > 0
+
+
+def test_cb4_breaker_keeps_latency_low_while_upstream_hangs(demo_run):
+    """CB-4: while the upstream hangs, the median latency with the breaker is below the
+    median without it (the unprotected view waits out the client timeout every time)."""
+    _, summary = demo_run
+    protected = summary["hang_median_ms"]["protected"]
+    unprotected = summary["hang_median_ms"]["unprotected"]
+    assert protected < unprotected
+    hang_off = summary["phases"]["hang_unprotected"]
+    assert hang_off["errors"] == hang_off["sent"] == hang_off["upstream_counted"]
+    hang_on = summary["phases"]["hang_protected"]
+    assert "closed->open" in hang_on["transitions"]
+    assert hang_on["upstream_counted"] < hang_on["sent"]
+
+
+def test_cb13_server_logs_breaker_lines_on_stderr(demo_run):
+    """CB-13: the server's stderr carries ``circuit_breaker.opened`` / ``.closed`` lines
+    from logger ``baldur.circuit_breaker``; the HALF_OPEN step is not logged (CB-5)."""
+    _, summary = demo_run
+    lines = summary["log_lines"]
+    assert any("circuit_breaker.opened service=payments" in line for line in lines)
+    assert any("circuit_breaker.closed service=payments" in line for line in lines)
+    assert not any("half_opened" in line for line in lines)
+
+
+def test_plain_output_when_not_a_terminal(demo_run):
+    """Off a TTY with --no-color: no carriage-return updates, no ANSI escapes, a summary table."""
+    result, _ = demo_run
+    assert "\r" not in result.stdout
+    assert "\x1b[" not in result.stdout
+    assert "Summary" in result.stdout
+    assert "CLOSED -> OPEN" in result.stdout

@@ -1,0 +1,236 @@
+"""The test project's shop views, through Django's test client, against a real upstream
+server (``testproject.upstream`` in a thread). Time moves with the FakeClock only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+REQUIRED_SNAPSHOT_KEYS = {
+    "service",
+    "state",
+    "consecutive_failures",
+    "window_calls",
+    "window_failures",
+    "opened_at",
+    "forced",
+    "force_expires_at",
+    "dry_run_rejections",
+    "backend",
+}
+
+
+def make_order(shop_app, amount_cents=1999, **fields):
+    return shop_app.objects.create(amount_cents=amount_cents, **fields)
+
+
+def charge(client, order, unprotected=False, method="post"):
+    path = f"/orders/{order.pk}/charge{'-unprotected' if unprotected else ''}/"
+    return getattr(client, method)(path)
+
+
+def breakers(client, since=0):
+    response = client.get(f"/breakers/?since={since}")
+    assert response.status_code == 200
+    return response.json()
+
+
+def trip(client, shop_app, upstream):
+    """Three failing charges: the third opens the breaker (failure_threshold 3)."""
+    upstream.state.set_mode("fail")
+    replies = [charge(client, make_order(shop_app)).json() for _ in range(3)]
+    assert [r["breaker"] for r in replies] == ["closed", "closed", "open"]
+    return replies
+
+
+def test_fac4_charge_success_pays_the_order(shop, shop_app, client, upstream):
+    """FAC-4, CB-1: a healthy upstream answers; no fallback; the order is paid."""
+    order = make_order(shop_app)
+    response = charge(client, order)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "paid"
+    assert body["served_by"] == "upstream"
+    assert body["rejected"] is False
+    assert body["breaker"] == "closed"
+    assert body["charge_id"] == "ch_1"
+    order.refresh_from_db()
+    assert (order.status, order.charge_id, order.attempts) == ("paid", "ch_1", 1)
+    assert upstream.state.charge_requests == 1
+
+
+def test_fac4_upstream_503_is_answered_by_the_fallback(shop, shop_app, client, upstream):
+    """FAC-4, CB-2: a 503 raises in the protected call (raise_for_status), counts one
+    failure, and the fallback queues the order."""
+    upstream.state.set_mode("fail")
+    order = make_order(shop_app)
+    response = charge(client, order)
+    assert response.status_code == 202
+    body = response.json()
+    assert body["status"] == "queued"
+    assert body["served_by"] == "fallback"
+    assert body["rejected"] is False  # the call reached the upstream
+    assert body["reason"] == "payments answered HTTP 503"
+    order.refresh_from_db()
+    assert order.status == "queued"
+    assert order.last_error == "payments answered HTTP 503"
+    snap = breakers(client)["breakers"]["payments"]
+    assert snap["consecutive_failures"] == 1
+    assert snap["state"] == "closed"
+
+
+def test_cb2_cb4_open_breaker_answers_without_calling_upstream(shop, shop_app, client, upstream):
+    """CB-2, CB-4, FAC-4: three failures in a row open the breaker; the next charge is
+    answered by the fallback and the upstream never sees it."""
+    trip(client, shop_app, upstream)
+    assert upstream.state.charge_requests == 3
+    order = make_order(shop_app)
+    response = charge(client, order)
+    assert response.status_code == 202
+    body = response.json()
+    assert body["served_by"] == "fallback"
+    assert body["rejected"] is True
+    assert body["breaker"] == "open"
+    assert "not called" in body["reason"]
+    assert upstream.state.charge_requests == 3  # unchanged
+    order.refresh_from_db()
+    assert order.status == "queued"
+    data = breakers(client)
+    assert data["breakers"]["payments"]["state"] == "open"
+    assert [(t["from"], t["to"], t["trigger"]) for t in data["transitions"]] == [("closed", "open", "consecutive_failures")]
+    assert data["rejections"] == {"payments": {"open": 1}}
+
+
+def test_cb5_cb6_recovery_timeout_then_two_good_probes_close(shop, shop_app, client, upstream, clock):
+    """CB-5, CB-6: 2 s after opening, the breaker admits probes; two successes close it."""
+    trip(client, shop_app, upstream)
+    upstream.state.set_mode("recover")
+    clock.advance(1.9)
+    assert charge(client, make_order(shop_app)).json()["rejected"] is True
+    clock.advance(0.1)
+    assert breakers(client)["breakers"]["payments"]["state"] == "half_open"
+    first = charge(client, make_order(shop_app)).json()
+    assert (first["served_by"], first["breaker"]) == ("upstream", "half_open")
+    second = charge(client, make_order(shop_app)).json()
+    assert (second["served_by"], second["breaker"]) == ("upstream", "closed")
+    assert upstream.state.charge_requests == 5
+    data = breakers(client)
+    assert [(t["from"], t["to"]) for t in data["transitions"]] == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "closed"),
+    ]
+
+
+def test_cb6_failed_probe_reopens(shop, shop_app, client, upstream, clock):
+    """CB-6: a probe that meets the failing upstream reopens the breaker (half_open_failure)."""
+    trip(client, shop_app, upstream)
+    clock.advance(2.0)
+    body = charge(client, make_order(shop_app)).json()
+    assert body["served_by"] == "fallback"
+    assert body["rejected"] is False  # the probe did reach the upstream
+    assert body["breaker"] == "open"
+    assert upstream.state.charge_requests == 4
+    data = breakers(client)
+    assert data["transitions"][-1]["trigger"] == "half_open_failure"
+    assert data["breakers"]["payments"]["last_trigger"] == "half_open_failure"
+
+
+def test_fac4_timeout_counts_as_failure_and_upstream_sees_client_leave(shop, shop_app, client, upstream, settings):
+    """FAC-4, CB-10: a read timeout is a counted failure answered by the fallback; the
+    upstream's hang ends when the client gives up."""
+    settings.PAYMENTS_TIMEOUT = 0.3
+    upstream.state.set_mode("hang")
+    body = charge(client, make_order(shop_app)).json()
+    assert body["served_by"] == "fallback"
+    assert body["reason"] == "payments did not answer within 0.3 s"
+    assert breakers(client)["breakers"]["payments"]["consecutive_failures"] == 1
+    assert upstream.state.wait_for(lambda s: s.by_outcome["hang_abandoned"] == 1, timeout=5)
+
+
+def test_unprotected_view_fails_with_502_and_leaves_breaker_alone(shop, shop_app, client, upstream):
+    """FAC-4 (contrast): without the breaker every failure reaches the caller as a 502,
+    every request reaches the upstream, and the breaker records nothing."""
+    upstream.state.set_mode("fail")
+    for _ in range(4):
+        response = charge(client, make_order(shop_app), unprotected=True)
+        assert response.status_code == 502
+        assert response.json()["served_by"] == "error"
+        assert response.json()["error"] == "payments answered HTTP 503"
+    assert upstream.state.charge_requests == 4
+    snap = breakers(client)["breakers"]["payments"]
+    assert (snap["state"], snap["consecutive_failures"], snap["window_calls"]) == ("closed", 0, 0)
+
+
+def test_unprotected_view_success(shop, shop_app, client, upstream):
+    """CB-1 (contrast): the unprotected view pays the order when the upstream is healthy."""
+    order = make_order(shop_app)
+    response = charge(client, order, unprotected=True, method="get")
+    assert response.status_code == 200
+    assert response.json()["served_by"] == "upstream"
+    order.refresh_from_db()
+    assert order.status == "paid"
+
+
+def test_charge_unknown_or_paid_order_never_calls_upstream(shop, shop_app, client, upstream):
+    """404 for an unknown order, 409 for a paid one; neither touches the upstream or the breaker."""
+    assert client.post("/orders/999999/charge/").status_code == 404
+    paid = make_order(shop_app, status="paid")
+    response = charge(client, paid)
+    assert response.status_code == 409
+    assert "already paid" in response.json()["error"]
+    assert upstream.state.charge_requests == 0
+    assert breakers(client)["breakers"]["payments"]["window_calls"] == 0
+
+
+def test_charge_get_is_allowed_other_methods_are_not(shop, shop_app, client):
+    """GET charges too (for clicking on the home page); PUT is refused with 405."""
+    order = make_order(shop_app)
+    assert client.put(f"/orders/{order.pk}/charge/").status_code == 405
+    assert charge(client, order, method="get").json()["status"] == "paid"
+
+
+def test_orders_endpoint_creates_and_validates(shop, shop_app, client):
+    """POST /orders/ creates orders (JSON 201, form redirect); bad input is a 400 naming the field."""
+    response = client.post("/orders/", data=json.dumps({"count": 3, "amount_cents": 500}), content_type="application/json")
+    assert response.status_code == 201
+    ids = response.json()["ids"]
+    assert len(ids) == 3
+    assert set(shop_app.objects.filter(pk__in=ids).values_list("amount_cents", flat=True)) == {500}
+    for bad, field in (({"count": 0}, "count"), ({"count": "x"}, "count"), ({"amount_cents": -1}, "amount_cents"), ({"count": 1.5}, "count")):
+        response = client.post("/orders/", data=json.dumps(bad), content_type="application/json")
+        assert response.status_code == 400, bad
+        assert response.json()["error"].startswith(f"{field}="), bad
+    assert client.post("/orders/", data="{nope", content_type="application/json").status_code == 400
+    response = client.post("/orders/", data={"amount_cents": "750"})
+    assert response.status_code == 302 and response["Location"] == "/"
+    listed = client.get("/orders/").json()["orders"]
+    assert listed[0]["amount_cents"] == 750
+    assert len(listed) == 4
+
+
+def test_home_page_lists_what_to_visit(shop, shop_app, client):
+    """The front page links the JSON views, the admin and each unpaid order's charge links."""
+    order = make_order(shop_app)
+    html = client.get("/").content.decode()
+    for needle in ("/breakers/", "/orders/", "/admin/", f"/orders/{order.pk}/charge/", f"/orders/{order.pk}/charge-unprotected/"):
+        assert needle in html
+    assert "closed" in html
+
+
+def test_breakers_endpoint_serves_snapshots_and_filters_transitions(shop, shop_app, client, upstream):
+    """/breakers/ returns get_breaker(name).snapshot() per known breaker; ?since=SEQ filters the log."""
+    data = breakers(client)
+    snap = data["breakers"]["payments"]
+    assert REQUIRED_SNAPSHOT_KEYS <= set(snap)
+    assert snap["config"]["failure_threshold"] == 3
+    assert snap["config"]["recovery_timeout"] == 2.0
+    assert snap["config"]["half_open_max_calls"] == 2
+    trip(client, shop_app, upstream)
+    log = breakers(client)["transitions"]
+    assert len(log) == 1
+    assert breakers(client, since=log[-1]["seq"])["transitions"] == []
+    assert client.get("/breakers/?since=x").status_code == 400

@@ -1,0 +1,157 @@
+"""The payments stand-in (``testproject.upstream``) that the demo and the shop tests use.
+Its behaviour is what the demo's numbers rest on, so it is tested on its own."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from testproject import upstream as upstream_module
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def server():
+    srv = upstream_module.start_in_thread()
+    yield srv
+    srv.stop()
+
+
+def call(srv, method, path, body=None, timeout=5.0):
+    conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=timeout)
+    try:
+        payload = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        conn.request(method, path, body=payload)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        conn.close()
+
+
+def test_modes_ok_fail_recover_and_counts(server):
+    """ok answers 200 with a charge id, fail answers 503, recover is ok again; each
+    /charge is counted, and every request (control ones too) in ``requests``."""
+    status, body = call(server, "POST", "/charge", {"order": 7, "amount_cents": 100})
+    assert status == 200 and body["charge_id"] == "ch_1" and body["order"] == 7
+    assert call(server, "POST", "/control/mode", {"mode": "fail"}) == (200, {"mode": "fail", "previous": "ok", "hang_seconds": 10.0})
+    assert call(server, "POST", "/charge", {})[0] == 503
+    assert call(server, "POST", "/control/mode", b"recover")[1]["mode"] == "ok"
+    assert call(server, "POST", "/charge", {})[0] == 200
+    stats = call(server, "GET", "/control/stats")[1]
+    assert stats["charge_requests"] == 3
+    assert stats["by_outcome"]["ok"] == 2 and stats["by_outcome"]["fail"] == 1
+    assert stats["recoveries"] == 1
+    assert stats["requests"] == 6  # 3 charges, 2 mode switches, this stats call
+    assert call(server, "POST", "/control/reset")[1]["charge_requests"] == 0
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"mode": "explode"}, "mode='explode': expected one of ok, fail, hang, recover"),
+        ({"mode": "hang", "hang_seconds": 0}, "hang_seconds=0: expected a number of seconds above 0 and at most 60"),
+        ({"mode": "hang", "hang_seconds": True}, "hang_seconds=True"),
+        (b"{not json", "body is not valid JSON"),
+    ],
+)
+def test_bad_control_input_is_a_400_naming_the_problem(server, body, message):
+    """A bad mode or hang limit is refused with a message naming the value; the mode stays."""
+    status, reply = call(server, "POST", "/control/mode", body)
+    assert status == 400
+    assert message in reply["error"]
+    assert server.state.mode == "ok"
+
+
+def test_unknown_routes_are_404(server):
+    assert call(server, "GET", "/nope")[0] == 404
+    assert call(server, "POST", "/nope")[0] == 404
+
+
+def test_hang_is_bounded_by_its_limit(server):
+    """A hang with nobody giving up ends after ``hang_seconds`` with a 504."""
+    call(server, "POST", "/control/mode", {"mode": "hang", "hang_seconds": 0.2})
+    started = time.monotonic()
+    status, _ = call(server, "POST", "/charge", {}, timeout=10)
+    assert status == 504
+    assert 0.2 <= time.monotonic() - started < 5
+    assert server.state.by_outcome["hang_timeout"] == 1
+
+
+def test_hang_ends_when_the_client_gives_up(server):
+    """The hanging handler notices the client closing its connection and stops."""
+    call(server, "POST", "/control/mode", {"mode": "hang", "hang_seconds": 30})
+    with pytest.raises(TimeoutError):
+        call(server, "POST", "/charge", {}, timeout=0.2)
+    assert server.state.wait_for(lambda s: s.by_outcome["hang_abandoned"] == 1, timeout=5)
+
+
+def test_shutdown_interrupts_a_hang():
+    """Stopping the server ends a hanging request at once, long before its limit."""
+    srv = upstream_module.start_in_thread()
+    call(srv, "POST", "/control/mode", {"mode": "hang", "hang_seconds": 30})
+    errors = []
+
+    def client():
+        try:
+            call(srv, "POST", "/charge", {}, timeout=20)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    assert srv.state.wait_for(lambda s: s.charge_requests == 1, timeout=5)
+    started = time.monotonic()
+    srv.stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 5
+    assert srv.state.by_outcome["hang_shutdown"] == 1
+    assert errors and isinstance(errors[0], (http.client.RemoteDisconnected, ConnectionError))
+
+
+@pytest.mark.multiprocess
+def test_command_line_prints_address_and_stops_on_sigterm():
+    """``python -m testproject.upstream --port 0`` announces its address, serves, and
+    exits 0 on SIGTERM."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testproject.upstream", "--port", "0", "--quiet"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("upstream listening on http://127.0.0.1:")
+        port = int(line.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/health")
+        assert conn.getresponse().status == 200
+        conn.close()
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+def test_command_line_rejects_a_bad_hang_limit():
+    """A bad ``--hang-seconds`` exits 2 with a message naming the option."""
+    result = subprocess.run(
+        [sys.executable, "-m", "testproject.upstream", "--hang-seconds", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "--hang-seconds 0" in result.stderr

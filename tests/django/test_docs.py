@@ -1,0 +1,176 @@
+"""The core docs stay true to the code: every knob documented with its real default (CFG-1), no
+unknown BALDUR_ names, working links and examples."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import baldur_django
+from baldur_django import signals
+from baldur_django.checks import KNOB_IDS, Codes
+from baldur_django.core.knobs import KNOBS
+from baldur_django.core.states import CircuitState, Trigger
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+OWN_DOCS = ["index.md", "quickstart.md", "states-and-triggers.md", "settings.md"]
+
+ROW = re.compile(r"^\|\s*`(BALDUR_[A-Z0-9_]+)`\s*\|\s*`([^`]*)`\s*\|(.*)\|\s*$")
+NAME = re.compile(r"BALDUR_[A-Z0-9_]*\*?")
+
+
+def read(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def documented_rows() -> list[tuple[str, str, str]]:
+    rows = []
+    for line in read("settings.md").splitlines():
+        match = ROW.match(line)
+        if match:
+            rows.append((match.group(1), match.group(2), match.group(3)))
+    return rows
+
+
+def parse_default(text: str):
+    """Read a default as written in docs/settings.md."""
+    if text == "unset":
+        return None
+    if text.startswith("<system temp dir>/"):
+        return os.path.join(tempfile.gettempdir(), text.split("/", 1)[1])
+    return ast.literal_eval(text)
+
+
+def same_default(documented, actual) -> bool:
+    if isinstance(actual, (set, frozenset)):
+        return isinstance(documented, list) and sorted(documented) == sorted(actual) and len(set(documented)) == len(documented)
+    return type(documented) is type(actual) and documented == actual
+
+
+def test_cfg1_settings_md_documents_every_knob_exactly_once():
+    """CFG-1: docs/settings.md has one table row per knob in KNOBS, and nothing else in that shape."""
+    names = [name for name, _, _ in documented_rows()]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    assert not duplicates, f"documented twice: {duplicates}"
+    missing = sorted(set(KNOBS) - set(names))
+    unknown = sorted(set(names) - set(KNOBS))
+    assert not missing, f"knobs missing from docs/settings.md: {missing}"
+    assert not unknown, f"rows for settings that do not exist: {unknown}"
+
+
+@pytest.mark.parametrize("name, default_text, rest", documented_rows(), ids=[row[0] for row in documented_rows()])
+def test_cfg1_settings_md_shows_the_actual_default(name, default_text, rest):
+    """CFG-1: each documented default equals the default in the KNOBS table (type included: 5 is not 5.0)."""
+    documented = parse_default(default_text)
+    actual = KNOBS[name].default
+    assert same_default(documented, actual), f"{name}: docs say {default_text!r}, KNOBS has {actual!r}"
+    cells = [c.strip() for c in rest.split("|")]
+    assert len(cells) == 2 and all(cells), f"{name}: the row needs an 'accepts' and a 'meaning' cell"
+
+
+def test_cfg1_default_parser_rejects_wrong_defaults():
+    """CFG-1: the comparison above is strict enough to catch a wrong or mistyped default."""
+    assert not same_default(parse_default("5.0"), 5)
+    assert not same_default(parse_default("[500, 502]"), frozenset({500, 502, 503, 504}))
+    assert not same_default(parse_default('"WARNING"'), "INFO")
+    assert not same_default(parse_default("0"), False)
+    assert same_default(parse_default("unset"), None)
+
+
+@pytest.mark.parametrize("doc", OWN_DOCS)
+def test_cfg1_docs_name_no_unknown_setting(doc):
+    """CFG-1: every BALDUR_ name in the docs is a real knob (a trailing * must prefix at least one knob)."""
+    bad = []
+    for found in set(NAME.findall(read(doc))):
+        if found.endswith("*"):
+            if not any(k.startswith(found[:-1]) for k in KNOBS):
+                bad.append(found)
+        elif found not in KNOBS:
+            bad.append(found)
+    assert not bad, f"{doc} names unknown settings: {sorted(bad)}"
+
+
+def test_cfg3_settings_md_check_ids_exist():
+    """CFG-3: the check ids named in docs/settings.md are ids the checks really emit, and all are named."""
+    text = read("settings.md")
+    named = set(re.findall(r"baldur\.[EW]\d{3}", text))
+    real = set(KNOB_IDS.values()) | {v for k, v in vars(Codes).items() if k.isupper()}
+    assert named <= real, sorted(named - real)
+    for code in ("E002", "E003", "E004", "E006", "W001", "W002", "W003", "W004", "W005"):
+        assert f"baldur.{code}" in text
+    assert f"`{min(KNOB_IDS.values())}` to `{max(KNOB_IDS.values())}`" in text
+
+
+@pytest.mark.parametrize("doc", OWN_DOCS)
+def test_docs_relative_links_resolve(doc):
+    """Docs: every relative link in the core docs points at a file that exists."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", read(doc))
+    broken = [link for link in links if "://" not in link and not (DOCS / link).exists()]
+    assert not broken, f"{doc}: broken links {broken}"
+
+
+def python_blocks(doc: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", read(doc), flags=re.S)
+
+
+@pytest.mark.parametrize("doc", OWN_DOCS)
+def test_docs_python_examples_are_valid_python(doc):
+    """Docs: every ```python block parses (top-level await allowed for the async examples)."""
+    for block in python_blocks(doc):
+        compile(block, doc, "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+
+def test_docs_index_api_names_exist():
+    """Section 0: every `baldur.X` named in index.md is exported by the package."""
+    names = set(re.findall(r"\bbaldur\.([A-Za-z_]+)", read("index.md")))
+    assert names, "index.md should show the public API"
+    missing = sorted(n for n in names if not hasattr(baldur_django, n))
+    assert not missing, missing
+
+
+def test_docs_quickstart_names_real_signals_and_states_doc_names_every_trigger():
+    """CB-14/CB-13: the quickstart's signal names exist; states-and-triggers.md lists every state and trigger."""
+    quick = read("quickstart.md")
+    for name in signals.__all__:
+        if name != "bridge":
+            assert f"`{name}`" in quick, name
+            assert hasattr(signals, name)
+    states = read("states-and-triggers.md")
+    for state in CircuitState:
+        assert f"`CircuitState.{state.name}`" in states and f'`"{state.value}"`' in states
+    for trigger in (v for k, v in vars(Trigger).items() if k.isupper()):
+        assert f"| `{trigger}` |" in states, trigger
+
+
+def test_cfg1_quickstart_plain_python_example_runs_with_its_environment():
+    """CFG-1: the quickstart's plain-Python example runs without Django, configured by its own env exports."""
+    quick = read("quickstart.md")
+    bash = next(b for b in re.findall(r"```bash\n(.*?)```", quick, flags=re.S) if "export BALDUR_" in b)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE" and k not in KNOBS}
+    exported = {}
+    for line in bash.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["export"]:
+            key, _, value = words[1].partition("=")
+            exported[key] = value
+    assert set(exported) <= set(KNOBS) and len(exported) >= 3
+    env.update(exported, PYTHONPATH=str(ROOT))
+    script = next(b for b in python_blocks("quickstart.md") if b.startswith("# worker.py"))
+    script += (
+        "\nimport sys\nfrom baldur_django.core.config import settings\n"
+        f"assert all(settings.source(n) == 'env' for n in {sorted(exported)!r})\n"
+        "assert baldur.get_breaker('payments').config.failure_threshold == 2\n"
+        "assert 'django' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "'service': 'payments'" in done.stdout

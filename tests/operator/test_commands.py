@@ -1,0 +1,317 @@
+"""Management commands baldur_status and baldur_force (OP-4, OP-7, CFG-4), in process and as real processes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+import baldur_django as baldur
+from baldur_django.core import registry as registry_module
+from baldur_django.core.errors import StoreError
+from baldur_django.core.knobs import KNOBS
+from baldur_django.models import BreakerAudit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def some_breakers(clock, db):
+    """'alpha' healthy, 'beta' tripped, 'gamma' forced open (its audit row removed)."""
+    baldur.get_breaker("alpha")
+    broken = baldur.get_breaker("beta")
+    for _ in range(5):
+        broken.record_failure(broken.acquire())
+    baldur.force_open_circuit("gamma", ttl_minutes=10, reason="planned", actor="ops")
+    BreakerAudit.objects.all().delete()
+    return clock
+
+
+@pytest.fixture
+def shared(settings, db):
+    """Pretend a shared backend is configured (the commands' shared-store paths)."""
+    settings.BALDUR_STATE_BACKEND = "database"
+
+
+# ------------------------------------------------------------------- baldur_status
+def test_status_table_lists_breakers_and_says_it_sees_one_process(some_breakers):
+    """OP-7: a readable table of every known breaker; on memory, stderr says it shows only its own process."""
+    out, err = run("baldur_status")
+    lines = out.splitlines()
+    assert lines[0] == "backend: memory (this process only)"
+    assert lines[1].split()[:3] == ["SERVICE", "STATE", "FORCED"]
+    body = {line.split()[0]: line.split() for line in lines[2:]}
+    assert list(body) == ["alpha", "beta", "gamma"]
+    assert body["beta"][1] == "OPEN" and body["alpha"][1] == "CLOSED"
+    assert body["gamma"][2:4] == ["open", "by"]
+    assert "only its own process" in err
+
+
+def test_status_json_is_the_only_thing_on_stdout(some_breakers):
+    """OP-7: --json prints one JSON document on stdout; the notice goes to stderr."""
+    out, err = run("baldur_status", "--json")
+    document = json.loads(out)
+    assert document["backend"] == "memory" and document["shared"] is False
+    assert "this process only" in document["scope"]
+    assert [b["service"] for b in document["breakers"]] == ["alpha", "beta", "gamma"]
+    gamma = document["breakers"][2]
+    assert gamma["forced"] == "open" and gamma["force_expires_at"] == pytest.approx(some_breakers.wall() + 600)
+    assert document["breakers"][1]["consecutive_failures"] == 5
+    assert "only its own process" in err and "only its own process" not in out
+
+
+def test_status_single_service(some_breakers):
+    """OP-7: --service NAME shows that breaker only."""
+    document = json.loads(run("baldur_status", "--json", "--service", "beta")[0])
+    assert [b["service"] for b in document["breakers"]] == ["beta"]
+
+
+def test_status_unknown_service_is_an_error(some_breakers):
+    """OP-7: an unknown --service is a CommandError naming it, and registers nothing."""
+    with pytest.raises(CommandError, match="'nope'"):
+        run("baldur_status", "--service", "nope")
+    assert "nope" not in registry_module.registry.names()
+
+
+def test_status_on_a_shared_backend_has_no_process_notice(some_breakers, shared):
+    """OP-7: with a shared backend there is no 'this process only' notice."""
+    out, err = run("baldur_status", "--json")
+    assert json.loads(out)["shared"] is True and err == ""
+
+
+def test_status_config_lists_every_setting_with_source(settings, monkeypatch):
+    """CFG-4: --config lists every knob with its effective value and source (setting, env, default)."""
+    settings.BALDUR_CB_FAILURE_THRESHOLD = 9
+    monkeypatch.setenv("BALDUR_CB_RECOVERY_TIMEOUT", "12.5")
+    from baldur_django.core.config import settings as source
+
+    source.reset()
+    out, _err = run("baldur_status", "--config")
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert list(rows) == list(KNOBS)
+    assert rows["BALDUR_CB_FAILURE_THRESHOLD"][1:] == ["9", "setting"]
+    assert rows["BALDUR_CB_RECOVERY_TIMEOUT"][1:] == ["12.5", "env"]
+    assert rows["BALDUR_CB_MINIMUM_CALLS"][1:] == ["10", "default"]
+    document = json.loads(run("baldur_status", "--config", "--json")[0])
+    assert {r["name"]: r["source"] for r in document["settings"]}["BALDUR_CB_RECOVERY_TIMEOUT"] == "env"
+
+
+def test_status_config_never_prints_the_webhook(settings):
+    """CFG-4, OP-8: the Slack URL shows as hidden."""
+    settings.BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL = "https://hooks.example.test/services/T/B/TOPSECRET"
+    out, _ = run("baldur_status", "--config")
+    assert "TOPSECRET" not in out and "<set, hidden>" in out
+
+
+def test_status_config_and_service_cannot_be_combined():
+    """OP-7: --config and --service together are refused."""
+    with pytest.raises(CommandError):
+        run("baldur_status", "--config", "--service", "x")
+
+
+# -------------------------------------------------------------------- baldur_force
+def test_force_refuses_on_the_memory_backend(some_breakers):
+    """OP-7: on memory, baldur_force refuses: a force from this process cannot reach running workers."""
+    with pytest.raises(CommandError, match="cannot reach the\\s+running workers"):
+        run("baldur_force", "open", "alpha", "--ttl", "5")
+    assert baldur.get_breaker("alpha").forced is None
+
+
+def test_force_open_close_release(some_breakers, shared, audit, audit_rows):
+    """OP-1, OP-3, OP-6, OP-7: open/close/release through the command, audited as source 'command'."""
+    out, _ = run("baldur_force", "open", "alpha", "--ttl", "30", "--reason", "maintenance window")
+    assert "Forced 'alpha' open for 30 minutes" in out
+    snap = baldur.get_breaker("alpha").snapshot()
+    assert snap["forced"] == "open" and snap["force_reason"] == "maintenance window"
+    out, _ = run("baldur_force", "close", "beta")
+    assert "for 90 minutes" in out
+    assert baldur.get_breaker("beta").state is baldur.CircuitState.CLOSED
+    out, _ = run("baldur_force", "release", "alpha")
+    assert "Released 'alpha'" in out
+    assert baldur.get_breaker("alpha").state is baldur.CircuitState.HALF_OPEN
+    rows = audit_rows()
+    assert [(r["service"], r["action"], r["source"], r["ttl_minutes"]) for r in rows] == [
+        ("alpha", "open", "command", 30.0),
+        ("beta", "close", "command", 90.0),
+        ("alpha", "release", "command", None),
+    ]
+    assert rows[0]["reason"] == "maintenance window"
+    assert all(r["actor"].startswith("command:") and len(r["actor"]) > len("command:") for r in rows)
+
+
+def test_force_registers_an_unseen_service(clock, shared):
+    """OP-1, OP-7: forcing a service this process has not seen registers it."""
+    run("baldur_force", "open", "new-service", "--ttl", "1")
+    assert baldur.get_breaker("new-service").forced == "open"
+
+
+def test_release_of_an_unforced_breaker_exits_zero_and_says_so(some_breakers, shared, audit, audit_rows):
+    """OP-3, OP-7: releasing an unforced breaker succeeds, says nothing changed, writes no audit row."""
+    out, _ = run("baldur_force", "release", "alpha")
+    assert "was not forced" in out
+    assert audit_rows() == []
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["open", "alpha", "--ttl", "0"], "more than 0 and at most 1440"),
+        (["open", "alpha", "--ttl", "-3"], "more than 0 and at most 1440"),
+        (["close", "alpha", "--ttl", "1441"], "more than 0 and at most 1440"),
+        (["open", "alpha", "--ttl", "ten"], "expected a number of minutes"),
+        (["open", "alpha", "--ttl", "nan"], "more than 0 and at most 1440"),
+        (["open", "alpha", "--ttl", "inf"], "more than 0 and at most 1440"),
+        (["release", "alpha", "--ttl", "5"], "--ttl applies to 'open' and 'close' only"),
+        (["open", "", "--ttl", "5"], "non-empty"),
+        (["open", "alpha", "--reason", "x" * 1001], "at most 1000"),
+        (["sideways", "alpha"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_written(some_breakers, shared, audit, audit_rows, argv, match):
+    """OP-1, OP-7: bad input -> CommandError with a clear message; nothing forced, registered or audited."""
+    before = registry_module.registry.names()
+    with pytest.raises(CommandError, match=match):
+        run("baldur_force", *argv)
+    assert registry_module.registry.names() == before
+    assert baldur.get_breaker("alpha").forced is None
+    assert audit_rows() == []
+
+
+def test_a_force_the_store_could_not_record_fails_the_command(some_breakers, shared, monkeypatch, audit, audit_rows):
+    """OP-4, OP-7: a BaldurError from the store write becomes a CommandError (non-zero exit)."""
+
+    def unavailable(*args, **kwargs):
+        raise StoreError("store unreachable: connection refused")
+
+    monkeypatch.setattr(registry_module, "force_open_circuit", unavailable)
+    monkeypatch.setattr(registry_module, "release_circuit", unavailable)
+    with pytest.raises(CommandError, match="was not stored.*store unreachable"):
+        run("baldur_force", "open", "alpha", "--ttl", "5")
+    with pytest.raises(CommandError, match="was not stored"):
+        run("baldur_force", "release", "gamma")
+    assert audit_rows() == []
+
+
+# ------------------------------------------------------------- as real processes
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A settings module on a file SQLite database, migrated, for commands run as subprocesses."""
+    root = tmp_path_factory.mktemp("opproj")
+    (root / "op_settings.py").write_text(
+        "from tests.settings import *  # noqa: F401,F403\n"
+        f"DATABASES = {{'default': {{'ENGINE': 'django.db.backends.sqlite3', 'NAME': {str(root / 'db.sqlite3')!r}}}}}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BALDUR_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="op_settings",
+        PYTHONPATH=os.pathsep.join([str(REPO), str(root)]),
+        LC_ALL="C",
+        LANG="C",
+        PYTHONIOENCODING="ascii",  # the commands must still print UTF-8
+        PYTHONUTF8="0",
+    )
+    done = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return root, env
+
+
+def manage(project, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    _root, env = project
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env={**env, **extra_env}, capture_output=True, timeout=120)
+
+
+def audit_in(project) -> list[tuple]:
+    root, _env = project
+    with sqlite3.connect(root / "db.sqlite3") as db:
+        return db.execute("select service, action, source, ttl_minutes, reason from baldur_django_breakeraudit order by id").fetchall()
+
+
+@pytest.mark.multiprocess
+def test_process_status_json_and_memory_notice(project):
+    """OP-7: as a process, --json stdout is exactly one JSON document; the memory notice is on stderr; exit 0."""
+    done = manage(project, "baldur_status", "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout.decode("utf-8"))
+    assert document == {"backend": "memory", "shared": False, "scope": document["scope"], "breakers": []}
+    assert b"only its own process" in done.stderr
+
+
+@pytest.mark.multiprocess
+def test_process_output_is_utf8_whatever_the_locale(project):
+    """OP-7: under LC_ALL=C and an ASCII PYTHONIOENCODING the output is still UTF-8 text, not an error."""
+    name = "zahlungs-dienst-äöü-支払い"
+    done = manage(project, "baldur_status", "--config", BALDUR_DOMAIN_DEFAULT=name)
+    assert done.returncode == 0, done.stderr
+    line = next(row for row in done.stdout.decode("utf-8").splitlines() if row.startswith("BALDUR_DOMAIN_DEFAULT"))
+    assert f'"{name}"' in line and line.split()[-1] == "env"
+    done = manage(project, "baldur_status", "--config", "--json", BALDUR_DOMAIN_DEFAULT=name)
+    assert done.returncode == 0
+    assert {r["name"]: r["value"] for r in json.loads(done.stdout.decode("utf-8"))["settings"]}["BALDUR_DOMAIN_DEFAULT"] == name
+
+
+@pytest.mark.multiprocess
+def test_process_unknown_service_exits_non_zero(project):
+    """OP-7: an unknown --service exits non-zero with a message naming it."""
+    done = manage(project, "baldur_status", "--service", "nope")
+    assert done.returncode != 0
+    assert b"'nope'" in done.stderr and done.stdout == b""
+
+
+@pytest.mark.multiprocess
+def test_process_force_refused_on_memory(project):
+    """OP-7: baldur_force on the memory backend exits non-zero, explains why, and writes nothing."""
+    before = audit_in(project)
+    done = manage(project, "baldur_force", "open", "payments", "--ttl", "5")
+    assert done.returncode != 0
+    assert b"cannot reach the" in done.stderr and b"running workers" in done.stderr
+    assert audit_in(project) == before
+
+
+@pytest.mark.multiprocess
+def test_process_force_on_a_shared_backend_reaches_other_processes(project):
+    """OP-1, OP-4, OP-7: with the database backend, bad input exits non-zero and writes nothing; a force made by
+    one process is seen by the next; releasing an unforced breaker exits 0 and says so."""
+    shared = {"BALDUR_STATE_BACKEND": "database"}
+    done = manage(project, "baldur_force", "open", "proc-payments", "--ttl", "0", **shared)
+    assert done.returncode != 0 and b"--ttl" in done.stderr
+    done = manage(project, "baldur_status", "--json", "--service", "proc-payments", **shared)
+    assert done.returncode != 0 and b"'proc-payments'" in done.stderr  # nothing was registered
+    done = manage(project, "baldur_force", "open", "proc-payments", "--ttl", "7.5", "--reason", "wartung ä", **shared)
+    assert done.returncode == 0, done.stderr
+    assert "Forced 'proc-payments' open for 7.5 minutes" in done.stdout.decode("utf-8")
+    done = manage(project, "baldur_status", "--json", **shared)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout.decode("utf-8"))
+    assert document["shared"] is True and done.stderr.count(b"only its own process") == 0
+    (row,) = [b for b in document["breakers"] if b["service"] == "proc-payments"]
+    assert (row["state"], row["forced"], row["force_reason"]) == ("open", "open", "wartung ä")
+    done = manage(project, "baldur_force", "release", "proc-never-forced", **shared)
+    assert done.returncode == 0, done.stderr
+    assert b"was not forced" in done.stdout
+
+
+@pytest.mark.multiprocess
+def test_process_force_is_audited(project):
+    """OP-6, OP-7: a force from the command, in its own process, writes its audit row (source 'command').
+
+    Needs ``services.install_audit_listener()`` in ``BaldurDjangoConfig.ready()``."""
+    before = len(audit_in(project))
+    done = manage(project, "baldur_force", "close", "proc-audited", "--ttl", "3", "--reason", "audit me",
+                  BALDUR_STATE_BACKEND="database")
+    assert done.returncode == 0, done.stderr
+    assert audit_in(project)[before:] == [("proc-audited", "close", "command", 3.0, "audit me")]

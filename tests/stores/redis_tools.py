@@ -1,0 +1,189 @@
+"""Helpers for the shared-store proof tests: private redis-server processes and command counting.
+
+* :class:`RedisServer` runs a throw-away ``redis-server`` on a free port, owned by the
+  test (started, SIGKILLed and restarted by PID), so an outage can be real without
+  disturbing the shared server other suites use.
+* :func:`counting_client` builds a redis-py client with the same options as
+  ``baldur_django.core.stores.redis.connect`` whose connections count what they send:
+  commands and round trips (one write of a packed buffer = one round trip).
+* :func:`commandstats` reads ``INFO commandstats`` as ``{command: calls}``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+REDIS_SERVER = shutil.which("redis-server")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (bind to 0, read, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition", step: float = 0.01) -> Any:
+    """Poll *predicate* until it returns a true value, at most *timeout* seconds.
+
+    Waiting for an observable condition of another process (a server answering, a key
+    expiring on the server's clock); never used to order threads of this process.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+class RedisServer:
+    """A private ``redis-server`` on 127.0.0.1:*port* (nothing saved to disk).
+
+    Args:
+        port: TCP port; :func:`free_port` when None.
+    """
+
+    def __init__(self, port: int | None = None) -> None:
+        if REDIS_SERVER is None:
+            raise RuntimeError("redis-server is not installed")
+        self.port = port or free_port()
+        self.process: subprocess.Popen | None = None
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def _answers(self) -> bool:
+        try:
+            client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.2, socket_connect_timeout=0.2)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        except (redis.RedisError, OSError):
+            return False
+
+    def start(self, timeout: float = 10.0) -> "RedisServer":
+        """Start the server and return once it answers PING (bounded by *timeout* seconds)."""
+        assert self.process is None or self.process.poll() is not None, "already running"
+        self.process = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no", "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def up() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"redis-server on port {self.port} exited with {self.process.returncode}")
+            return self._answers()
+
+        wait_for(up, timeout, f"redis-server on port {self.port} to answer PING")
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def kill(self) -> None:
+        """SIGKILL the server by its PID and reap it: an abrupt outage."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        """Terminate (then kill) the server if it still runs; for teardown."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class Counter:
+    """Commands and round trips sent by the connections of one :func:`counting_client`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.commands = 0
+        self.round_trips = 0
+        self.names: dict[str, int] = {}
+
+    def add(self, names: list[str], trips: int = 0) -> None:
+        with self._lock:
+            self.commands += len(names)
+            self.round_trips += trips
+            for name in names:
+                self.names[name] = self.names.get(name, 0) + 1
+
+    def snapshot(self) -> tuple[int, int]:
+        with self._lock:
+            return self.commands, self.round_trips
+
+
+def _name(args: tuple) -> str:
+    first = args[0]
+    if isinstance(first, bytes):
+        first = first.decode()
+    return str(first).split(" ")[0].lower()
+
+
+def counting_client(url: str, counter: Counter, socket_timeout: float = 2.0, max_connections: int = 50) -> redis.Redis:
+    """A redis-py client like ``connect(url)`` (no retries, no health checks) that counts
+    every command and round trip its connections send into *counter*."""
+
+    class CountingConnection(redis.Connection):
+        def send_command(self, *args, **kwargs):
+            counter.add([_name(args)])
+            return super().send_command(*args, **kwargs)
+
+        def pack_commands(self, commands):
+            commands = list(commands)
+            counter.add([_name(c) for c in commands])
+            return super().pack_commands(commands)
+
+        def send_packed_command(self, command, check_health=True):
+            counter.add([], trips=1)
+            return super().send_packed_command(command, check_health)
+
+    return redis.Redis.from_url(
+        url,
+        connection_class=CountingConnection,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_timeout,
+        max_connections=max_connections,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
+
+
+def commandstats(client: redis.Redis) -> dict[str, int]:
+    """``INFO commandstats`` as ``{"evalsha": calls, "get": calls, ...}`` (server-wide)."""
+    stats = client.info("commandstats")
+    return {key[len("cmdstat_"):]: int(value["calls"]) for key, value in stats.items() if key.startswith("cmdstat_")}
+
+
+def delta(before: dict[str, int], after: dict[str, int], exclude: tuple[str, ...] = ("info", "config|resetstat")) -> dict[str, int]:
+    """Per-command growth between two :func:`commandstats` readings, without *exclude*."""
+    out = {}
+    for name, calls in after.items():
+        grown = calls - before.get(name, 0)
+        if grown and name not in exclude:
+            out[name] = grown
+    return out
