@@ -137,7 +137,8 @@ class CircuitBreaker:
         # decided, and delivered after it is released by whichever thread drains first:
         # listeners see transitions in order and never run under the state lock (CB-14).
         self._outbox: deque[Event] = deque()
-        self._drain = threading.RLock()
+        self._drain = threading.Lock()
+        self._drainer: int | None = None  # thread delivering events right now
 
     # ------------------------------------------------------------------ reading
     def __repr__(self) -> str:
@@ -642,17 +643,24 @@ class CircuitBreaker:
 
     # ------------------------------------------------------------------- events
     def _publish(self, events: Any = ()) -> None:
-        """Deliver queued events in order (lock NOT held). *events* not yet queued are queued first."""
+        """Deliver queued events in order (state lock NOT held); *events* not yet queued are
+        queued first. A listener that touches this breaker while being called queues what
+        that produces; the outer delivery loop hands it on after the current event has
+        reached every listener."""
         outbox = self._outbox
         if events is not outbox and events:
             outbox.extend(events)
-        if not outbox:
+        if not outbox or self._drainer == threading.get_ident():
             return
         publish = self._bus.publish
         with self._drain:
-            while True:
-                try:
-                    event = outbox.popleft()
-                except IndexError:
-                    return
-                publish(event)
+            self._drainer = threading.get_ident()
+            try:
+                while True:
+                    try:
+                        event = outbox.popleft()
+                    except IndexError:
+                        return
+                    publish(event)
+            finally:
+                self._drainer = None
