@@ -406,6 +406,9 @@ def audit_listener(event: Event) -> None:
         _log.exception("baldur.audit_listener_failed service=%r", getattr(event, "service", None))
 
 
+
+audit_listener.wants_rejections = False  # type: ignore[attr-defined]  # forces and releases only
+
 def install_audit_listener() -> None:
     """Subscribe :func:`audit_listener` to the process-wide bus (idempotent). Called from
     ``BaldurDjangoConfig.ready()``. Implements OP-6."""

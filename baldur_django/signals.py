@@ -153,6 +153,10 @@ def bridge(event: Event) -> None:
         _send(call_rejected, event, reason=event.reason, state=event.state, dry_run=event.dry_run)
 
 
+# The OPEN hot path builds a rejection event only while someone listens for it.
+bridge.wants_rejections = lambda: bool(call_rejected.receivers)  # type: ignore[attr-defined]
+
+
 @receiver(setting_changed, dispatch_uid="baldur_django.signals.setting_changed")
 def _on_setting_changed(setting: str, **kwargs: Any) -> None:
     """Apply a changed ``BALDUR_*`` setting at once, existing breakers included (CFG-2).

@@ -159,6 +159,8 @@ class SlackNotifier:
             text += " [dry-run: no call is rejected]"
         return text
 
+    wants_rejections = False  # posts transitions only
+
     def __call__(self, event: Event) -> None:
         """Bus listener: queue a message for an open or a close; never blocks, never raises."""
         try:

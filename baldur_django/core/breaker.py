@@ -117,6 +117,9 @@ class CircuitBreaker:
         # failure or changes state clears it *before* mutating anything, so the lock-free
         # healthy path linearises at its single read of this attribute.
         self._healthy_permit: Permit | None = None
+        # Monotonic deadline before which OPEN (or forced open) rejects without the lock;
+        # 0.0 whenever anything else holds. Cleared first by every transition.
+        self._reject_until = 0.0
         self._consecutive = 0
         self._window = CountWindow(config.sliding_window_size)
         self._cascade = SecondBuckets(config.cascade_window)
@@ -213,8 +216,18 @@ class CircuitBreaker:
             return permit
         return self._acquire_slow()
 
+    def _reject_fast(self, now: float, until: float) -> CircuitOpenError:
+        """OPEN inside its deadline: the rejection needs no lock (CB-4). The event is built
+        only when a listener wants plain rejections."""
+        if self._bus.wants_rejections():
+            self._publish([CallRejected(self.name, self._clock.wall(), reason=Reason.OPEN, state=OPEN.value)])
+        return CircuitOpenError(self.name, Reason.OPEN, until - now)
+
     def _acquire_slow(self) -> Permit:
         now = self._mono()
+        until = self._reject_until
+        if now < until:
+            raise self._reject_fast(now, until)
         events = self._outbox
         permit: Permit | None = None
         reason = Reason.OPEN
@@ -232,14 +245,19 @@ class CircuitBreaker:
                     reason = Reason.HALF_OPEN_FULL
             elif self._forced == "open":
                 retry_after = max(0.0, self._force_until - now)
+                if not self.config.dry_run:
+                    self._reject_until = self._force_until
             else:
                 retry_after = max(0.0, self._open_until - now)
+                if not self.config.dry_run:
+                    self._reject_until = self._open_until
             if permit is None and self.config.dry_run:
                 self.dry_run_rejections += 1
                 permit = Permit(self._gen, dry_run=True)
                 events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True))
         if permit is None:
-            events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
+            if self._bus.wants_rejections():
+                events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
             self._publish(events)
             raise CircuitOpenError(self.name, reason, retry_after)
         if events:
@@ -447,6 +465,7 @@ class CircuitBreaker:
         self._to_open(now, trigger, events)
 
     def _new_generation(self) -> None:
+        self._reject_until = 0.0
         self._healthy_permit = None
         self._gen += 1
         self._trials = 0
@@ -460,6 +479,8 @@ class CircuitBreaker:
         self._refresh_fast()
         self._opened_at = self._clock.wall()
         self._open_until = now + self.config.recovery_timeout
+        if not self.config.dry_run and self._forced is None:
+            self._reject_until = self._open_until
         self._last_trigger = trigger
         self._cascade.clear()
         events.append(
@@ -523,6 +544,7 @@ class CircuitBreaker:
             self._to_half_open(Trigger.RECOVERY_TIMEOUT, events)
 
     def _clear_force(self) -> None:
+        self._reject_until = 0.0
         self._forced = None
         self._force_until = 0.0
         self._force_expires_at = None
@@ -571,6 +593,8 @@ class CircuitBreaker:
                     self._to_open(now, Trigger.FORCED, scratch)
                 else:
                     self._new_generation()
+                if not self.config.dry_run:
+                    self._reject_until = self._force_until
                 self._refresh_fast()
             else:
                 if self._state is not CLOSED:
@@ -618,6 +642,7 @@ class CircuitBreaker:
     def reconfigure(self, config: BreakerConfig) -> None:
         """Swap in a new configuration (CFG-2). A new window size restarts the window."""
         with self._lock:
+            self._reject_until = 0.0  # re-derived by the next locked admission
             if config.sliding_window_size != self._window.size:
                 self._healthy_permit = None
                 self._window = CountWindow(config.sliding_window_size)

@@ -85,12 +85,13 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
         if permit is None:
-            try:
+            if fallback is None:
                 permit = breaker._acquire_slow()  # looked up per call: attach() may change the class
-            except CircuitOpenError as rejection:
-                if fallback is None:
-                    raise
-                return call_fallback(fallback, args, kwargs, rejection)
+            else:
+                try:
+                    permit = breaker._acquire_slow()
+                except CircuitOpenError as rejection:
+                    return call_fallback(fallback, args, kwargs, rejection)
         if policy is not None and not permit.dry_run:
             # a trial is one attempt (CB-6), still gated by the cooldown (RL-6)
             return run_sync(breaker, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback)
@@ -121,12 +122,13 @@ def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]],
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
         if permit is None:
-            try:
+            if fallback is None:
                 permit = breaker._acquire_slow()  # looked up per call: attach() may change the class
-            except CircuitOpenError as rejection:
-                if fallback is None:
-                    raise
-                return await acall_fallback(fallback, args, kwargs, rejection)
+            else:
+                try:
+                    permit = breaker._acquire_slow()
+                except CircuitOpenError as rejection:
+                    return await acall_fallback(fallback, args, kwargs, rejection)
         if policy is not None and not permit.dry_run:
             return await run_async(breaker, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback)
         try:

@@ -35,11 +35,17 @@ class CircuitOpenError(BaldurError):
     """
 
     def __init__(self, service: str, reason: str = "open", retry_after: float | None = None) -> None:
+        # the message is built only when shown: rejecting is a hot path (CB-4)
         self.service = service
         self.reason = reason
         self.retry_after = retry_after
-        hint = "" if retry_after is None else f"; retry in {retry_after:.3f}s"
-        super().__init__(f"circuit {service!r} rejected the call ({reason}{hint})")
+
+    def __str__(self) -> str:
+        hint = "" if self.retry_after is None else f"; retry in {self.retry_after:.3f}s"
+        return f"circuit {self.service!r} rejected the call ({self.reason}{hint})"
+
+    def __repr__(self) -> str:
+        return f"CircuitOpenError({self.service!r}, {self.reason!r}, {self.retry_after!r})"
 
     def __reduce__(self):  # keep pickling (multiprocessing, Celery results) working
         return (type(self), (self.service, self.reason, self.retry_after))

@@ -138,18 +138,43 @@ class EventBus:
     def __init__(self) -> None:
         self._listeners: tuple[Listener, ...] = ()
         self._lock = threading.Lock()
+        self._all_rejections = False
+        self._rejection_probes: tuple[Callable[[], bool], ...] = ()
 
     def subscribe(self, listener: Listener) -> Listener:
-        """Add *listener* (idempotent) and return it, so it can serve as a decorator."""
+        """Add *listener* (idempotent) and return it, so it can serve as a decorator.
+
+        A listener may carry ``wants_rejections``: False (it ignores plain call rejections),
+        or a callable answering whether it wants them right now. Without it, it gets them.
+        """
         with self._lock:
             if listener not in self._listeners:
                 self._listeners = self._listeners + (listener,)
+            self._refresh()
         return listener
 
     def unsubscribe(self, listener: Listener) -> None:
         """Remove *listener* if present."""
         with self._lock:
             self._listeners = tuple(x for x in self._listeners if x != listener)
+            self._refresh()
+
+    def _refresh(self) -> None:
+        wants = [getattr(x, "wants_rejections", True) for x in self._listeners]
+        self._all_rejections = any(w is True for w in wants)
+        self._rejection_probes = tuple(w for w in wants if callable(w))
+
+    def wants_rejections(self) -> bool:
+        """Whether any listener wants plain (non-dry-run) ``CallRejected`` events now.
+
+        The OPEN hot path asks this before building an event nobody would read.
+        """
+        if self._all_rejections:
+            return True
+        for probe in self._rejection_probes:
+            if probe():
+                return True
+        return False
 
     @property
     def listeners(self) -> tuple[Listener, ...]:

@@ -47,6 +47,8 @@ class LoggingListener:
     a cascade open adds the three warnings of RL-4.
     """
 
+    wants_rejections = False  # it logs dry-run rejections only, and those are always published
+
     def __init__(self, level: Callable[[], str]) -> None:
         self._level = level
 

@@ -137,6 +137,9 @@ class SharedCircuitBreaker(CircuitBreaker):
     # ------------------------------------------------------------- admission
     def _acquire_slow(self) -> Permit:
         now = self._mono()
+        until = self._reject_until
+        if now < until and now < self._next_sync:
+            raise self._reject_fast(now, until)  # ST-3: OPEN rejection, no round trip
         permit = self._closed_permit
         if permit is not None and self._forced is None and now < self._next_sync:
             return permit  # ST-3: CLOSED hot path, no round trip
@@ -199,7 +202,8 @@ class SharedCircuitBreaker(CircuitBreaker):
         if dry:
             self._publish([CallRejected(self.name, wall, reason=reason, state=state.value, dry_run=True)])
             return Permit(self._gen, dry_run=True)
-        self._publish([CallRejected(self.name, wall, reason=reason, state=state.value)])
+        if self._bus.wants_rejections():
+            self._publish([CallRejected(self.name, wall, reason=reason, state=state.value)])
         raise CircuitOpenError(self.name, reason, retry_after)
 
     # --------------------------------------------------------------- consults
@@ -279,6 +283,8 @@ class SharedCircuitBreaker(CircuitBreaker):
             self._opened_at = record.opened_at
             if record.open_until is not None:
                 self._open_until = record.open_until + offset
+            if target is OPEN and not self.config.dry_run:
+                self._reject_until = self._force_until if record.forced == "open" else self._open_until
         self._fast_permit = None
         self._next_probe = float("-inf")
         if answer.moved and answer.lapsed is None and record.state != before.value:
