@@ -120,6 +120,9 @@ class CircuitBreaker:
         # Monotonic deadline before which OPEN (or forced open) rejects without the lock;
         # 0.0 whenever anything else holds. Cleared first by every transition.
         self._reject_until = 0.0
+        # Monotonic time at which a shared breaker must consult its store again: the
+        # once-a-second locked paths drop the hot-path permit then (ST-3). inf = never.
+        self._sync_due = float("inf")
         self._consecutive = 0
         self._window = CountWindow(config.sliding_window_size)
         self._cascade = SecondBuckets(config.cascade_window)
@@ -212,7 +215,7 @@ class CircuitBreaker:
                 (``reason="half_open_full"``). Never raised in dry-run (OP-5).
         """
         permit = self._fast_permit
-        if permit is not None:
+        if permit is not None and not (self._timed and self._mono() >= self._sync_due):
             return permit
         return self._acquire_slow()
 
@@ -294,7 +297,10 @@ class CircuitBreaker:
                     if window.calls == window.size:
                         self._healthy_permit = permit
                     if count_attempt:
-                        self._cascade.add(self._mono(), False)
+                        now = self._mono()
+                        self._cascade.add(now, False)
+                        if now >= self._sync_due:
+                            self._fast_permit = None  # a shared store's consult is due
                     return
             finally:
                 lock.release()
@@ -348,6 +354,8 @@ class CircuitBreaker:
         with self._lock:
             if count_attempt:
                 self._cascade.add(now, False)
+            if now >= self._sync_due:
+                self._fast_permit = None  # a shared store's consult is due
             if permit.generation != self._gen:
                 pass  # CB-8: stale outcome, dropped
             elif self._state is CLOSED:
@@ -453,6 +461,8 @@ class CircuitBreaker:
     # --------------------------------------------------------------- transitions
     #: False for breakers whose CLOSED admission must check something (a shared store's sync deadline).
     _local_fast = True
+    #: True when the hot-path permit expires at ``_sync_due`` (shared stores: ST-3's sync interval).
+    _timed = False
 
     def _refresh_fast(self) -> None:
         """Recompute the hot-path permit after a state or force change (lock held)."""

@@ -84,7 +84,7 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
-        if permit is None:
+        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             if fallback is None:
                 permit = breaker._acquire_slow()  # looked up per call: attach() may change the class
             else:
@@ -121,7 +121,7 @@ def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]],
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
-        if permit is None:
+        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             if fallback is None:
                 permit = breaker._acquire_slow()  # looked up per call: attach() may change the class
             else:

@@ -108,7 +108,7 @@ def _describe(exc: BaseException) -> str:
 
 
 class SharedCircuitBreaker(CircuitBreaker):
-    _local_fast = False  # CLOSED admission checks the sync deadline (ST-3)
+    _timed = True  # the hot-path permit holds until the next consult is due
 
     """:class:`CircuitBreaker` backed by a shared store (ST-2, ST-3, ST-4).
 
@@ -121,7 +121,7 @@ class SharedCircuitBreaker(CircuitBreaker):
         super().__init__(name, config, **kwargs)
         self._guard = guard
         self.backend = guard.store.backend
-        self._fast_permit = None  # admission always checks the sync deadline
+        self._fast_permit = None  # the first call consults the store (ST-3: first use)
         self._version = -1  # record version last adopted; -1 = never consulted
         self._next_sync = float("-inf")
         self._next_probe = float("-inf")
@@ -207,22 +207,44 @@ class SharedCircuitBreaker(CircuitBreaker):
         raise CircuitOpenError(self.name, reason, retry_after)
 
     # --------------------------------------------------------------- consults
+    def _refresh_fast(self) -> None:
+        """The hot-path permit, for CLOSED and unforced until the next consult is due (ST-3):
+        while it is set, a shared breaker's CLOSED call costs what a memory one does."""
+        self._fast_permit = (
+            self._closed_permit
+            if self._state is CLOSED and self._forced is None and self._mono() < self._next_sync
+            else None
+        )
+
+    def _schedule_sync(self, deadline: float) -> None:
+        self._next_sync = deadline
+        self._sync_due = deadline
+
     def _consult(self, now: float) -> None:
         """Read the shared record (first use, sync interval), pushing an outage trip first."""
         interval = self.config.sync_interval
-        self._next_sync = now + (interval if interval > 0 else float("inf"))
+        retry_at = now + (interval if interval > 0 else 1.0)
+        self._schedule_sync(now + (interval if interval > 0 else float("inf")))
         if self._unpushed_trip is not None:
-            if not self._push_trip(self._unpushed_trip):
-                self._next_sync = now + (interval if interval > 0 else 1.0)
-            return
+            with self._lock:
+                recovered = self._state is CLOSED
+            if recovered:
+                self._unpushed_trip = None  # the outage trip was undone locally: nothing to push
+            else:
+                if not self._push_trip(self._unpushed_trip):
+                    self._schedule_sync(retry_at)
+                return
         events = self._outbox
         with self._io:
             answer = self._guard.call(self.name, "load")
             if answer is None:
-                self._next_sync = now + (interval if interval > 0 else 1.0)  # try again later
+                self._schedule_sync(retry_at)  # try again later
+                with self._lock:
+                    self._refresh_fast()
                 return
             with self._lock:
                 self._adopt(answer, self._mono(), events)
+                self._refresh_fast()
         self._publish(events)
 
     def _push_trip(self, trigger: str) -> bool:
@@ -285,7 +307,7 @@ class SharedCircuitBreaker(CircuitBreaker):
                 self._open_until = record.open_until + offset
             if target is OPEN and not self.config.dry_run:
                 self._reject_until = self._force_until if record.forced == "open" else self._open_until
-        self._fast_permit = None
+        self._refresh_fast()
         self._next_probe = float("-inf")
         if answer.moved and answer.lapsed is None and record.state != before.value:
             events.append(
@@ -437,7 +459,7 @@ def attach(breaker: CircuitBreaker, guard: StoreGuard) -> SharedCircuitBreaker:
     if isinstance(breaker, SharedCircuitBreaker):
         breaker._guard = guard
         breaker.backend = guard.store.backend
-        breaker._next_sync = float("-inf")
+        breaker._next_sync = breaker._sync_due = float("-inf")
         breaker._version = -1
         return breaker
     with breaker._lock:
@@ -446,7 +468,7 @@ def attach(breaker: CircuitBreaker, guard: StoreGuard) -> SharedCircuitBreaker:
         shared._guard = guard
         shared.backend = guard.store.backend
         shared._version = -1
-        shared._next_sync = float("-inf")
+        shared._next_sync = shared._sync_due = float("-inf")
         shared._next_probe = float("-inf")
         shared._held = []
         shared._pending_trip = None
@@ -464,5 +486,6 @@ def detach(breaker: CircuitBreaker) -> CircuitBreaker:
     with breaker._lock:
         breaker.__class__ = CircuitBreaker
         breaker.backend = "memory"
+        breaker._sync_due = float("inf")
         breaker._refresh_fast()
     return breaker

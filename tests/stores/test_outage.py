@@ -464,12 +464,6 @@ def test_st4_exhausted_pool_is_an_error_not_a_wait(private_redis, private_shared
         holding.join(10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: SharedCircuitBreaker keeps _unpushed_trip after the breaker recovered locally "
-    "during the outage (OPEN -> HALF_OPEN -> CLOSED), and _consult pushes that stale trip when the "
-    "store returns: the fleet record goes OPEN and the healthy worker rejects calls again",
-)
 def test_st4_trip_recovered_locally_during_outage_is_not_pushed(private_redis, private_shared, fresh_registry, clock, events):
     """ST-4/CB-14: a worker that tripped during an outage and then recovered on its own (local
     probe succeeded) has no trip left to push: when the store returns it rejoins CLOSED, the

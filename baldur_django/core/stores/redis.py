@@ -81,10 +81,7 @@ class RedisStore:
         argv = ["" if a is None else a for a in args]
         try:
             if touch:
-                pipe = self.client.pipeline(transaction=False)
-                self._scripts[op](keys=[self.key(name)], args=argv, client=pipe)
-                self._touch(keys=[self.registry_key], args=[name], client=pipe)
-                raw = pipe.execute()[0]
+                raw = self._pipelined(self._scripts[op], name, argv)
             else:
                 raw = self._scripts[op](keys=[self.key(name)], args=argv)
         except (redis.RedisError, OSError) as exc:
@@ -98,6 +95,26 @@ class RedisStore:
             lapsed=lapsed if isinstance(lapsed, str) else None,
             moved=bool(data.get("moved")),
         )
+
+    def _pipelined(self, script: Any, name: str, argv: list[Any]) -> Any:
+        """The transition and the registry touch in one round trip (EVALSHA twice, no
+        SCRIPT EXISTS first); after a NOSCRIPT (a restarted server) load both and retry once."""
+        from redis.exceptions import NoScriptError
+
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.evalsha(script.sha, 1, self.key(name), *argv)
+            pipe.evalsha(self._touch.sha, 1, self.registry_key, name)
+            results = pipe.execute(raise_on_error=False)
+            if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
+                self.client.script_load(script.script)
+                self.client.script_load(self._touch.script)
+                continue
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+            return results[0]
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def load(self, name: str) -> Answer:
         return self._run("load", name, touch=True)
