@@ -1,20 +1,23 @@
 """The scripted demo: a real shop server calling a real, misbehaving payments server.
 
 ``python -m testproject.demo [--short] [--no-color] [--json-summary PATH] [--out-dir DIR]``
-(``./dev demo`` runs it after ``manage.py migrate``).
+(what ``./dev demo`` runs).
 
 It starts two processes on free loopback ports: the payments stand-in
 (``testproject.upstream``) and the test project's Django server (``testproject.serve``,
 Django's threaded development server), waits until both answer, and drives them over
-HTTP through five phases:
+HTTP through seven phases:
 
 1. healthy traffic;
 2. the payments service answers 503: the ``payments`` breaker trips CLOSED -> OPEN and
    later requests are answered by the fallback without contacting the service;
 3. the service recovers: after the recovery timeout the breaker lets probes through
    (HALF_OPEN) and closes once they succeed;
-4. the service hangs: the protected view's latency, with the breaker;
-5. the service still hangs: the same load on a view without the breaker.
+4. an operator runs ``manage.py baldur_force open payments`` in another process: the
+   running server reads the force from the shared database and stops calling the service;
+5. ``manage.py baldur_force release payments``: the server probes and closes again;
+6. the service hangs: the protected view's latency, with the breaker;
+7. the service still hangs: the same load on a view without the breaker.
 
 Each run uses a throwaway SQLite database in the output directory (``demo-out/`` by
 default, beside the servers' logs), so the breaker always starts CLOSED even though the
@@ -260,6 +263,7 @@ class PhasePlan:
     pace: float = 0.0  # seconds each worker waits between its requests
     extra: int = 0
     deadline: float = 30.0
+    operator: str | None = None  # "open" / "release": run `manage.py baldur_force` first
 
 
 @dataclass
@@ -300,7 +304,7 @@ class PhaseResult:
 
 
 def plans(short: bool) -> list[PhasePlan]:
-    """The five phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
+    """The seven phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
     protected = "/orders/{id}/charge/"
     unprotected = "/orders/{id}/charge-unprotected/"
     hang_count = 16 if short else 32
@@ -310,6 +314,11 @@ def plans(short: bool) -> list[PhasePlan]:
         # failing service and the breaker reopens (HALF_OPEN -> OPEN)
         PhasePlan("failing", "upstream fails (503)", protected, "fail", 10 if short else 40, pace=0.03 if short else 0.1),
         PhasePlan("recovering", "upstream recovers", protected, "recover", None, pace=0.1, extra=3 if short else 10, deadline=20.0),
+        # an operator in another process forces the breaker open, then releases it
+        PhasePlan("operator_forced", "operator forces it open", protected, "ok", 6 if short else 12,
+                  pace=0.05, operator="open"),
+        PhasePlan("operator_released", "operator releases it", protected, "ok", None, pace=0.1, extra=2,
+                  deadline=20.0, operator="release"),
         PhasePlan("hang_protected", "upstream hangs, with breaker", protected, "hang", hang_count, concurrency=4, pace=0.02 if short else 0.05),
         PhasePlan("hang_unprotected", "upstream hangs, no breaker", unprotected, "hang", hang_count, concurrency=4),
     ]
@@ -371,6 +380,8 @@ class Demo:
         self.monitor: Monitor | None = None
         self.order_ids: list[int] = []
         self.order_lock = threading.Lock()
+        self.phase_count = 0
+        self.operator_states: list[str | None] = []
 
     # -- setup ---------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
@@ -407,7 +418,7 @@ class Demo:
             "django server",
             [sys.executable, "-m", "testproject.serve", "--port", "0", "--exit-with-parent"],
             self.out_dir / "django.log",
-            self.env(PAYMENTS_URL=self.upstream),
+            self.env(PAYMENTS_URL=self.upstream, BALDUR_CB_SYNC_INTERVAL_SECONDS="0.5"),
         )
         self.children.append(django)
         self.base = django.wait_url(30)
@@ -450,6 +461,27 @@ class Demo:
                 self.create_orders(100)
             return self.order_ids.pop(0)
 
+    def operator(self, action: str) -> None:
+        """Run ``manage.py baldur_force`` in a separate process, as an operator would; the
+        running server picks the force up from the shared database on its next consult."""
+        argv = [sys.executable, "manage.py", "baldur_force", action, "payments"]
+        if action == "open":
+            argv += ["--ttl", "1", "--reason", "demo: maintenance window"]
+        done = subprocess.run(argv, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=60)
+        said = (done.stdout.strip() or done.stderr.strip()).splitlines()
+        self.display.line(f"    {self.stamp()}  $ manage.py {' '.join(argv[2:])}  ->  {said[-1] if said else ''}")
+        if done.returncode != 0:
+            raise SetupError(f"baldur_force {action} failed:\n{done.stderr[-2000:]}")
+        wanted = {"open": {"open"}, "release": {"half_open", "closed"}}[action]
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            self.monitor.poll()
+            if self.monitor.state in wanted:
+                break
+            time.sleep(0.05)  # polling the server's state, bounded
+        self.display.line(f"    {self.stamp()}  the running server now reports: {self.display.state(self.monitor.state)}")
+        self.operator_states.append(self.monitor.state)
+
     def on_transition(self, entry: dict[str, Any]) -> None:
         trigger = f"  ({entry['trigger']})" if entry.get("trigger") else ""
         if self.current is not None:
@@ -466,7 +498,7 @@ class Demo:
         total = f"/{self.current_total}" if self.current_total else ""
         d = self.display
         text = (
-            f"  [{self.current_index}/5] sent {r.sent:>3}{total:<4} paid {r.ok:>3}  fallback {r.fallback:>3}"
+            f"  [{self.current_index}/{self.phase_count}] sent {r.sent:>3}{total:<4} paid {r.ok:>3}  fallback {r.fallback:>3}"
             f" (rejected fast {r.rejected:>3})  errors {r.errors:>3}  breaker "
         )
         d.progress(d.fit(text, (state or "?").upper(), d.state(state)))
@@ -475,7 +507,9 @@ class Demo:
     def run_phase(self, index: int, plan: PhasePlan) -> PhaseResult:
         result = PhaseResult(plan.key, plan.title)
         self.current, self.current_index, self.current_total = result, index, plan.count
-        self.display.line(self.display.bold(f"Phase {index}/5: {plan.title}") + f"  (upstream mode: {plan.upstream_mode})")
+        self.display.line(self.display.bold(f"Phase {index}/{self.phase_count}: {plan.title}") + f"  (upstream mode: {plan.upstream_mode})")
+        if plan.operator:
+            self.operator(plan.operator)
         before = self.upstream_stats()["charge_requests"]
         rejections_before = self.monitor.rejections if self.monitor else 0
         self.set_mode(plan.upstream_mode)
@@ -550,6 +584,7 @@ class Demo:
         )
         d.line()
         phase_plans = plans(self.args.short)
+        self.phase_count = len(phase_plans)
         self.create_orders(sum(p.count or 60 for p in phase_plans))
         self.monitor = Monitor(self.base, "payments", self.on_transition)
         self.monitor.poll()
@@ -587,6 +622,16 @@ class Demo:
                 problems.append(f"{r.title}: {r.errors} requests got neither the upstream's answer nor the fallback")
         if ("closed", "open") not in [(t["from"], t["to"]) for t in hang_on.transitions]:
             problems.append("hang phase with breaker: the breaker did not open")
+        forced = by_key["operator_forced"]
+        if self.operator_states[:1] != ["open"]:
+            problems.append("operator phase: the running server did not report the forced OPEN state")
+        elif forced.upstream_counted != 0 or forced.fallback != forced.sent:
+            problems.append(
+                f"operator phase: while forced open the upstream saw {forced.upstream_counted} requests and "
+                f"{forced.fallback} of {forced.sent} got the fallback"
+            )
+        if ("half_open", "closed") not in [(t["from"], t["to"]) for t in by_key["operator_released"].transitions]:
+            problems.append("operator phase: after the release the breaker did not close through HALF_OPEN probes")
         on_ms, off_ms = hang_on.median_ms, hang_off.median_ms
         if on_ms is None or off_ms is None or not on_ms < off_ms:
             problems.append(f"median latency while hanging: with breaker {on_ms} ms is not below without {off_ms} ms")

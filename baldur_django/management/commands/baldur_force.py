@@ -119,6 +119,6 @@ class Command(BaseCommand):
         what = "open" if action == "open" else "closed"
         used = minutes if minutes is not None else services.default_ttl_minutes()
         self.stdout.write(
-            f"Forced {service!r} {what} for {used:g} minutes (until {format_time(snapshot.get('force_expires_at'))}); "
+            f"Forced {service!r} {what} for {used:g} minute{'' if used == 1 else 's'} (until {format_time(snapshot.get('force_expires_at'))}); "
             f"state now {snapshot.get('state')}."
         )
