@@ -71,8 +71,22 @@ def _display_row(row: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
+class ReadOnlyAdminMixin:
+    """Nothing is added, changed or deleted through these admin pages (breakers change only
+    through the force actions; the audit is append-only)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Breaker)
-class BreakerAdmin(admin.ModelAdmin):
+class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The breaker list and its force/release actions (OP-6). See the module docstring."""
 
     actions = None  # the three actions are handled by this admin's own views
@@ -90,14 +104,6 @@ class BreakerAdmin(admin.ModelAdmin):
     def has_module_permission(self, request: HttpRequest) -> bool:
         return super().has_module_permission(request) or self.has_force_circuit_permission(request)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     # ------------------------------------------------------------------------- urls
     def get_urls(self):
@@ -234,7 +240,7 @@ class BreakerAdmin(admin.ModelAdmin):
 
 
 @admin.register(BreakerAudit)
-class BreakerAuditAdmin(admin.ModelAdmin):
+class BreakerAuditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only audit of every force and release (OP-6)."""
 
     actions = None
@@ -251,11 +257,3 @@ class BreakerAuditAdmin(admin.ModelAdmin):
     def short_reason(self, obj: BreakerAudit) -> str:
         return obj.reason if len(obj.reason) <= 80 else obj.reason[:79] + "…"
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -21,7 +21,8 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 
 from .conf import baldur_settings
 from .core.breaker import CircuitBreaker, Permit
-from .core.classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of
+from .core.classify import RATE_LIMITED, SUCCESS, retry_after_of
+from .core.runner import settle_status
 from .core.errors import CircuitOpenError
 from .core.registry import registry
 from .inbound import SHED_HEADER, RateLimiter, is_shed, own_rate_limit, rate_limited_response
@@ -105,23 +106,14 @@ def record_response(breaker: CircuitBreaker, permit: Permit, request: Any, respo
     Returns:
         ``"success"``, ``"failure"``, ``"rate_limited"`` or ``"ignored"``.
     """
-    config = breaker.config
+
+    def own(kind: int, status: int | None) -> bool:
+        if (kind != SUCCESS or status == 503) and is_shed(response):
+            return True
+        return (kind == RATE_LIMITED or status == 429) and own_rate_limit(request, response)
+
     status = getattr(response, "status_code", None)
-    kind = classify_status(status, config.failure_codes, config.rate_limit_codes)
-    if (kind != SUCCESS or status == 503) and is_shed(response):
-        breaker.record_ignored(permit)
-        return "ignored"
-    if (kind == RATE_LIMITED or status == 429) and own_rate_limit(request, response):
-        breaker.record_ignored(permit)
-        return "ignored"
-    if kind == SUCCESS:
-        breaker.record_success(permit)
-        return "success"
-    if kind == RATE_LIMITED:
-        breaker.record_failure(permit, rate_limited=True, retry_after=retry_after_of(response))
-        return "rate_limited"
-    breaker.record_failure(permit)
-    return "failure"
+    return settle_status(breaker, permit, status, lambda: retry_after_of(response), own)
 
 
 def shed_response(error: CircuitOpenError) -> Any:

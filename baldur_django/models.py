@@ -91,7 +91,3 @@ class BreakerAudit(models.Model):
     def __str__(self) -> str:
         who = self.actor or "?"
         return f"{self.get_action_display()} {self.service} by {who}"
-
-
-# Tables of the ``database`` state backend (ST-2); defined apart, registered here.
-from .store_models import BreakerLock, BreakerRecord  # noqa: E402,F401

@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, MutableMapping
 
 from ..core.breaker import CircuitBreaker, Permit
-from ..core.classify import RATE_LIMITED, SUCCESS, classify_status
+from ..core.classify import RATE_LIMITED
+from ..core.runner import settle_status
 from ..core.errors import CircuitOpenError, ConfigError
 from ..core.registry import registry
 
@@ -65,20 +66,13 @@ def record_status(breaker: CircuitBreaker, permit: Permit, status: Any, header: 
     Returns:
         ``"success"``, ``"failure"``, ``"rate_limited"`` or ``"ignored"``.
     """
-    config = breaker.config
-    code = status if isinstance(status, int) and not isinstance(status, bool) else None
-    kind = classify_status(code, config.failure_codes, config.rate_limit_codes)
-    if header(SHED_HEADER) is not None or ((kind == RATE_LIMITED or code == 429) and header(MODE_HEADER) is not None):
-        breaker.record_ignored(permit)
-        return "ignored"
-    if kind == SUCCESS:
-        breaker.record_success(permit)
-        return "success"
-    if kind == RATE_LIMITED:
-        breaker.record_failure(permit, rate_limited=True, retry_after=header("retry-after"))
-        return "rate_limited"
-    breaker.record_failure(permit)
-    return "failure"
+
+    def own(kind: int, code: int | None) -> bool:
+        if header(SHED_HEADER) is not None:
+            return True
+        return (kind == RATE_LIMITED or code == 429) and header(MODE_HEADER) is not None
+
+    return settle_status(breaker, permit, status, lambda: header("retry-after"), own)
 
 
 def _asgi_header(raw: Any) -> Callable[[str], Any]:

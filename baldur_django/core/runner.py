@@ -24,7 +24,7 @@ from .classify import (
 from .errors import CircuitOpenError, RateLimitCooldownError
 from .retry import RetryPlan, RetryPolicy
 
-__all__ = ["settle_exception", "settle_result", "call_fallback", "acall_fallback", "run_sync", "run_async"]
+__all__ = ["settle_exception", "settle_result", "settle_status", "call_fallback", "acall_fallback", "run_sync", "run_async"]
 
 
 def classify_exception(breaker: CircuitBreaker, exc: BaseException) -> tuple[bool, bool]:
@@ -61,6 +61,40 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         breaker.record_failure(permit, rate_limited=True, retry_after=retry_after_of(result))
     else:
         breaker.record_failure(permit)
+
+
+def settle_status(
+    breaker: CircuitBreaker,
+    permit: Permit,
+    status: Any,
+    retry_after: Callable[[], Any],
+    own: Callable[[int, int | None], bool],
+) -> str:
+    """Record an HTTP response known by its status (the inbound middlewares, IN-1..IN-3, IN-6).
+
+    Args:
+        status: the integer status (anything else reads as no status: a success).
+        retry_after: returns the response's raw ``Retry-After`` (read only for a 429).
+        own: ``own(kind, status)`` is True for the package's or the application's own
+            answers (load shedding, its 429s), which are never recorded.
+
+    Returns:
+        ``"success"``, ``"failure"``, ``"rate_limited"`` or ``"ignored"``.
+    """
+    code = status if isinstance(status, int) and not isinstance(status, bool) else None
+    config = breaker.config
+    kind = classify_status(code, config.failure_codes, config.rate_limit_codes)
+    if own(kind, code):
+        breaker.record_ignored(permit)
+        return "ignored"
+    if kind == SUCCESS:
+        breaker.record_success(permit)
+        return "success"
+    if kind == RATE_LIMITED:
+        breaker.record_failure(permit, rate_limited=True, retry_after=retry_after())
+        return "rate_limited"
+    breaker.record_failure(permit)
+    return "failure"
 
 
 def call_fallback(fallback: Callable[..., Any], args: tuple, kwargs: dict, error: BaseException) -> Any:

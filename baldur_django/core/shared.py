@@ -39,8 +39,8 @@ from .events import (
     StoreProblem,
     TripBlocked,
 )
-from .states import Reason, Trigger
-from .stores.base import ALREADY, BLOCKED, TRIPPED, Answer, StateStore
+from .states import Reason
+from .stores.base import BLOCKED, TRIPPED, Answer, StateStore
 
 __all__ = ["SharedCircuitBreaker", "StoreGuard"]
 

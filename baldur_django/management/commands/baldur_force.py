@@ -17,7 +17,6 @@ from __future__ import annotations
 import getpass
 import math
 import os
-import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -25,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
 
-from .baldur_status import format_time, utf8_streams
+from .baldur_status import Utf8OutputMixin, format_time
 
 __all__ = ["Command", "MEMORY_REFUSAL", "parse_ttl", "command_actor"]
 
@@ -63,7 +62,7 @@ def command_actor() -> str:
         return f"command:uid-{uid}" if uid is not None else "command"
 
 
-class Command(BaseCommand):
+class Command(Utf8OutputMixin, BaseCommand):
     help = (
         "Force a circuit breaker open or closed for a lifetime (minutes), or release it back to "
         "automatic judgement. Needs a shared state backend (database or redis)."
@@ -77,13 +76,6 @@ class Command(BaseCommand):
             help="lifetime of the force in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
         )
         parser.add_argument("--reason", metavar="TEXT", default="", help="why; recorded in the log and the audit")
-
-    def execute(self, *args: Any, **options: Any) -> Any:
-        if not options.get("stdout"):
-            utf8_streams(sys.stdout)
-        if not options.get("stderr"):
-            utf8_streams(sys.stderr)
-        return super().execute(*args, **options)
 
     def handle(self, *args: Any, action: str, service: str, ttl: str | None = None, reason: str = "", **options: Any) -> None:
         if not service:

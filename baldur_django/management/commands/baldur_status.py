@@ -39,6 +39,18 @@ def utf8_streams(*streams: Any) -> None:
             pass
 
 
+class Utf8OutputMixin:
+    """Commands whose output is UTF-8 whatever the locale (OP-7); a caller's own
+    ``stdout``/``stderr`` (``call_command``) are left alone."""
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        if not options.get("stdout"):
+            utf8_streams(sys.stdout)
+        if not options.get("stderr"):
+            utf8_streams(sys.stderr)
+        return super().execute(*args, **options)  # type: ignore[misc]
+
+
 def format_time(timestamp: float | None) -> str:
     """Unix seconds -> ``"YYYY-MM-DD HH:MM:SS UTC"``; None -> ``"-"``."""
     if timestamp is None:
@@ -54,7 +66,7 @@ def format_table(header: list[str], rows: Iterable[list[str]]) -> str:
     return "\n".join(lines)
 
 
-class Command(BaseCommand):
+class Command(Utf8OutputMixin, BaseCommand):
     help = (
         "Show every known circuit breaker (state, counts, force and expiry), or with --config every "
         "effective BALDUR_* setting and its source. --json prints only JSON on stdout."
@@ -65,13 +77,6 @@ class Command(BaseCommand):
         group = parser.add_mutually_exclusive_group()
         group.add_argument("--service", metavar="NAME", help="show only this breaker (error if unknown)")
         group.add_argument("--config", action="store_true", help="list every effective setting and where it came from")
-
-    def execute(self, *args: Any, **options: Any) -> Any:
-        if not options.get("stdout"):
-            utf8_streams(sys.stdout)
-        if not options.get("stderr"):
-            utf8_streams(sys.stderr)
-        return super().execute(*args, **options)
 
     def handle(self, *args: Any, as_json: bool = False, service: str | None = None, config: bool = False, **options: Any) -> None:
         if config:
