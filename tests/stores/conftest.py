@@ -17,7 +17,7 @@ import pytest
 from baldur_django.core.stores.base import decode, encode
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.testing import FakeClock
-from tests.conftest import need_server
+from tests.conftest import IN_CI, need_server
 
 REDIS_URL = "redis://127.0.0.1:6379/13"
 
@@ -104,16 +104,26 @@ def _database(alias):
 
 
 def pytest_collection_modifyitems(config, items):
-    # Every test that uses the `backend` fixture gets both databases; PostgreSQL must be up
-    # (CI=true fails rather than skips when it is not: see need_server).
+    """Give each store test exactly the databases its backend needs.
+
+    Only the PostgreSQL variants ask for the ``pg`` alias, so the rest of the suite never
+    depends on that server. When PostgreSQL is unreachable they are skipped locally, and
+    under ``CI=true`` they run and fail (need_server).
+    """
+    pg_up = None
     for item in items:
-        if "backend" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.django_db(databases=["default", "pg"]))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _postgres_up():
-    need_server("PostgreSQL at 127.0.0.1:5432", reachable("127.0.0.1", 5432))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        kind = params.get("backend") or params.get("shared_store")
+        if kind == "sqlite":
+            item.add_marker(pytest.mark.django_db)
+        elif kind == "postgres":
+            if pg_up is None:
+                pg_up = reachable("127.0.0.1", 5432)
+            if not pg_up and not IN_CI:
+                item.add_marker(pytest.mark.skip(reason="PostgreSQL at 127.0.0.1:5432 is unreachable"))
+                continue
+            transaction = "shared_store" in params  # other processes must see committed rows
+            item.add_marker(pytest.mark.django_db(databases=["default", "pg"], transaction=transaction))
 
 
 @pytest.fixture(params=["memory", "fakeredis", "redis", "sqlite", "postgres"])
@@ -131,6 +141,7 @@ def backend(request):
         return _redis_backend(request.getfixturevalue("redis_client"))
     if kind == "sqlite":
         return _database("default")
+    need_server("PostgreSQL at 127.0.0.1:5432", reachable("127.0.0.1", 5432))
     return _database("pg")
 
 

@@ -115,7 +115,6 @@ def shared_store(request, dep):
             client.delete(key)
         return
     need_server("PostgreSQL at 127.0.0.1:5432", reachable("127.0.0.1", 5432))
-    request.getfixturevalue("transactional_db")
     from django.db import connections
 
     from baldur_django.store_database import DatabaseStore
@@ -144,7 +143,6 @@ def spawn(shared_store, dep):
         worker.stop()
 
 
-@pytest.mark.django_db(databases=["default", "pg"], transaction=True)
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_st2_fleet_half_open_budget_over_rounds(n, spawn, shared_store, dep):
     """ST-2/CB-6: N processes together send at most half_open_max_calls probes per round,
@@ -183,7 +181,6 @@ def test_st2_fleet_half_open_budget_over_rounds(n, spawn, shared_store, dep):
             assert any(r["reasons"].get("half_open_full") for r in reports)
 
 
-@pytest.mark.django_db(databases=["default", "pg"], transaction=True)
 def test_st2_worker_killed_mid_probe_does_not_stick_the_fleet(spawn, shared_store, dep):
     """ST-2: the only probe's worker is killed (SIGKILL); its lease expires and the fleet recovers."""
     _, store = shared_store
@@ -210,7 +207,6 @@ def test_st2_worker_killed_mid_probe_does_not_stick_the_fleet(spawn, shared_stor
         assert w.recv()[0] == "probed"
 
 
-@pytest.mark.django_db(databases=["default", "pg"], transaction=True)
 def test_op4_force_while_workers_trip(spawn, shared_store, dep, caplog):
     """OP-4: a force written while workers are tripping is never overwritten; they log
     trip_blocked and obey it; a process started later obeys a force on its first call; a running
