@@ -481,6 +481,18 @@ class Demo:
             time.sleep(0.05)  # polling the server's state, bounded
         self.display.line(f"    {self.stamp()}  the running server now reports: {self.display.state(self.monitor.state)}")
         self.operator_states.append(self.monitor.state)
+        # the server adopted this from the shared store and (rightly) published nothing:
+        # show it in the transition list all the same, marked as the operator's
+        with self.monitor.lock:
+            previous = self.monitor.log[-1]["to"] if self.monitor.log else "closed"
+            entry = {"service": "payments", "from": previous, "to": self.monitor.state,
+                     "trigger": f"baldur_force {action}, another process", "seq": self.monitor.seq}
+            if entry["from"] != entry["to"]:
+                self.monitor.log.append(entry)
+            else:
+                entry = None
+        if entry is not None:
+            self.on_transition(entry)
 
     def on_transition(self, entry: dict[str, Any]) -> None:
         trigger = f"  ({entry['trigger']})" if entry.get("trigger") else ""

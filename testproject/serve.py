@@ -42,16 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     server.set_app(application)
 
     if args.exit_with_parent:
+        from testproject.upstream import exit_with_parent
 
-        def watch() -> None:
-            try:
-                while sys.stdin.buffer.read(1024):
-                    pass
-            except (OSError, ValueError):
-                pass
-            os._exit(0)
-
-        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+        exit_with_parent()
 
     def stop(signum: int, frame: Any) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()

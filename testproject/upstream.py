@@ -280,13 +280,16 @@ def start_in_thread(host: str = "127.0.0.1", port: int = 0, quiet: bool = True) 
     return server
 
 
-def _exit_with_parent() -> None:
-    """Exit as soon as stdin reaches EOF: the parent (the demo) died or let go of us."""
+def exit_with_parent() -> None:
+    """Exit as soon as stdin reaches EOF: the parent (the demo) died or let go of us.
+
+    Reads the raw file descriptor: a thread parked in ``sys.stdin.buffer.read`` holds the
+    buffered reader's lock and makes interpreter shutdown abort."""
     import os
 
     def watch() -> None:
         try:
-            while sys.stdin.buffer.read(1024):
+            while os.read(sys.stdin.fileno(), 1024):
                 pass
         except (OSError, ValueError):
             pass
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"upstream: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
     if args.exit_with_parent:
-        _exit_with_parent()
+        exit_with_parent()
 
     def stop(signum: int, frame: Any) -> None:
         server.state.stopping.set()
