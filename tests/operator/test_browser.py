@@ -89,6 +89,13 @@ class AdminBrowserTest(StaticLiveServerTestCase):
             shutil.copy(path, DOCS_IMG / name)
         return path
 
+    def wait_for(self, by: str, value: str):
+        """The element once the page that holds it has loaded (bounded wait, not a sleep)."""
+        from selenium.webdriver.support import expected_conditions as EC
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        return WebDriverWait(self.driver, 15).until(EC.presence_of_element_located((by, value)))
+
     def row_state(self, service: str) -> str:
         from selenium.webdriver.common.by import By
 
@@ -113,15 +120,16 @@ class AdminBrowserTest(StaticLiveServerTestCase):
         driver.find_element(By.NAME, "username").send_keys("admin")
         driver.find_element(By.NAME, "password").send_keys("s3cret-pw")
         driver.find_element(By.CSS_SELECTOR, 'input[type="submit"]').click()
+        scope = self.wait_for(By.ID, "baldur-scope")
         assert driver.current_url.endswith("/admin/baldur_django/breaker/"), driver.current_url
-        assert "acts only on the process serving it" in driver.find_element(By.ID, "baldur-scope").text
+        assert "acts only on the process serving it" in scope.text
         assert self.row_state("payments") == "closed" and self.row_state("search") == "open"
         self.shoot("admin-breaker-list.png")
 
         driver.find_element(By.CSS_SELECTOR, 'input.action-select[value="payments"]').click()
         Select(driver.find_element(By.NAME, "action")).select_by_value("force_open")
         driver.find_element(By.ID, "baldur-go").click()
-        ttl = driver.find_element(By.NAME, "ttl_minutes")
+        ttl = self.wait_for(By.NAME, "ttl_minutes")
         assert ttl.get_attribute("value") == "90"  # BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES
         ttl.clear()
         ttl.send_keys("45")
@@ -130,6 +138,7 @@ class AdminBrowserTest(StaticLiveServerTestCase):
         self.shoot("admin-force-confirm.png")
 
         driver.find_element(By.ID, "baldur-confirm").click()
+        self.wait_for(By.CSS_SELECTOR, "ul.messagelist")
         assert driver.current_url.endswith("/admin/baldur_django/breaker/"), driver.current_url
         assert self.row_state("payments") == "open"
         row = driver.find_element(By.CSS_SELECTOR, 'tr[data-service="payments"]')
@@ -138,7 +147,7 @@ class AdminBrowserTest(StaticLiveServerTestCase):
         self.shoot("admin-breaker-forced.png")
 
         driver.find_element(By.ID, "baldur-audit-link").click()
-        assert "payment provider maintenance" in driver.find_element(By.ID, "result_list").text
+        assert "payment provider maintenance" in self.wait_for(By.ID, "result_list").text
         self.shoot("admin-audit.png")
 
         snap = payments.snapshot()
