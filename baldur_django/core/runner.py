@@ -54,6 +54,20 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         breaker.record_success(permit)
         return
     cfg = breaker.config
+    # Fast lane for the usual HTTP response (requests, httpx, Django): a plain int status
+    # on neither list is a success, recorded through the lock-free healthy path.
+    try:
+        code = result.status_code
+    except Exception:
+        code = None
+    if code.__class__ is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
+        if permit is breaker._healthy_permit:
+            cascade = breaker._cascade
+            if breaker._mono() < cascade.bucket_end:
+                next(cascade.counter)
+                return
+        breaker.record_success(permit)
+        return
     kind = classify_status(status_of(result), cfg.failure_codes, cfg.rate_limit_codes)
     if kind == SUCCESS:
         breaker.record_success(permit)
