@@ -388,6 +388,19 @@ class SharedCircuitBreaker(CircuitBreaker):
     def _version_for(self, permit: Permit) -> int:
         return self._probe_versions.pop(permit.token, self._version)  # type: ignore[arg-type]
 
+    def report_rate_limit(self, retry_after: Any = None) -> None:
+        """RL-9 on a shared store: while the fleet probes (HALF_OPEN), a 429 seen outside a
+        protected call fails the shared round like a failed probe, when a slot is free."""
+        if self.state is HALF_OPEN and not self._guard.down:
+            try:
+                permit = self._admit_shared(self._mono())
+            except CircuitOpenError:
+                self.note_attempt(rate_limited=True, retry_after=retry_after)  # no free slot: a sighting only
+                return
+            self.record_failure(permit, rate_limited=True, retry_after=retry_after)
+            return
+        super().report_rate_limit(retry_after)
+
     # ---------------------------------------------------------------- reading
     @property
     def state(self):  # type: ignore[override]

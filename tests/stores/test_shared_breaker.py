@@ -266,3 +266,19 @@ def test_cb8_stale_trial_outcome_after_fleet_moved_on(fleet):
     a.record_success(permit)
     assert fleet.store.inner.raw("pay").state == "open"
     assert fleet.store.inner.raw("pay").forced == "open"
+
+
+def test_rl9_reported_429_fails_the_fleet_round(fleet):
+    """RL-9/ST-2: a 429 reported with record_rate_limit while the fleet probes reopens the
+    shared record (like a failed probe), so the fleet's round fails, not just this worker's view."""
+    a, b = fleet(), fleet()
+    fail(a, 3)
+    fleet.clock.advance(10.0)
+    assert b.state.value == "half_open" and fleet.store.inner.raw("pay").state == "half_open"
+    b.report_rate_limit("5")
+    record = fleet.store.inner.raw("pay")
+    assert record.state == "open" and record.trigger == "half_open_failure"
+    assert b.cooldown_remaining() == 5.0
+    fleet.clock.advance(5.0)
+    with pytest.raises(CircuitOpenError):
+        a.acquire()  # A's next consult adopts the reopened record
