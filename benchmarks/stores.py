@@ -131,7 +131,7 @@ def _command_name(args: tuple) -> str:
     return str(first).split(" ")[0].lower()
 
 
-def counting_client(url: str, counter: CommandCounter, socket_timeout: float = 2.0) -> Any:
+def counting_client(url: str, counter: CommandCounter, socket_timeout: float = 2.0, max_connections: int = 50) -> Any:
     """A redis-py client with ``connect()``'s options (no retries, no health checks) whose
     connections count every command and round trip they send into *counter*."""
     import redis
@@ -157,6 +157,7 @@ def counting_client(url: str, counter: CommandCounter, socket_timeout: float = 2
         connection_class=CountingConnection,
         socket_timeout=socket_timeout,
         socket_connect_timeout=socket_timeout,
+        max_connections=max_connections,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=0,
     )

@@ -16,13 +16,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+
+from benchmarks.stores import CommandCounter, counting_client  # noqa: F401 - re-exported
 
 REDIS_SERVER = shutil.which("redis-server")
 
@@ -116,61 +115,8 @@ class RedisServer:
             self.kill()
 
 
-class Counter:
-    """Commands and round trips sent by the connections of one :func:`counting_client`."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.commands = 0
-        self.round_trips = 0
-        self.names: dict[str, int] = {}
-
-    def add(self, names: list[str], trips: int = 0) -> None:
-        with self._lock:
-            self.commands += len(names)
-            self.round_trips += trips
-            for name in names:
-                self.names[name] = self.names.get(name, 0) + 1
-
-    def snapshot(self) -> tuple[int, int]:
-        with self._lock:
-            return self.commands, self.round_trips
-
-
-def _name(args: tuple) -> str:
-    first = args[0]
-    if isinstance(first, bytes):
-        first = first.decode()
-    return str(first).split(" ")[0].lower()
-
-
-def counting_client(url: str, counter: Counter, socket_timeout: float = 2.0, max_connections: int = 50) -> redis.Redis:
-    """A redis-py client like ``connect(url)`` (no retries, no health checks) that counts
-    every command and round trip its connections send into *counter*."""
-
-    class CountingConnection(redis.Connection):
-        def send_command(self, *args, **kwargs):
-            counter.add([_name(args)])
-            return super().send_command(*args, **kwargs)
-
-        def pack_commands(self, commands):
-            commands = list(commands)
-            counter.add([_name(c) for c in commands])
-            return super().pack_commands(commands)
-
-        def send_packed_command(self, command, check_health=True):
-            counter.add([], trips=1)
-            return super().send_packed_command(command, check_health)
-
-    return redis.Redis.from_url(
-        url,
-        connection_class=CountingConnection,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=socket_timeout,
-        max_connections=max_connections,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=0,
-    )
+# the benchmark's command counter is the one the tests use too
+Counter = CommandCounter
 
 
 def commandstats(client: redis.Redis) -> dict[str, int]:
