@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, MutableSequence
 
 from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
@@ -440,12 +440,12 @@ class CircuitBreaker:
         return remaining if remaining > 0 else 0.0
 
     # ------------------------------------------------------------------ triggers
-    def _check_rate(self, now: float, events: list[Event]) -> None:
+    def _check_rate(self, now: float, events: MutableSequence[Event]) -> None:
         cfg = self.config
         if self._window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls):
             self._trip(now, Trigger.FAILURE_RATE, events)
 
-    def _check_cascade(self, now: float, events: list[Event]) -> None:
+    def _check_cascade(self, now: float, events: MutableSequence[Event]) -> None:
         if self._forced is not None or self._state is not CLOSED:
             return
         cfg = self.config
@@ -470,7 +470,7 @@ class CircuitBreaker:
             self._closed_permit if self._local_fast and self._state is CLOSED and self._forced is None else None
         )
 
-    def _trip(self, now: float, trigger: str, events: list[Event]) -> None:
+    def _trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
         """An automatic trigger fired (lock held). Shared-store breakers override this."""
         self._to_open(now, trigger, events)
 
@@ -481,7 +481,7 @@ class CircuitBreaker:
         self._trials = 0
         self._trial_successes = 0
 
-    def _to_open(self, now: float, trigger: str, events: list[Event], detail: dict[str, Any] | None = None) -> None:
+    def _to_open(self, now: float, trigger: str, events: MutableSequence[Event], detail: dict[str, Any] | None = None) -> None:
         before = self._state
         self._new_generation()
         self._state = OPEN
@@ -505,7 +505,7 @@ class CircuitBreaker:
             )
         )
 
-    def _to_half_open(self, trigger: str, events: list[Event]) -> None:
+    def _to_half_open(self, trigger: str, events: MutableSequence[Event]) -> None:
         before = self._state
         self._new_generation()
         self._state = HALF_OPEN
@@ -519,7 +519,7 @@ class CircuitBreaker:
             )
         )
 
-    def _to_closed(self, trigger: str, events: list[Event], *, clear: bool = True) -> None:
+    def _to_closed(self, trigger: str, events: MutableSequence[Event], *, clear: bool = True) -> None:
         before = self._state
         self._new_generation()
         self._state = CLOSED
@@ -537,7 +537,7 @@ class CircuitBreaker:
             )
         )
 
-    def _evaluate(self, now: float, events: list[Event]) -> None:
+    def _evaluate(self, now: float, events: MutableSequence[Event]) -> None:
         """Apply a lapsed force and the recovery timeout (lazy transitions, CB-5, OP-3)."""
         if self._forced is not None and now >= self._force_until:
             previous = self._forced

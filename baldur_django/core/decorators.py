@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar, cast
 
 from .breaker import CircuitBreaker
 from .classify import PLAIN_TYPES
@@ -80,7 +80,7 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
     """The CLOSED hot path: one attribute read to admit, no lock to record a healthy success."""
     cascade = breaker._cascade
     monotonic = breaker._mono
-    trial_policy = None if policy is None else dataclasses.replace(policy, max_attempts=1)
+    trial_policy = cast(RetryPolicy, None if policy is None else dataclasses.replace(policy, max_attempts=1))
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
@@ -117,7 +117,7 @@ def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: Ret
 def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]], policy: RetryPolicy | None, fallback: Any):
     cascade = breaker._cascade
     monotonic = breaker._mono
-    trial_policy = None if policy is None else dataclasses.replace(policy, max_attempts=1)
+    trial_policy = cast(RetryPolicy, None if policy is None else dataclasses.replace(policy, max_attempts=1))
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit

@@ -144,7 +144,7 @@ def _json_or_csv(name: str, value: Any, from_env: bool) -> Any:
         if text.startswith("[") or text.startswith("{"):
             try:
                 return json.loads(text)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise _fail(name, value, f"malformed JSON ({exc.msg})") from None
         return [part.strip() for part in text.split(",") if part.strip()]
     return value
@@ -171,7 +171,7 @@ def _json_dict(name: str, value: Any, from_env: bool) -> dict:
     if from_env and isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else {}
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise _fail(name, value, f"malformed JSON ({exc.msg})") from None
     if not isinstance(value, dict):
         raise _fail(name, value, "expected a mapping (a JSON object in the environment)")
@@ -182,7 +182,7 @@ def _json_list(name: str, value: Any, from_env: bool) -> list:
     if from_env and isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else []
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise _fail(name, value, f"malformed JSON ({exc.msg})") from None
     if not isinstance(value, (list, tuple)):
         raise _fail(name, value, "expected a list (a JSON array in the environment)")

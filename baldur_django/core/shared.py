@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, MutableSequence
 
 from .breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, Permit, validate_ttl
 from .errors import CircuitOpenError, StoreError
@@ -267,7 +267,7 @@ class SharedCircuitBreaker(CircuitBreaker):
         self._consult(self._mono())
 
     # -------------------------------------------------------------- adoption
-    def _adopt(self, answer: Answer, now: float, events: list[Event], *, force: bool = False) -> None:
+    def _adopt(self, answer: Answer, now: float, events: MutableSequence[Event], *, force: bool = False) -> None:
         """Make the local state follow the shared record (lock held). Publishes only the
         transitions this worker's own operation made (``moved``/``lapsed``)."""
         record = answer.record
@@ -316,7 +316,7 @@ class SharedCircuitBreaker(CircuitBreaker):
             )
 
     # ----------------------------------------------------------------- trips
-    def _trip(self, now: float, trigger: str, events: list[Event]) -> None:
+    def _trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
         # Stop local traffic at once; the store decides who publishes (see _publish).
         held: list[Event] = []
         self._to_open(now, trigger, held)
@@ -457,7 +457,7 @@ class SharedCircuitBreaker(CircuitBreaker):
         super()._publish(events)
         return answer.result is not None
 
-    def _evaluate(self, now: float, events: list[Event]) -> None:
+    def _evaluate(self, now: float, events: MutableSequence[Event]) -> None:
         # Lapses and recovery are decided by store operations (they normalise first);
         # locally only while the store is down.
         if self._guard.down:
@@ -497,7 +497,7 @@ def detach(breaker: CircuitBreaker) -> CircuitBreaker:
     if not isinstance(breaker, SharedCircuitBreaker):
         return breaker
     with breaker._lock:
-        breaker.__class__ = CircuitBreaker
+        breaker.__class__ = CircuitBreaker  # type: ignore[assignment]
         breaker.backend = "memory"
         breaker._sync_due = float("inf")
         breaker._refresh_fast()

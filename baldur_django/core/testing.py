@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from .events import Event, EventBus
+from .events import Event, EventBus, StateChanged
 
 __all__ = ["FakeClock", "RecordingListener"]
 
@@ -67,4 +67,4 @@ class RecordingListener:
 
     def transitions(self) -> list[tuple[str, str, str]]:
         """``(from_state, to_state, trigger)`` of every StateChanged event, in order."""
-        return [(e.from_state, e.to_state, e.trigger) for e in self.events if e.kind == "state_changed"]
+        return [(e.from_state, e.to_state, e.trigger) for e in self.events if isinstance(e, StateChanged)]
