@@ -139,15 +139,20 @@ def interleave(
     try:
         for order in _rounds_order(names, rounds, seed):
             elapsed = {name: runners[name](n) for name in order}
-            bare = elapsed[baseline] / n
-            for name in names:
-                per_call = elapsed[name] / n
-                samples[name].per_call.append(per_call)
-                samples[name].over_bare.append(per_call - bare)
+            _record_round(samples, elapsed, baseline, n)
     finally:
         if gc_was_enabled:
             gc.enable()
     return samples
+
+
+def _record_round(samples: dict[str, Sample], elapsed: Mapping[str, int], baseline: str, n: int) -> None:
+    """File one round: each contender's ns per call, and its overhead over the same round's bare call."""
+    bare = elapsed[baseline] / n
+    for name, total in elapsed.items():
+        per_call = total / n
+        samples[name].per_call.append(per_call)
+        samples[name].over_bare.append(per_call - bare)
 
 
 async def ainterleave(
@@ -171,11 +176,7 @@ async def ainterleave(
             elapsed = {}
             for name in order:
                 elapsed[name] = await runners[name](n)
-            bare = elapsed[baseline] / n
-            for name in names:
-                per_call = elapsed[name] / n
-                samples[name].per_call.append(per_call)
-                samples[name].over_bare.append(per_call - bare)
+            _record_round(samples, elapsed, baseline, n)
     finally:
         if gc_was_enabled:
             gc.enable()
