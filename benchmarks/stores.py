@@ -44,7 +44,7 @@ import baldur_django as baldur
 from baldur_django.core.clock import SYSTEM_CLOCK
 from baldur_django.core.events import bus
 from baldur_django.core.registry import registry
-from baldur_django.core.shared import StoreGuard, attach
+from baldur_django.core.sync import StoreGuard
 from baldur_django.core.stores.redis import RedisStore
 
 from .harness import Sample, interleave, loop_calls, loop_rejections
@@ -264,7 +264,7 @@ class _Contenders:
         name = self._name(kind)
         # attach before decorating, as registry.set_store() at start-up does
         breaker = registry.get(name, overrides or None)
-        attach(breaker, self.guard)
+        breaker.use_store(self.guard)
         return baldur.circuit_breaker(name, **overrides)(target)
 
     def pybreaker_redis(self, kind: str, target: Callable[[], Any], reset_timeout: float = 60) -> Callable[[], Any]:

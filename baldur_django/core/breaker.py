@@ -7,6 +7,17 @@ whose generation is no longer current is dropped (CB-8). Every mutation happens 
 one short ``threading.Lock``; events are published after it is released, once per
 transition.
 
+A breaker holds one strategy for meeting a shared store (``sync.py``): :data:`LOCAL`
+for process-local breakers, a :class:`StoreSync` once ``registry.set_store()`` (or
+:meth:`CircuitBreaker.use_store`) gives it one. The decisions below are written once
+and the strategy's hooks say when the shared record is read or written.
+
+The lock-free fast paths live in :mod:`baldur_django.core.hotpath` and read four
+attributes of this class (``_fast_permit``, ``_healthy_permit``, ``_reject_until``,
+``_sync_due``) plus the cascade counter. The rule that keeps them sound: every path that
+records a failure or changes state goes through :meth:`CircuitBreaker._invalidate`
+first, which clears the hot-path permits before anything else is touched.
+
 Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3.
 """
 
@@ -32,7 +43,9 @@ from .events import (
     StateChanged,
 )
 from .events import bus as default_bus
+from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .states import CircuitState, Reason, Trigger
+from .stores.base import Answer, Record
 from .window import CountWindow, SecondBuckets
 
 __all__ = ["Permit", "CircuitBreaker", "validate_ttl"]
@@ -105,6 +118,9 @@ class CircuitBreaker:
         self._mono: Callable[[], float] = clock.monotonic
         self._bus = bus
         self._lock = threading.Lock()
+        self._sync: LocalSync | StoreSync = LOCAL
+        #: True when the hot-path permit expires at ``_sync_due`` (a shared store's sync interval).
+        self._timed = False
         self._state = CLOSED
         self._gen = 0
         self._closed_permit: Permit | None = Permit(0)
@@ -113,15 +129,15 @@ class CircuitBreaker:
         # only hand out a permit whose generation is already stale (CB-8).
         self._fast_permit: Permit | None = self._closed_permit
         # The CLOSED permit while a success would change nothing but the cascade count
-        # (window full, no failure in it), else None. Every locked path that records a
-        # failure or changes state clears it *before* mutating anything, so the lock-free
-        # healthy path linearises at its single read of this attribute.
+        # (window full, no failure in it), else None. Cleared by _invalidate() before
+        # any failure is recorded or the state changes, so the lock-free healthy path
+        # linearises at its single read of this attribute.
         self._healthy_permit: Permit | None = None
         # Monotonic deadline before which OPEN (or forced open) rejects without the lock;
         # 0.0 whenever anything else holds. Cleared first by every transition.
         self._reject_until = 0.0
         # Monotonic time at which a shared breaker must consult its store again: the
-        # once-a-second locked paths drop the hot-path permit then (ST-3). inf = never.
+        # locked paths drop the hot-path permit then (ST-3). inf = never (local breakers).
         self._sync_due = float("inf")
         self._consecutive = 0
         self._window = CountWindow(config.sliding_window_size)
@@ -138,7 +154,6 @@ class CircuitBreaker:
         self._force_actor: str | None = None
         self._last_trigger: str | None = None
         self.dry_run_rejections = 0
-        self.backend = "memory"
         # Events are queued here under the state lock, in the order the transitions were
         # decided, and delivered after it is released by whichever thread drains first:
         # listeners see transitions in order and never run under the state lock (CB-14).
@@ -151,15 +166,26 @@ class CircuitBreaker:
         return f"<CircuitBreaker {self.name!r} {self._state.value}>"
 
     @property
+    def backend(self) -> str:
+        """Where the state is shared: ``"memory"`` (this process only), ``"database"`` or ``"redis"``."""
+        return self._sync.backend
+
+    @property
     def state(self) -> CircuitState:
-        """Current :class:`CircuitState`. Evaluates lapses and the recovery timeout (CB-5)."""
-        if self._fast_permit is not None:
+        """Current :class:`CircuitState`. Evaluates lapses and the recovery timeout (CB-5).
+
+        With a shared store this may read the shared record (ST-3: when a consult is
+        due, or to sweep an OPEN record past its timeout).
+        """
+        if self._fast_permit is not None and not (self._timed and self._mono() >= self._sync_due):
             return CLOSED
+        now = self._mono()
+        self._sync.refresh(self, now)
         events = self._outbox
         with self._lock:
-            self._evaluate(self._mono(), events)
+            self._evaluate(now, events)
             state = self._state
-        self._publish(events)
+        self._settle(events)
         return state
 
     @property
@@ -170,6 +196,7 @@ class CircuitBreaker:
 
     def snapshot(self) -> dict[str, Any]:
         """A dict of the breaker's state and counts (section 0 keys). Never takes a trial slot."""
+        self.state  # noqa: B018 - consult, sweep and evaluate first
         events = self._outbox
         with self._lock:
             self._evaluate(self._mono(), events)
@@ -199,7 +226,8 @@ class CircuitBreaker:
                     "half_open_max_calls": self.config.half_open_max_calls,
                 },
             }
-        self._publish(events)
+            snap.update(self._sync.extra_snapshot())
+        self._settle(events)
         return snap
 
     # ---------------------------------------------------------------- admission
@@ -217,7 +245,29 @@ class CircuitBreaker:
         permit = self._fast_permit
         if permit is not None and not (self._timed and self._mono() >= self._sync_due):
             return permit
-        return self._acquire_slow()
+        return self.acquire_slow()
+
+    def acquire_slow(self) -> Permit:
+        """Admission when the lock-free CLOSED permit does not apply (the second of the two
+        methods the hot path binds; :meth:`acquire` is the whole of the first).
+
+        May read or write the shared record (ST-3: a due consult or a due probe).
+
+        Returns:
+            A permit. Raises CircuitOpenError as :meth:`acquire` does.
+        """
+        now = self._mono()
+        until = self._reject_until
+        if now < until and now < self._sync_due:
+            raise self._reject_fast(now, until)  # CB-4 and ST-3: no lock, no round trip
+        sync = self._sync
+        if now >= self._sync_due:
+            sync.consult(self, now)
+        if sync.probe_due(self, now):
+            permit = sync.acquire_probe(self, now)
+            if permit is not None:
+                return permit
+        return self._admit(now)
 
     def _reject_fast(self, now: float, until: float) -> CircuitOpenError:
         """OPEN inside its deadline: the rejection needs no lock (CB-4). The event is built
@@ -226,11 +276,10 @@ class CircuitBreaker:
             self._publish([CallRejected(self.name, self._clock.wall(), reason=Reason.OPEN, state=OPEN.value)])
         return CircuitOpenError(self.name, Reason.OPEN, until - now)
 
-    def _acquire_slow(self) -> Permit:
-        now = self._mono()
-        until = self._reject_until
-        if now < until:
-            raise self._reject_fast(now, until)
+    def _admit(self, now: float) -> Permit:
+        """The one admission decision (lock held inside): CLOSED passes, HALF_OPEN takes a
+        local trial slot when this process judges alone, anything else is rejected with
+        its reason (CB-4, CB-6), or let through and counted in dry-run (OP-5)."""
         events = self._outbox
         permit: Permit | None = None
         reason = Reason.OPEN
@@ -241,19 +290,16 @@ class CircuitBreaker:
             if state is CLOSED:
                 permit = self._closed_permit
             elif state is HALF_OPEN:
-                if self._trials < self.config.half_open_max_calls:
+                if self._sync.local_judgement() and self._trials < self.config.half_open_max_calls:
                     self._trials += 1
                     permit = Permit(self._gen, trial=True)
                 else:
                     reason = Reason.HALF_OPEN_FULL
-            elif self._forced == "open":
-                retry_after = max(0.0, self._force_until - now)
-                if not self.config.dry_run:
-                    self._reject_until = self._force_until
             else:
-                retry_after = max(0.0, self._open_until - now)
+                until = self._force_until if self._forced == "open" else self._open_until
+                retry_after = max(0.0, until - now)
                 if not self.config.dry_run:
-                    self._reject_until = self._open_until
+                    self._reject_until = until
             if permit is None and self.config.dry_run:
                 self.dry_run_rejections += 1
                 permit = Permit(self._gen, dry_run=True)
@@ -261,10 +307,10 @@ class CircuitBreaker:
         if permit is None:
             if self._bus.wants_rejections():
                 events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
-            self._publish(events)
+            self._settle(events)
             raise CircuitOpenError(self.name, reason, retry_after)
         if events:
-            self._publish(events)
+            self._settle(events)
         return permit
 
     # ---------------------------------------------------------------- recording
@@ -333,8 +379,8 @@ class CircuitBreaker:
     def record_ignored(self, permit: Permit) -> None:
         """The call ended in an ignored exception, a ``BaseException`` that is not an
         ``Exception``, or never reached the dependency: neither success nor failure. A trial
-        gives its slot back (CB-10)."""
-        if not permit.trial:
+        gives its slot back (CB-10); with a shared store, to the fleet's round."""
+        if not permit.trial or self._sync.finish_probe(self, permit, "abandon"):
             return
         with self._lock:
             if permit.generation == self._gen and self._state is HALF_OPEN and self._trials > 0:
@@ -365,7 +411,7 @@ class CircuitBreaker:
                     if not self._window.failures and self._window.calls == self._window.size:
                         self._healthy_permit = self._closed_permit
                 else:
-                    self._healthy_permit = None  # before any mutation: see __init__
+                    self._invalidate()
                     self._consecutive += 1
                     self._window.add(True)
                 if self._forced is None:
@@ -375,10 +421,13 @@ class CircuitBreaker:
                         self._check_rate(now, events)
             if rate_limited and self._state is CLOSED:
                 self._check_cascade(now, events)
-        self._publish(events)
+        self._settle(events)
 
     def _record_trial(self, permit: Permit, ok: bool, now: float) -> None:
-        """A trial's outcome (CB-6): N successes close, one failure reopens; stale ones drop."""
+        """A trial's outcome (CB-6): N successes close, one failure reopens; stale ones drop.
+        With a shared store the fleet's round decides (one store operation)."""
+        if self._sync.finish_probe(self, permit, "success" if ok else "failure"):
+            return
         events = self._outbox
         with self._lock:
             if permit.generation == self._gen and self._state is HALF_OPEN:
@@ -388,7 +437,7 @@ class CircuitBreaker:
                         self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
                 else:
                     self._to_open(now, Trigger.HALF_OPEN_FAILURE, events)
-        self._publish(events)
+        self._settle(events)
 
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
         """Count one attempt at the dependency in the cascade window (RL-5).
@@ -411,13 +460,23 @@ class CircuitBreaker:
                     self._cooldown_until = until
                 if evaluate and self._state is CLOSED:
                     self._check_cascade(now, events)
-        self._publish(events)
+        self._settle(events)
 
     def report_rate_limit(self, retry_after: Any = None) -> None:
         """A 429 seen outside any protected call (RL-9): a sighting counted as a call, a
         cooldown, and a failure of the current state (CLOSED: a recorded failure;
-        HALF_OPEN: a failed probe; OPEN: nothing more)."""
-        self.state  # noqa: B018 - apply a due recovery timeout first
+        HALF_OPEN: a failed probe; OPEN: nothing more). While a fleet probes through a
+        shared store, the failure takes one of the round's slots (none free: a sighting only).
+        """
+        state = self.state  # applies a due recovery timeout first
+        if state is HALF_OPEN and self._sync.shares_probes():
+            try:
+                permit = self.acquire_slow()
+            except CircuitOpenError:
+                self.note_attempt(rate_limited=True, retry_after=retry_after)
+                return
+            self.record_failure(permit, rate_limited=True, retry_after=retry_after)
+            return
         with self._lock:
             state, gen = self._state, self._gen
         if state is OPEN:
@@ -459,92 +518,98 @@ class CircuitBreaker:
         self._trip(now, Trigger.RATE_LIMIT_CASCADE, events)
 
     # --------------------------------------------------------------- transitions
-    #: False for breakers whose CLOSED admission must check something (a shared store's sync deadline).
-    _local_fast = True
-    #: True when the hot-path permit expires at ``_sync_due`` (shared stores: ST-3's sync interval).
-    _timed = False
-
     def _refresh_fast(self) -> None:
         """Recompute the hot-path permit after a state or force change (lock held)."""
         self._fast_permit = (
-            self._closed_permit if self._local_fast and self._state is CLOSED and self._forced is None else None
+            self._closed_permit
+            if self._state is CLOSED and self._forced is None and (not self._timed or self._mono() < self._sync_due)
+            else None
         )
 
-    def _trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
-        """An automatic trigger fired (lock held). Shared-store breakers override this."""
-        self._to_open(now, trigger, events)
-
-    def _new_generation(self) -> None:
-        self._reject_until = 0.0
+    def _invalidate(self) -> None:
+        """Clear what the lock-free paths read, before any failure is recorded or any state
+        changes (lock held). Every mutating path calls this first; see the module docstring."""
         self._healthy_permit = None
+        self._reject_until = 0.0
+
+    def _trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
+        """An automatic trigger fired (lock held): open at once for this process's traffic;
+        the strategy decides when the events are published (a shared store first asks
+        the store who decided the trip)."""
+        held: list[Event] = []
+        self._to_open(now, trigger, held)
+        self._sync.trip_decided(self, trigger, held, events)  # type: ignore[arg-type]
+
+    def _open_duration(self) -> float:
+        """Seconds the current open lasts before a probe is allowed (the recovery timeout)."""
+        return self.config.recovery_timeout
+
+    def _enter(self, target: CircuitState, trigger: str | None, events: MutableSequence[Event] | None) -> float:
+        """Move to *target* in a new generation (lock held): the single place a state
+        changes, for local decisions and adoption alike. Appends ``StateChanged`` to
+        *events* unless it is None (adoption of a peer's decision publishes nothing, CB-14).
+
+        Returns:
+            The wall-clock time of the transition (Unix seconds).
+        """
+        before = self._state
+        self._invalidate()
         self._gen += 1
         self._trials = 0
         self._trial_successes = 0
-
-    def _to_open(self, now: float, trigger: str, events: MutableSequence[Event], detail: dict[str, Any] | None = None) -> None:
-        before = self._state
-        self._new_generation()
-        self._state = OPEN
-        self._closed_permit = None
-        self._refresh_fast()
-        self._opened_at = self._clock.wall()
-        self._open_until = now + self.config.recovery_timeout
-        if not self.config.dry_run and self._forced is None:
-            self._reject_until = self._open_until
+        self._state = target
         self._last_trigger = trigger
+        if target is CLOSED:
+            self._closed_permit = Permit(self._gen)
+            self._opened_at = None
+        else:
+            self._closed_permit = None
+        self._refresh_fast()
+        wall = self._clock.wall()
+        if events is not None:
+            events.append(
+                StateChanged(
+                    self.name, wall, from_state=before.value, to_state=target.value, trigger=trigger or "",
+                    dry_run=self.config.dry_run,
+                )
+            )
+        return wall
+
+    def _hold_open_until(self, until: float) -> None:
+        """OPEN rejects lock-free until *until* (monotonic), unless dry-run lets everything through."""
+        if not self.config.dry_run:
+            self._reject_until = until
+
+    def _to_open(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
+        self._opened_at = self._enter(OPEN, trigger, events)
+        self._open_until = now + self._open_duration()
+        if self._forced is None:
+            self._hold_open_until(self._open_until)
         self._cascade.clear()
-        events.append(
-            StateChanged(
-                self.name,
-                self._opened_at,
-                from_state=before.value,
-                to_state=OPEN.value,
-                trigger=trigger,
-                dry_run=self.config.dry_run,
-                detail=detail or {},
-            )
-        )
 
-    def _to_half_open(self, trigger: str, events: MutableSequence[Event]) -> None:
-        before = self._state
-        self._new_generation()
-        self._state = HALF_OPEN
-        self._closed_permit = None
-        self._refresh_fast()
-        self._last_trigger = trigger
-        events.append(
-            StateChanged(
-                self.name, self._clock.wall(), from_state=before.value, to_state=HALF_OPEN.value, trigger=trigger,
-                dry_run=self.config.dry_run,
-            )
-        )
+    def _to_half_open(self, trigger: str, events: MutableSequence[Event] | None) -> None:
+        self._enter(HALF_OPEN, trigger, events)
 
-    def _to_closed(self, trigger: str, events: MutableSequence[Event], *, clear: bool = True) -> None:
-        before = self._state
-        self._new_generation()
-        self._state = CLOSED
-        self._closed_permit = Permit(self._gen)
-        self._refresh_fast()
-        self._opened_at = None
-        self._last_trigger = trigger
+    def _to_closed(self, trigger: str, events: MutableSequence[Event] | None, *, clear: bool = True) -> None:
+        self._enter(CLOSED, trigger, events)
         if clear:
             self._consecutive = 0
             self._window.clear()
-        events.append(
-            StateChanged(
-                self.name, self._clock.wall(), from_state=before.value, to_state=CLOSED.value, trigger=trigger,
-                dry_run=self.config.dry_run,
-            )
-        )
 
     def _evaluate(self, now: float, events: MutableSequence[Event]) -> None:
-        """Apply a lapsed force and the recovery timeout (lazy transitions, CB-5, OP-3)."""
+        """Apply a lapsed force and the recovery timeout (lazy transitions, CB-5, OP-3).
+
+        With a shared store that answers, the store decides both (its operations
+        normalise the record first); locally only while it is down (ST-4).
+        """
+        if not self._sync.local_judgement():
+            return
         if self._forced is not None and now >= self._force_until:
             previous = self._forced
             before = self._state
             self._clear_force()
             if previous == "open":
-                self._to_half_open(Trigger.FORCE_LAPSED, [])
+                self._to_half_open(Trigger.FORCE_LAPSED, None)
             else:
                 self._refresh_fast()
             events.append(
@@ -561,6 +626,61 @@ class CircuitBreaker:
         self._force_reason = ""
         self._force_actor = None
 
+    # ------------------------------------------------------------------ adoption
+    def _adopt(self, answer: Answer, now: float, events: MutableSequence[Event], *, force: bool = False) -> None:
+        """Make the local state follow the shared record of a store *answer* (lock held).
+
+        Publishes only what this worker's own store operation decided (``answer.moved``,
+        ``answer.lapsed``); a state adopted from a peer's decision publishes nothing (CB-14).
+        """
+        record = answer.record
+        sync = self._sync
+        if answer.lapsed is not None:
+            events.append(
+                ForceLapsed(self.name, self._clock.wall(), previous=answer.lapsed, from_state=self._state.value, to_state=record.state)
+            )
+        if isinstance(sync, StoreSync):
+            if record.version == sync.version and not force:
+                self._count_round(record)
+                return
+            sync.version = record.version
+            sync.next_probe = float("-inf")
+        offset = now - answer.now  # store time -> this process's monotonic time
+        before = self._state
+        if record.forced is not None:
+            self._forced = record.forced
+            self._force_until = (record.force_expires_at or answer.now) + offset
+            self._force_expires_at = record.force_expires_at
+            self._force_reason = record.force_reason
+            self._force_actor = record.force_actor
+        else:
+            self._clear_force()
+        target = _STATES[record.state]
+        announce = answer.moved and answer.lapsed is None and target is not before
+        if target is not before or target is not CLOSED:
+            self._enter(target, record.trigger, events if announce else None)
+        else:
+            self._last_trigger = record.trigger
+            self._refresh_fast()
+        if target is CLOSED:
+            if before is not CLOSED:
+                self._consecutive = 0
+                self._window.clear()
+        else:
+            self._opened_at = record.opened_at
+            if record.open_until is not None:
+                self._open_until = record.open_until + offset
+            if target is OPEN:
+                self._hold_open_until(self._force_until if record.forced == "open" else self._open_until)
+        self._count_round(record)
+
+    def _count_round(self, record: Record) -> None:
+        """A shared HALF_OPEN round's counts as the record holds them: trials taken (in
+        flight plus succeeded) and successes, as a memory breaker counts its own (lock held)."""
+        if self._state is HALF_OPEN:
+            self._trial_successes = record.successes
+            self._trials = len(record.probes) + record.successes
+
     # -------------------------------------------------------------------- forces
     def force_open(self, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
         """Hold the breaker OPEN for *ttl_minutes* minutes (OP-1, OP-2).
@@ -573,6 +693,7 @@ class CircuitBreaker:
 
         Raises:
             ConfigError: bad lifetime; nothing changes.
+            StoreError: a shared store could not store the force (OP-4).
         """
         self._force("open", ttl_minutes, reason, actor)
 
@@ -581,42 +702,52 @@ class CircuitBreaker:
 
         Raises:
             ConfigError: bad lifetime; nothing changes.
+            StoreError: a shared store could not store the force (OP-4).
         """
         self._force("closed", ttl_minutes, reason, actor)
 
     def _force(self, mode: str, ttl_minutes: float | None, reason: str, actor: str | None) -> None:
         ttl = validate_ttl(ttl_minutes, self.config.default_ttl_minutes)
-        now = self._mono()
-        wall = self._clock.wall()
+        reason = reason or ""
         events = self._outbox
-        with self._lock:
-            self._evaluate(now, events)
-            before = self._state
-            self._forced = mode
-            self._force_until = now + ttl * 60.0
-            self._force_expires_at = wall + ttl * 60.0
-            self._force_reason = reason or ""
-            self._force_actor = actor
-            scratch: list[Event] = []
-            if mode == "open":
-                if self._state is not OPEN:
-                    self._to_open(now, Trigger.FORCED, scratch)
+        with self._sync.serial():
+            answer = self._sync.store_force(self, mode, ttl * 60.0, reason, actor)
+            now = self._mono()
+            wall = self._clock.wall()
+            with self._lock:
+                if answer is None:
+                    self._evaluate(now, events)
+                before = self._state
+                if answer is None:
+                    self._apply_force(mode, now, wall, ttl, reason, actor)
                 else:
-                    self._new_generation()
-                if not self.config.dry_run:
-                    self._reject_until = self._force_until
-                self._refresh_fast()
-            else:
-                if self._state is not CLOSED:
-                    self._to_closed(Trigger.FORCED, scratch)
-                self._refresh_fast()
-            events.append(
-                Forced(
-                    self.name, wall, mode=mode, from_state=before.value, to_state=self._state.value, ttl_minutes=ttl,
-                    expires_at=self._force_expires_at, reason=self._force_reason, actor=actor, dry_run=self.config.dry_run,
+                    self._adopt(answer, now, [], force=True)
+                events.append(
+                    Forced(
+                        self.name, wall, mode=mode, from_state=before.value, to_state=self._state.value, ttl_minutes=ttl,
+                        expires_at=self._force_expires_at or 0.0, reason=reason, actor=actor, dry_run=self.config.dry_run,
+                    )
                 )
-            )
-        self._publish(events)
+        self._settle(events)
+
+    def _apply_force(self, mode: str, now: float, wall: float, ttl: float, reason: str, actor: str | None) -> None:
+        """A process-local force (lock held): the transition it implies publishes no
+        ``StateChanged`` of its own (the ``Forced`` event says it all)."""
+        self._forced = mode
+        self._force_until = now + ttl * 60.0
+        self._force_expires_at = wall + ttl * 60.0
+        self._force_reason = reason
+        self._force_actor = actor
+        if mode == "open":
+            if self._state is not OPEN:
+                self._to_open(now, Trigger.FORCED, [])
+            else:
+                self._enter(OPEN, self._last_trigger, None)
+                self._opened_at = self._opened_at or wall
+            self._hold_open_until(self._force_until)
+        elif self._state is not CLOSED:
+            self._to_closed(Trigger.FORCED, None)
+        self._refresh_fast()
 
     def release(self, actor: str | None = None, reason: str = "") -> bool:
         """Hand the breaker back to automatic judgement (OP-3).
@@ -626,35 +757,69 @@ class CircuitBreaker:
 
         Returns:
             True when a force was removed, False when nothing was forced (a no-op).
+
+        Raises:
+            StoreError: a shared store could not store the release (OP-4).
         """
         events = self._outbox
-        with self._lock:
-            self._evaluate(self._mono(), events)
-            previous = self._forced
-            if previous is None:
-                released = False
-            else:
-                released = True
+        with self._sync.serial():
+            answer = self._sync.store_release(self)
+            now = self._mono()
+            with self._lock:
                 before = self._state
-                self._clear_force()
-                if previous == "open":
-                    self._to_half_open(Trigger.RELEASED, [])
+                if answer is None:
+                    self._evaluate(now, events)
+                    before = self._state
+                    previous = self._forced
+                    if previous is not None:
+                        self._clear_force()
+                        if previous == "open":
+                            self._to_half_open(Trigger.RELEASED, None)
+                        else:
+                            self._refresh_fast()
                 else:
-                    self._refresh_fast()
-                events.append(
-                    Released(self.name, self._clock.wall(), previous=previous, from_state=before.value,
-                             to_state=self._state.value, actor=actor, reason=reason)
-                )
-        self._publish(events)
-        return released
+                    previous = answer.result
+                    if answer.lapsed is not None:
+                        events.append(
+                            ForceLapsed(self.name, self._clock.wall(), previous=answer.lapsed, from_state=before.value,
+                                        to_state=answer.record.state)
+                        )
+                    self._adopt(answer, now, [], force=True)
+                if previous is not None:
+                    events.append(
+                        Released(self.name, self._clock.wall(), previous=previous, from_state=before.value,
+                                 to_state=self._state.value, actor=actor, reason=reason)
+                    )
+        self._settle(events)
+        return previous is not None
 
     # ------------------------------------------------------------ configuration
+    def use_store(self, guard: StoreGuard | None) -> None:
+        """Share this breaker's state through *guard*'s store, or go back to process-local
+        state (None). The breaker object stays the same: functions decorated before the
+        store was configured keep working. Local counts are kept; a shared breaker's
+        next call consults the store (ST-3: first use)."""
+        with self._lock:
+            self._invalidate()
+            if guard is None:
+                self._sync = LOCAL
+                self._timed = False
+                self._sync_due = float("inf")
+            else:
+                self._sync = StoreSync(guard)
+                self._timed = True
+                self._sync_due = float("-inf")
+            self._refresh_fast()
+
+    def sync(self) -> None:
+        """Consult the shared record now, whatever the sync interval says (no-op locally)."""
+        self._sync.consult(self, self._mono())
+
     def reconfigure(self, config: BreakerConfig) -> None:
         """Swap in a new configuration (CFG-2). A new window size restarts the window."""
         with self._lock:
-            self._reject_until = 0.0  # re-derived by the next locked admission
+            self._invalidate()  # re-derived by the next locked admission and success
             if config.sliding_window_size != self._window.size:
-                self._healthy_permit = None
                 self._window = CountWindow(config.sliding_window_size)
             if config.cascade_window != self._cascade.span:
                 self._cascade.span = config.cascade_window
@@ -664,24 +829,26 @@ class CircuitBreaker:
         """Return to a fresh CLOSED breaker: counts, cooldown and force cleared (for tests and operators)."""
         with self._lock:
             self._clear_force()
-            self._new_generation()
-            self._state = CLOSED
-            self._closed_permit = Permit(self._gen)
-            self._refresh_fast()
+            self._enter(CLOSED, None, None)
             self._consecutive = 0
             self._window.clear()
             self._cascade.clear()
             self._cooldown_until = 0.0
-            self._opened_at = None
-            self._last_trigger = None
             self.dry_run_rejections = 0
 
     # ------------------------------------------------------------------- events
+    def _settle(self, events: Any = ()) -> None:
+        """After a locked section (state lock NOT held): write a trip the strategy left
+        pending to the shared store (store I/O, ST-3), then deliver the queued events."""
+        if self._sync.pending is not None:
+            self._sync.push_trip(self)
+        self._publish(events)
+
     def _publish(self, events: Any = ()) -> None:
-        """Deliver queued events in order (state lock NOT held); *events* not yet queued are
-        queued first. A listener that touches this breaker while being called queues what
-        that produces; the outer delivery loop hands it on after the current event has
-        reached every listener."""
+        """Deliver queued events in order (state lock NOT held, no I/O of its own); *events*
+        not yet queued are queued first. A listener that touches this breaker while being
+        called queues what that produces; the outer delivery loop hands it on after the
+        current event has reached every listener."""
         outbox = self._outbox
         if events is not outbox and events:
             outbox.extend(events)
@@ -699,3 +866,6 @@ class CircuitBreaker:
                     publish(event)
             finally:
                 self._drainer = None
+
+
+_STATES = {"closed": CLOSED, "open": OPEN, "half_open": HALF_OPEN}

@@ -8,24 +8,15 @@ call that produces the data instead. Implements FAC-1..FAC-4, CB-6, CB-10, CB-11
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 from typing import Any, Awaitable, Callable, TypeVar, cast
 
 from .breaker import CircuitBreaker
-from .classify import PLAIN_TYPES
-from .errors import CircuitOpenError, ConfigError
+from .errors import ConfigError
+from .hotpath import async_wrapper, sync_wrapper
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
-from .runner import (
-    acall_fallback,
-    call_fallback,
-    run_async,
-    run_sync,
-    settle_exception,
-    settle_result,
-)
 
 __all__ = ["protected", "aprotected", "protect", "aprotect", "circuit_breaker"]
 
@@ -76,79 +67,6 @@ def _is_async(func: Callable[..., Any]) -> bool:
     return call is not None and not inspect.isfunction(func) and inspect.iscoroutinefunction(call)
 
 
-def _sync_wrapper(breaker: CircuitBreaker, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any):
-    """The CLOSED hot path: one attribute read to admit, no lock to record a healthy success."""
-    cascade = breaker._cascade
-    monotonic = breaker._mono
-    trial_policy = cast(RetryPolicy, None if policy is None else dataclasses.replace(policy, max_attempts=1))
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            if fallback is None:
-                permit = breaker._acquire_slow()  # looked up per call: attach() may change the class
-            else:
-                try:
-                    permit = breaker._acquire_slow()
-                except CircuitOpenError as rejection:
-                    return call_fallback(fallback, args, kwargs, rejection)
-        if policy is not None and not permit.dry_run:
-            # a trial is one attempt (CB-6), still gated by the cooldown (RL-6)
-            return run_sync(breaker, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback)
-        try:
-            result = func(*args, **kwargs)
-        except BaseException as exc:
-            if settle_exception(breaker, permit, exc) and fallback is not None and not permit.dry_run:
-                return call_fallback(fallback, args, kwargs, exc)
-            raise
-        if type(result) in PLAIN_TYPES:
-            # record_success's healthy path, inlined: the hottest line of the package
-            if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
-                next(cascade.counter)
-            else:
-                breaker.record_success(permit)
-        else:
-            settle_result(breaker, permit, result)
-        return result
-
-    return wrapper
-
-
-def _async_wrapper(breaker: CircuitBreaker, func: Callable[..., Awaitable[Any]], policy: RetryPolicy | None, fallback: Any):
-    cascade = breaker._cascade
-    monotonic = breaker._mono
-    trial_policy = cast(RetryPolicy, None if policy is None else dataclasses.replace(policy, max_attempts=1))
-
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            if fallback is None:
-                permit = breaker._acquire_slow()  # looked up per call: attach() may change the class
-            else:
-                try:
-                    permit = breaker._acquire_slow()
-                except CircuitOpenError as rejection:
-                    return await acall_fallback(fallback, args, kwargs, rejection)
-        if policy is not None and not permit.dry_run:
-            return await run_async(breaker, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback)
-        try:
-            result = await func(*args, **kwargs)
-        except BaseException as exc:
-            if settle_exception(breaker, permit, exc) and fallback is not None and not permit.dry_run:
-                return await acall_fallback(fallback, args, kwargs, exc)
-            raise
-        if type(result) in PLAIN_TYPES:
-            if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
-                next(cascade.counter)
-            else:
-                breaker.record_success(permit)
-        else:
-            settle_result(breaker, permit, result)
-        return result
-
-    return wrapper
-
-
 def _decorate(service: str, func: F, policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any], force_async: bool) -> F:
     _refuse_generators(func)
     breaker = _breaker(service, overrides)
@@ -156,9 +74,9 @@ def _decorate(service: str, func: F, policy: RetryPolicy | None, fallback: Any, 
         if force_async and not _is_async(func):
             name = getattr(func, "__qualname__", repr(func))
             raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
-        wrapper = _async_wrapper(breaker, func, policy, fallback)
+        wrapper = async_wrapper(breaker, func, policy, fallback)
     else:
-        wrapper = _sync_wrapper(breaker, func, policy, fallback)
+        wrapper = sync_wrapper(breaker, func, policy, fallback)
     functools.update_wrapper(wrapper, func)
     wrapper.breaker = breaker  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
@@ -281,7 +199,7 @@ def protect(
     _refuse_generators(call)
     _check_fallback(service, fallback)
     breaker = _breaker(service, overrides)
-    return _sync_wrapper(breaker, call, coerce_retry(retry), fallback)()
+    return sync_wrapper(breaker, call, coerce_retry(retry), fallback)()
 
 
 async def aprotect(
@@ -308,4 +226,4 @@ async def aprotect(
             raise ConfigError(f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}")
         return await value
 
-    return await _async_wrapper(breaker, call, coerce_retry(retry), fallback)()
+    return await async_wrapper(breaker, call, coerce_retry(retry), fallback)()

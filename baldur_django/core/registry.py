@@ -18,6 +18,7 @@ from .config import SettingsSource, build_config, settings, validate_overrides
 from .errors import ConfigError
 from .events import bus
 from .log import LoggingListener, log_event
+from .sync import StoreGuard
 
 __all__ = [
     "Registry",
@@ -85,9 +86,7 @@ class Registry:
                 config = build_config(name, checked or {}, self.source)
                 breaker = CircuitBreaker(name, config, clock=self.clock, bus=bus)
                 if self.guard is not None:
-                    from .shared import attach
-
-                    breaker = attach(breaker, self.guard)
+                    breaker.use_store(self.guard)
                 self._breakers[name] = breaker
                 self._overrides[name] = checked
             elif checked is not None:
@@ -111,16 +110,15 @@ class Registry:
     def set_store(self, store: Any) -> None:
         """Share every breaker's state through *store* (None: back to process-local, ST-1).
 
-        Existing breakers are converted in place, so decorated functions keep working.
+        Each breaker swaps the store strategy it holds (never its class), so functions
+        decorated before the store was configured keep working.
         """
-        from .shared import StoreGuard, attach, detach
-
         with self._lock:
             self.store_configured = True
             if store is None:
                 self.guard = None
                 for breaker in self._breakers.values():
-                    detach(breaker)
+                    breaker.use_store(None)
                 return
             self.guard = StoreGuard(
                 store,
@@ -129,8 +127,8 @@ class Registry:
                 monotonic=self.clock.monotonic,
                 wall=self.clock.wall,
             )
-            for name, breaker in list(self._breakers.items()):
-                self._breakers[name] = attach(breaker, self.guard)
+            for breaker in self._breakers.values():
+                breaker.use_store(self.guard)
 
     def _store_from_settings(self) -> None:
         """Plain-Python use (no Django app): build the Redis store from environment settings."""

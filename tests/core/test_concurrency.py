@@ -857,7 +857,7 @@ def _async_half_open_round(clock: FakeClock, loops: int, tasks_per_loop: int, bu
     decorate = baldur.circuit_breaker(service, failure_threshold=1, failure_rate_threshold=0, recovery_timeout=5,
                                       half_open_max_calls=budget, sliding_window_size=10, minimum_calls=1)
     b = baldur.get_breaker(service)
-    admit = b._acquire_slow
+    admit = b.acquire_slow
 
     def spy() -> Permit:
         permit = admit()  # raises CircuitOpenError when refused
@@ -867,7 +867,7 @@ def _async_half_open_round(clock: FakeClock, loops: int, tasks_per_loop: int, bu
                 tally["granted"] += 1
         return permit
 
-    b._acquire_slow = spy
+    b.acquire_slow = spy
 
     @decorate
     async def call(i: int) -> int:

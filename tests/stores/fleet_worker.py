@@ -19,7 +19,7 @@ def _breaker(backend: str, name: str, sync: float, lease: float, max_calls: int,
     from baldur_django.core.config import SettingsSource, build_config
     from baldur_django.core.events import EventBus
     from baldur_django.core.log import LoggingListener
-    from baldur_django.core.shared import StoreGuard, attach
+    from baldur_django.core.sync import StoreGuard
     from baldur_django.core.testing import RecordingListener
     from baldur_django.core.clock import SYSTEM_CLOCK as clock
 
@@ -48,7 +48,9 @@ def _breaker(backend: str, name: str, sync: float, lease: float, max_calls: int,
         SettingsSource(environ=environ),
     )
     guard = StoreGuard(store, lambda: 60.0, bus.publish, clock.monotonic, clock.wall)
-    return attach(CircuitBreaker(name, config, clock=clock, bus=bus), guard), events
+    breaker = CircuitBreaker(name, config, clock=clock, bus=bus)
+    breaker.use_store(guard)
+    return breaker, events
 
 
 def dependency(client, dep: str, permit=None) -> str:

@@ -16,7 +16,7 @@ from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.errors import CircuitOpenError, StoreError
 from baldur_django.core.events import EventBus
 from baldur_django.core.log import LoggingListener
-from baldur_django.core.shared import StoreGuard, attach
+from baldur_django.core.sync import StoreGuard
 from baldur_django.core.stores.base import StoreUnavailable
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.testing import FakeClock, RecordingListener
@@ -58,7 +58,8 @@ def fleet():
         source = SettingsSource(environ=environ)
         guard = StoreGuard(store, lambda: 60.0, bus.publish, clock.monotonic, clock.wall)
         config = build_config(name, {"failure_threshold": 3, "recovery_timeout": 10, "half_open_max_calls": 2, **overrides}, source)
-        breaker = attach(CircuitBreaker(name, config, clock=clock, bus=bus), guard)
+        breaker = CircuitBreaker(name, config, clock=clock, bus=bus)
+        breaker.use_store(guard)
         breaker.events = events
         breaker.bus = bus
         return breaker

@@ -1,0 +1,408 @@
+"""How a breaker meets its store: the strategy a :class:`CircuitBreaker` holds.
+
+A breaker takes every decision itself (``breaker.py``); what changes with a shared store
+(database or Redis) is only *when it reads or writes the shared record* and whether it
+may judge alone. That is this module's job, at the moments ST-3 lists:
+
+============================  =========================================================
+hook                          moment
+============================  =========================================================
+``consult``                   first use in the process, and every sync interval
+``push_trip``                 a local trigger fired: the store decides who publishes
+``acquire_probe``             the local timer says a probe is due
+``finish_probe``              each trial outcome (and a trial's slot given back)
+``store_force`` /             an operator's force or release (errors raise, OP-4)
+``store_release``
+``sweep``                     a read of an OPEN breaker past its recovery timeout
+============================  =========================================================
+
+:class:`LocalSync` does no I/O: every hook answers "decide locally" (ST-1).
+:class:`StoreSync` runs the hook as one store operation through a :class:`StoreGuard`
+and makes the local state follow the answer (``breaker._adopt``). Store I/O happens
+only in the methods above, never under the breaker's state lock, and every method
+that may do I/O says so in its name or docstring. ``registry.set_store()`` swaps the
+strategy a breaker holds (``breaker.use_store``); the breaker object stays the same, so
+functions decorated at import time keep working.
+
+Store trouble (ST-4) never reaches a caller: the guard turns it into ``None`` and the
+breaker falls back to its own judgement; ``circuit_breaker.store_unavailable`` is
+logged at most once per interval per store, ``circuit_breaker.store_recovered`` once
+when the store answers again, and a trip made meanwhile is pushed then (refused when
+forced). Operator forces are the exception: their store errors raise
+:class:`StoreError` (OP-4).
+
+Implements ST-2, ST-3, ST-4, OP-4, CB-14 (shared part).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import StoreError
+from .events import Event, StoreProblem, TripBlocked
+from .states import CircuitState
+from .stores.base import BLOCKED, TRIPPED, Answer, StateStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .breaker import CircuitBreaker, Permit
+
+__all__ = ["StoreGuard", "LocalSync", "StoreSync", "LOCAL"]
+
+_NEVER = float("inf")
+_CLOSED = CircuitState.CLOSED
+_OPEN = CircuitState.OPEN
+_HALF_OPEN = CircuitState.HALF_OPEN
+
+
+class StoreGuard:
+    """Calls a store, turning every error into ``None`` plus rate-limited warnings (ST-4).
+
+    One guard per store per process: ``circuit_breaker.store_unavailable`` is published at
+    most once per ``interval`` seconds, ``circuit_breaker.store_recovered`` once when the
+    store answers again.
+
+    Args:
+        store (StateStore): the store.
+        interval (Callable[[], float]): seconds between two unavailability warnings
+            (``BALDUR_STORE_WARNING_INTERVAL_SECONDS``).
+        publish (Callable[[Event], None]): where the StoreProblem events go.
+        monotonic, wall (Callable[[], float]): clock functions (seconds).
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        interval: Callable[[], float],
+        publish: Callable[[Event], None],
+        monotonic: Callable[[], float],
+        wall: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self._interval = interval
+        self._publish = publish
+        self._mono = monotonic
+        self._wall = wall
+        self._lock = threading.Lock()
+        self.down = False
+        self._warned_at: float | None = None
+        self.failures = 0
+
+    def call(self, service: str, op: str, *args: Any) -> Answer | None:
+        """Run ``store.<op>(service, *args)`` (store I/O); None when the store did not answer."""
+        try:
+            answer: Answer = getattr(self.store, op)(service, *args)
+        except Exception as exc:  # ST-4: any store error, never the caller's problem
+            self._failed(service, exc)
+            return None
+        if self.down:
+            self._recovered(service)
+        return answer
+
+    def _failed(self, service: str, exc: BaseException) -> None:
+        now = self._mono()
+        with self._lock:
+            self.failures += 1
+            self.down = True
+            due = self._warned_at is None or now - self._warned_at >= self._interval()
+            if due:
+                self._warned_at = now
+        if due:
+            self._publish(StoreProblem(service, self._wall(), recovered=False, error=describe(exc)))
+
+    def _recovered(self, service: str) -> None:
+        with self._lock:
+            if not self.down:
+                return
+            self.down = False
+            self._warned_at = None
+        self._publish(StoreProblem(service, self._wall(), recovered=True))
+
+
+def describe(exc: BaseException) -> str:
+    """``"Type: message"`` of *exc*, at most 300 characters (for logs and StoreError texts)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class LocalSync:
+    """Process-local breakers (ST-1): no store, every decision local, no I/O.
+
+    Stateless, so one instance (:data:`LOCAL`) serves every breaker.
+    """
+
+    backend = "memory"
+    #: The hot-path permit never expires on a timer (no sync interval to honour).
+    timed = False
+    #: Nothing waits to be written after a locked section.
+    pending: str | None = None
+
+    def serial(self) -> contextlib.AbstractContextManager[None]:
+        """Orders this breaker's store round trips; nothing to order locally."""
+        return contextlib.nullcontext()
+
+    def local_judgement(self) -> bool:
+        """True: lapses, recovery and trial slots are decided on local state."""
+        return True
+
+    def shares_probes(self) -> bool:
+        """False: the half-open allowance is this process's own (ST-1)."""
+        return False
+
+    def probe_due(self, breaker: CircuitBreaker, now: float) -> bool:
+        """False: local admission takes local trial slots."""
+        return False
+
+    def consult(self, breaker: CircuitBreaker, now: float) -> None:
+        """Nothing to read."""
+
+    def refresh(self, breaker: CircuitBreaker, now: float) -> None:
+        """Nothing to read before a state read."""
+
+    def trip_decided(self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: list[Event]) -> None:
+        """A local trip is final: its events are published at once."""
+        events.extend(held)
+
+    def push_trip(self, breaker: CircuitBreaker) -> None:
+        """Never called: nothing is ever pending locally."""
+
+    def acquire_probe(self, breaker: CircuitBreaker, now: float) -> Permit | None:
+        """Never called (``probe_due`` is False)."""
+        return None
+
+    def finish_probe(self, breaker: CircuitBreaker, permit: Permit, outcome: str) -> bool:
+        """False: the breaker settles the trial locally."""
+        return False
+
+    def store_force(self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> None:
+        """None: the force is applied locally."""
+        return None
+
+    def store_release(self, breaker: CircuitBreaker) -> None:
+        """None: the release is applied locally."""
+        return None
+
+    def extra_snapshot(self) -> dict[str, Any]:
+        """No shared fields."""
+        return {}
+
+
+#: The strategy of every process-local breaker.
+LOCAL = LocalSync()
+
+
+class StoreSync:
+    """A breaker's link to a shared store (ST-2, ST-3, ST-4). One per breaker.
+
+    Args:
+        guard (StoreGuard): the guard of the configured store (one per store per process).
+
+    Bookkeeping kept here, not on the breaker: the record version last adopted, when a
+    probe may next be asked for, a trip waiting for the store's verdict, a trip made
+    while the store was down, and the record version each probe token was admitted in.
+    """
+
+    timed = True
+
+    def __init__(self, guard: StoreGuard) -> None:
+        self.guard = guard
+        self.backend: str = guard.store.backend
+        self.version = -1  # record version last adopted; -1 = never consulted
+        self.next_probe = float("-inf")
+        self.pending: str | None = None  # trigger of a local trip not yet written to the store
+        self._held: list[Event] = []  # that trip's events, published if the store says we decided it
+        self._unpushed: str | None = None  # a trip decided while the store was down
+        self._probe_versions: dict[str, int] = {}
+        # Serialises this process's store round trips for one breaker, so answers are
+        # adopted in the order the store produced them (never a stale one over a newer).
+        # Never held across the user's call; the state lock is taken inside it, never around it.
+        self._io = threading.RLock()
+
+    def serial(self) -> contextlib.AbstractContextManager[Any]:
+        """Hold while a store operation and its adoption must not interleave with another's."""
+        return self._io
+
+    # ----------------------------------------------------------- judgement
+    def local_judgement(self) -> bool:
+        """True only while the store is unreachable (ST-4: the worker judges alone)."""
+        return self.guard.down
+
+    def shares_probes(self) -> bool:
+        """True while the store answers: the half-open allowance is fleet-wide (ST-2)."""
+        return not self.guard.down
+
+    def probe_due(self, breaker: CircuitBreaker, now: float) -> bool:
+        """True when the store must be asked for a probe slot (or to lapse a due force)."""
+        if self.guard.down:
+            return False
+        state = breaker._state
+        if state is _HALF_OPEN:
+            return now >= self.next_probe
+        if state is _OPEN:
+            return now >= (breaker._force_until if breaker._forced == "open" else breaker._open_until)
+        return breaker._forced == "closed" and now >= breaker._force_until
+
+    # ------------------------------------------------------------- consults
+    def _schedule(self, breaker: CircuitBreaker, deadline: float) -> None:
+        breaker._sync_due = deadline
+
+    def consult(self, breaker: CircuitBreaker, now: float) -> None:
+        """Store I/O: read the shared record (first use, sync interval) and adopt it; a trip
+        made during an outage is pushed first (ST-4)."""
+        interval = breaker.config.sync_interval
+        retry_at = now + (interval if interval > 0 else 1.0)
+        self._schedule(breaker, now + (interval if interval > 0 else _NEVER))
+        if self._unpushed is not None:
+            with breaker._lock:
+                undone = breaker._state is _CLOSED
+            if undone:
+                self._unpushed = None  # the outage trip was undone locally: nothing to push
+            else:
+                if not self._write_trip(breaker, self._unpushed, []):
+                    self._schedule(breaker, retry_at)
+                return
+        events: list[Event] = []
+        with self._io:
+            answer = self.guard.call(breaker.name, "load")
+            with breaker._lock:
+                if answer is None:
+                    self._schedule(breaker, retry_at)  # try again later
+                else:
+                    breaker._adopt(answer, breaker._mono(), events)
+                breaker._refresh_fast()
+        breaker._publish(events)
+
+    def refresh(self, breaker: CircuitBreaker, now: float) -> None:
+        """Store I/O before a state read: consult when due or when a force lapse is due, then
+        sweep an OPEN record past its recovery timeout (CB-5 on a shared store)."""
+        if now >= breaker._sync_due or (breaker._forced is not None and now >= breaker._force_until):
+            self.consult(breaker, now)
+        with breaker._lock:
+            due = breaker._state is _OPEN and breaker._forced is None and now >= breaker._open_until
+        if due and not self.guard.down:
+            self._run(breaker, "sweep")
+
+    def _run(self, breaker: CircuitBreaker, op: str, *args: Any) -> Answer | None:
+        """Store I/O: one guarded operation, adopted under the state lock; events delivered."""
+        events: list[Event] = []
+        with self._io:
+            answer = self.guard.call(breaker.name, op, *args)
+            if answer is not None:
+                with breaker._lock:
+                    breaker._adopt(answer, breaker._mono(), events)
+        breaker._publish(events)
+        return answer
+
+    # ----------------------------------------------------------------- trips
+    def trip_decided(self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: list[Event]) -> None:
+        """A local trigger fired (state lock held): hold its events until the store says
+        who decided it; :meth:`push_trip` runs once the lock is released."""
+        self.pending = trigger
+        self._held = held
+
+    def push_trip(self, breaker: CircuitBreaker) -> None:
+        """Store I/O after the lock is released: write the pending trip. TRIPPED -> this worker
+        publishes; BLOCKED -> ``trip_blocked`` (OP-4); ALREADY -> a peer decided, nothing
+        published; no answer -> the local decision stands and is pushed later (ST-4).
+
+        On a thread running an event loop the write goes to the loop's default executor,
+        so no coroutine waits on the store; the trip is already in force locally."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._push_now(breaker)
+        else:
+            loop.run_in_executor(None, self._push_now, breaker)
+
+    def _push_now(self, breaker: CircuitBreaker) -> None:
+        with breaker._lock:
+            trigger, self.pending = self.pending, None
+            held, self._held = self._held, []
+        if trigger is not None and not self._write_trip(breaker, trigger, held):
+            with breaker._lock:
+                self._unpushed = trigger
+            breaker._publish(held)
+
+    def _write_trip(self, breaker: CircuitBreaker, trigger: str, held: list[Event]) -> bool:
+        events: list[Event] = []
+        with self._io:
+            answer = self.guard.call(breaker.name, "trip", trigger, breaker._open_duration())
+            if answer is None:
+                return False
+            self._unpushed = None
+            with breaker._lock:
+                if answer.result == TRIPPED:
+                    events.extend(held)
+                elif answer.result == BLOCKED:
+                    events.append(
+                        TripBlocked(breaker.name, breaker._clock.wall(), forced=answer.record.forced or "", trigger=trigger)
+                    )
+                breaker._adopt(answer, breaker._mono(), events, force=True)
+        breaker._publish(events)
+        return True
+
+    # ---------------------------------------------------------------- probes
+    def acquire_probe(self, breaker: CircuitBreaker, now: float) -> Permit | None:
+        """Store I/O: ask the store for one of the fleet's probe slots (ST-2).
+
+        Returns:
+            A trial permit (or the CLOSED permit when the record turned out CLOSED), or
+            None: no slot, or no answer (the breaker then decides locally).
+        """
+        from .breaker import Permit
+
+        token = uuid.uuid4().hex
+        cfg = breaker.config
+        events: list[Event] = []
+        permit: Permit | None = None
+        with self._io:
+            answer = self.guard.call(breaker.name, "acquire_probe", token, cfg.half_open_max_calls, cfg.probe_lease)
+            if answer is not None:
+                with breaker._lock:
+                    breaker._adopt(answer, breaker._mono(), events)
+                    if answer.result:  # the adopted round already counts this probe
+                        self._probe_versions[token] = answer.record.version
+                        permit = Permit(breaker._gen, trial=True, token=token)
+                    elif breaker._state is _CLOSED:
+                        permit = breaker._closed_permit
+                    else:
+                        self.next_probe = now + min(1.0, cfg.probe_lease)
+        breaker._publish(events)
+        return permit
+
+    def finish_probe(self, breaker: CircuitBreaker, permit: Permit, outcome: str) -> bool:
+        """Store I/O: settle a trial ``"success"``, ``"failure"`` or ``"abandon"`` in the shared
+        round. Returns False when the breaker must settle it locally (no token, store down)."""
+        if permit.token is None or self.guard.down:
+            return False
+        cfg = breaker.config
+        version = self._probe_versions.pop(permit.token, self.version)
+        answer = self._run(
+            breaker, "finish_probe", permit.token, version, outcome, cfg.half_open_max_calls, breaker._open_duration()
+        )
+        return answer is not None or outcome == "abandon"
+
+    # ---------------------------------------------------------------- forces
+    def _operator(self, breaker: CircuitBreaker, op: str, *args: Any) -> Answer:
+        try:
+            answer: Answer = getattr(self.guard.store, op)(breaker.name, *args)
+        except Exception as exc:  # OP-4: a force never fails silently
+            raise StoreError(f"could not store the {op} of {breaker.name!r}: {describe(exc)}") from exc
+        return answer
+
+    def store_force(self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
+        """Store I/O: write an operator's force. Raises StoreError when the store fails (OP-4)."""
+        self.consult(breaker, breaker._mono())  # so from_state is the shared state, not a stale local view
+        return self._operator(breaker, "force", mode, ttl_seconds, reason, actor)
+
+    def store_release(self, breaker: CircuitBreaker) -> Answer:
+        """Store I/O: remove a force from the record. Raises StoreError when the store fails (OP-4)."""
+        self.consult(breaker, breaker._mono())
+        return self._operator(breaker, "release")
+
+    def extra_snapshot(self) -> dict[str, Any]:
+        """``store_available`` and ``shared_version`` for the snapshot."""
+        return {"store_available": not self.guard.down, "shared_version": self.version}
