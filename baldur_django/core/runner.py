@@ -28,9 +28,15 @@ __all__ = ["settle_exception", "settle_result", "settle_status", "call_fallback"
 
 
 def classify_exception(breaker: CircuitBreaker, exc: BaseException) -> tuple[bool, bool]:
-    """``(counted, rate_limited)`` for an exception from the dependency (CB-10, RL-1, RL-7)."""
+    """``(counted, rate_limited)`` for an exception from the dependency (CB-10, RL-1, RL-7).
+
+    The breaker's own :class:`CircuitOpenError` (nested use of one breaker) never reached
+    the dependency: not counted, so a trial gives its slot back (CB-10).
+    """
     cfg = breaker.config
     if not isinstance(exc, Exception) or (cfg.ignore_exceptions and isinstance(exc, cfg.ignore_exceptions)):
+        return False, False
+    if exc.__class__ is CircuitOpenError and exc.service == breaker.name:
         return False, False
     return True, exception_is_rate_limit(exc, cfg.rate_limit_codes)
 
