@@ -1,0 +1,170 @@
+"""ST-2, ST-4, CB-9: an async caller never blocks its event loop on store I/O.
+
+A shared breaker consults its store at first use, on its sync interval, for probes and for
+trial outcomes. From an ``async def`` those round trips run in a worker thread: during a
+Redis outage (an endpoint that accepts connections and never answers) a heartbeat task on
+the same loop keeps beating, while the protected call still returns its value under local
+judgement (ST-4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import pytest
+
+import baldur_django as baldur
+from baldur_django.core.stores.memory import MemoryStore
+from baldur_django.core.stores.redis import RedisStore, connect
+
+TIMEOUT = 0.25  # the store's socket timeout: a blocked loop would gap at least this long
+
+
+@pytest.fixture
+def silent_redis():
+    """A local TCP server that accepts connections and never answers (a hung Redis)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(2)
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+async def _beat_while(awaitable, period: float = 0.005) -> tuple[float, object, float]:
+    """Run *awaitable* next to a heartbeat task; return (largest gap between beats, result, duration)."""
+    loop = asyncio.get_running_loop()
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def heartbeat() -> None:
+        last = loop.time()
+        while not done.is_set():
+            await asyncio.sleep(period)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    beat = asyncio.create_task(heartbeat())
+    await asyncio.sleep(period * 2)
+    started = loop.time()
+    try:
+        result = await awaitable
+    finally:
+        duration = loop.time() - started
+        done.set()
+        await beat
+    return max(gaps), result, duration
+
+
+def test_st4_hung_redis_never_blocks_the_event_loop(fresh_registry, silent_redis):
+    """ST-2, ST-4: the first-use consult of an async call hits a Redis that never answers;
+    the call still returns (local judgement) and the loop never stalls more than 50 ms."""
+    store = RedisStore(connect(f"redis://127.0.0.1:{silent_redis}/0", socket_timeout=TIMEOUT))
+    fresh_registry.set_store(store)
+
+    @baldur.aprotected("heartbeat")
+    async def call() -> str:
+        return "value"
+
+    gap, result, duration = asyncio.run(_beat_while(call()))
+    assert result == "value"
+    assert duration >= TIMEOUT * 0.8, "the consult must really have waited on the hung store"
+    assert gap < 0.05, f"the event loop stalled {gap * 1000:.0f} ms on store I/O"
+    assert baldur.get_breaker("heartbeat").snapshot()["store_available"] is False
+
+
+def test_st4_heartbeat_detector_sees_a_blocking_consult(fresh_registry, silent_redis):
+    """Meta-test of the detector above: the same consult made on the loop's thread (as the
+    wrapper did before) stalls the heartbeat for about the socket timeout."""
+    store = RedisStore(connect(f"redis://127.0.0.1:{silent_redis}/0", socket_timeout=TIMEOUT))
+    fresh_registry.set_store(store)
+    breaker = baldur.get_breaker("heartbeat-blocking")
+
+    async def blocking() -> object:
+        await asyncio.sleep(0)
+        return breaker.acquire_slow()  # store I/O on the loop's own thread
+
+    gap, permit, _ = asyncio.run(_beat_while(blocking()))
+    assert permit is not None
+    assert gap >= TIMEOUT * 0.8
+
+
+class LoopSpy:
+    """Wraps a store; records whether any operation ran on a thread with a running event loop."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.backend = inner.backend
+        self.on_loop: list[str] = []
+        self.ops: list[str] = []
+        self.finished: dict[str, threading.Event] = {}
+
+    def wait_for(self, op: str) -> bool:
+        return self.finished.setdefault(op, threading.Event()).wait(5)
+
+    def __getattr__(self, op):
+        target = getattr(self.inner, op)
+
+        def call(*args, **kwargs):
+            self.ops.append(op)
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                self.on_loop.append(op)
+            try:
+                return target(*args, **kwargs)
+            finally:
+                self.finished.setdefault(op, threading.Event()).set()
+
+        return call
+
+
+def test_st2_every_store_operation_of_async_calls_runs_off_the_loop(fresh_registry, clock):
+    """ST-2, CB-6: first use, a trip, a probe and its outcome from async calls: each store
+    operation ran, and none of them on the event loop's thread."""
+    spy = LoopSpy(MemoryStore(now=clock.wall))
+    fresh_registry.set_store(spy)
+    outcomes = iter([RuntimeError("down"), "up"])
+
+    @baldur.aprotected("off-loop", failure_threshold=1, failure_rate_threshold=0, recovery_timeout=5,
+                       half_open_max_calls=1, sliding_window_size=10, minimum_calls=1)
+    async def call() -> str:
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def scenario() -> None:
+        with pytest.raises(RuntimeError):
+            await call()  # first use consult, then a trip written to the store
+        # the trip is already in force locally; its store write runs in the default executor
+        assert await asyncio.to_thread(spy.wait_for, "trip")
+        clock.advance(5)
+        assert await call() == "up"  # probe acquired and its success written
+
+    asyncio.run(scenario())
+    assert {"load", "trip", "acquire_probe", "finish_probe"} <= set(spy.ops)
+    assert spy.on_loop == []
+    assert baldur.get_breaker("off-loop").state is baldur.CircuitState.CLOSED
