@@ -4,10 +4,11 @@ Two views of ``circuit_breaker``'s CLOSED hot path (steady state, window full):
 
 1. cProfile of many calls, top entries by own time. cProfile adds a fixed cost to every
    function call it sees, so it shows *which* calls happen, not their true cost.
-2. A step ladder: wrappers that rebuild the hot path of ``decorators._sync_wrapper`` one
+2. A step ladder: wrappers that rebuild the hot path of ``hotpath.sync_wrapper`` one
    line at a time, measured with the same interleaved, bare-paired harness as the
-   benchmarks. The increments say what each line costs; the last step is compared with the
-   real wrapper, so a ladder that has drifted from ``decorators.py`` shows up as a gap.
+   benchmarks. The increments say what each line costs. ``tests/test_hot_path.py`` runs the
+   full replica and the real wrapper (``core/hotpath.py``) on a tracing breaker and fails
+   when they take different steps, so the ladder cannot drift from the code it explains.
 """
 
 from __future__ import annotations
@@ -70,13 +71,13 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
 
     def admit(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
-        if permit is None:
+        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
         return inner(*args, **kwargs)
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
-        if permit is None:
+        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
@@ -88,7 +89,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
 
     def typed(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
-        if permit is None:
+        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
@@ -102,7 +103,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
 
     def checked(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
-        if permit is None:
+        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
@@ -117,7 +118,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
-        if permit is None:
+        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
@@ -134,7 +135,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
 
     return [
         ("python wrapper forwarding *args, **kwargs", forward),
-        ("+ admit: read breaker._fast_permit, test for None", admit),
+        ("+ admit: read breaker._fast_permit and _timed", admit),
         ("+ retry check and try/except around the call", guarded),
         ("+ type(result) in PLAIN_TYPES", typed),
         ("+ healthy-permit test and monotonic() < bucket_end", checked),

@@ -619,7 +619,7 @@ class CircuitBreaker:
             self._to_half_open(Trigger.RECOVERY_TIMEOUT, events)
 
     def _clear_force(self) -> None:
-        self._reject_until = 0.0
+        self._invalidate()
         self._forced = None
         self._force_until = 0.0
         self._force_expires_at = None
@@ -647,6 +647,7 @@ class CircuitBreaker:
             sync.next_probe = float("-inf")
         offset = now - answer.now  # store time -> this process's monotonic time
         before = self._state
+        self._invalidate()
         if record.forced is not None:
             self._forced = record.forced
             self._force_until = (record.force_expires_at or answer.now) + offset
@@ -733,6 +734,7 @@ class CircuitBreaker:
     def _apply_force(self, mode: str, now: float, wall: float, ttl: float, reason: str, actor: str | None) -> None:
         """A process-local force (lock held): the transition it implies publishes no
         ``StateChanged`` of its own (the ``Forced`` event says it all)."""
+        self._invalidate()
         self._forced = mode
         self._force_until = now + ttl * 60.0
         self._force_expires_at = wall + ttl * 60.0
