@@ -26,6 +26,7 @@ import tempfile
 import threading
 from typing import Any, Callable
 
+from .backends import install_store
 from .core.config import MISSING, settings as baldur_settings
 from .core.errors import ConfigError
 from .core.knobs import KNOBS
@@ -42,8 +43,6 @@ __all__ = [
     "redact",
     "add_reload_hook",
     "remove_reload_hook",
-    "install_store",
-    "STORE_SETTINGS",
 ]
 
 logger = logging.getLogger("baldur.config")
@@ -52,16 +51,6 @@ _PREFIX = "BALDUR_"
 _hooks: list[Callable[[], Any]] = []
 _hooks_lock = threading.Lock()
 
-#: The knobs that decide which shared store the breakers use (ST-2).
-STORE_SETTINGS = (
-    "BALDUR_STATE_BACKEND",
-    "BALDUR_REDIS_URL",
-    "BALDUR_REDIS_CACHE_ALIAS",
-    "BALDUR_REDIS_SOCKET_TIMEOUT",
-    "BALDUR_REDIS_MAX_CONNECTIONS",
-)
-_store_lock = threading.RLock()
-_installed_store: tuple[Any, ...] | None = None  # STORE_SETTINGS values of the store in use
 
 
 def django_lookup(name: str) -> Any:
@@ -157,60 +146,6 @@ def remove_reload_hook(hook: Callable[[], Any]) -> None:
             _hooks.remove(hook)
 
 
-def _store_signature() -> tuple[Any, ...]:
-    return tuple(baldur_settings.get(name) for name in STORE_SETTINGS)
-
-
-def _build_store_if_changed() -> tuple[bool, Any, tuple[Any, ...]]:
-    """(changed, store, signature): a new store object only when the store settings changed."""
-    signature = _store_signature()
-    if signature == _installed_store:
-        return False, None, signature
-    from .stores import build_store
-
-    return True, build_store(), signature
-
-
-def _set_store(store: Any, signature: tuple[Any, ...]) -> None:
-    global _installed_store
-    from .core.registry import registry
-
-    registry.set_store(store)
-    _installed_store = signature
-
-
-def install_store(*, force: bool = False) -> bool:
-    """Hand the registry the shared store the settings ask for (ST-1, ST-2).
-
-    ``BALDUR_STATE_BACKEND="memory"`` installs none (every process keeps its own breakers);
-    ``"database"`` and ``"redis"`` install the shared store built by
-    :func:`baldur_django.stores.build_store`. Called by ``BaldurDjangoConfig.ready()`` and,
-    when one of :data:`STORE_SETTINGS` changed, by :func:`reload`. Breakers that already
-    exist are switched over in place. No connection is opened here.
-
-    Args:
-        force (bool): rebuild even when the store settings did not change.
-
-    Returns:
-        bool: True when a store (or the memory backend) was installed, False when the
-        settings had not changed since the last install.
-
-    Raises:
-        ConfigError: a store setting is invalid, or the redis backend has neither
-            ``BALDUR_REDIS_URL`` nor a usable django-redis cache alias. Nothing changes.
-    """
-    with _store_lock:
-        changed, store, signature = _build_store_if_changed()
-        if not changed and not force:
-            return False
-        if not changed:
-            from .stores import build_store
-
-            store = build_store()
-        _set_store(store, signature)
-        return True
-
-
 def reload(setting: str | None = None) -> None:
     """Drop cached values and re-resolve every breaker's configuration (CFG-2).
 
@@ -219,7 +154,7 @@ def reload(setting: str | None = None) -> None:
     settings and others on the old. Per-call overrides given to the decorators stay.
     After a failure the settings cache holds no stale values: the next read of the bad
     knob (a new breaker, for instance) raises the same :class:`ConfigError`. When one of
-    :data:`STORE_SETTINGS` changed, the shared store is rebuilt and installed after the
+    :data:`baldur_django.backends.STORE_SETTINGS` changed, the shared store is rebuilt and installed after the
     configurations (ST-2); a store that cannot be built also leaves everything unchanged.
 
     Args:
@@ -248,11 +183,7 @@ def reload(setting: str | None = None) -> None:
                 f"; did you mean {near}?" if near else "",
                 extra={"setting": setting, "closest": near},
             )
-    with _store_lock:
-        changed, store, signature = _build_store_if_changed()
-        registry.reconfigure_all()
-        if changed:
-            _set_store(store, signature)
+    install_store(before=registry.reconfigure_all)
     for hook in list(_hooks):
         try:
             hook()

@@ -46,7 +46,6 @@ class StateChanged(Event):
     to_state: str = ""
     trigger: str = ""
     dry_run: bool = False
-    detail: dict[str, Any] = field(default_factory=dict)
     kind: str = field(init=False, default="state_changed")
 
 

@@ -14,7 +14,7 @@ import pytest
 from django.test import override_settings
 
 import baldur_django as baldur
-from baldur_django import conf
+from baldur_django import backends, conf
 from baldur_django.conf import baldur_settings
 from baldur_django.core.config import MISSING
 from baldur_django.core.errors import ConfigError
@@ -411,9 +411,9 @@ def test_st2_ready_installs_the_store_the_environment_asks_for(clean_env):
         apps.get_app_config("baldur_django").ready()
         assert registry.store is not None and registry.store.backend == "database"
         assert breaker.backend == "database"
-        assert conf.install_store() is False  # unchanged settings: nothing rebuilt
+        assert backends.install_store() is False  # unchanged settings: nothing rebuilt
     finally:
         clean_env.delenv("BALDUR_STATE_BACKEND")
         baldur_settings.reset()
-        assert conf.install_store() is True
+        assert backends.install_store() is True
     assert registry.store is None and breaker.backend == "memory"

@@ -32,7 +32,7 @@ def _breaker(backend: str, name: str, sync: float, lease: float, max_calls: int,
         import django
 
         django.setup()
-        from baldur_django.store_database import DatabaseStore
+        from baldur_django.backends.database import DatabaseStore
 
         store = DatabaseStore(alias="pg")
     bus = EventBus()

@@ -10,8 +10,8 @@ from django.test import override_settings
 
 from baldur_django.core.errors import ConfigError
 from baldur_django.core.stores.redis import RedisStore
-from baldur_django.store_database import DatabaseStore
-from baldur_django.stores import build_store
+from baldur_django.backends.database import DatabaseStore
+from baldur_django.backends import build_store
 from tests.conftest import need_server
 from tests.stores.conftest import REDIS_URL, reachable
 

@@ -117,7 +117,7 @@ def shared_store(request, dep):
     need_server("PostgreSQL at 127.0.0.1:5432", reachable("127.0.0.1", 5432))
     from django.db import connections
 
-    from baldur_django.store_database import DatabaseStore
+    from baldur_django.backends.database import DatabaseStore
 
     os.environ["BALDUR_PG_NAME"] = connections["pg"].settings_dict["NAME"]
     try:

@@ -19,8 +19,8 @@ from typing import Any, Callable, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
 
-from .core.stores.base import Answer, StoreUnavailable, decode, encode, safe_key
-from .core.stores.logic import prunable, run
+from ..core.stores.base import Answer, StoreUnavailable, decode, encode, safe_key
+from ..core.stores.logic import prunable, run
 
 __all__ = ["DatabaseStore", "db_now"]
 
@@ -64,7 +64,7 @@ class DatabaseStore:
     backend = "database"
 
     def __init__(self, alias: str | None = None) -> None:
-        from .store_models import BreakerRecord
+        from .models import BreakerRecord
 
         self.alias = alias or router.db_for_write(BreakerRecord)
 
@@ -96,7 +96,7 @@ class DatabaseStore:
             cursor.execute(f'UPDATE "{table}" SET "key" = "key" WHERE "key" = %s', [key])
 
     def _op(self, name: str, op: str, *args: Any, touch: bool = True) -> Answer:
-        from .store_models import BreakerRecord
+        from .models import BreakerRecord
 
         key = safe_key(name)
         table = BreakerRecord._meta.db_table
@@ -152,7 +152,7 @@ class DatabaseStore:
         return self._op(name, "sweep", touch=False)
 
     def names(self) -> dict[str, float]:
-        from .store_models import BreakerRecord
+        from .models import BreakerRecord
 
         def work() -> dict[str, float]:
             return dict(BreakerRecord.objects.using(self.alias).values_list("name", "last_seen"))
@@ -160,7 +160,7 @@ class DatabaseStore:
         return self._guarded("registry read", work)
 
     def prune(self, older_than: float) -> list[str]:
-        from .store_models import BreakerRecord
+        from .models import BreakerRecord
 
         def work() -> list[str]:
             with transaction.atomic(using=self.alias):
@@ -172,7 +172,7 @@ class DatabaseStore:
         return self._guarded("prune", work)
 
     def lock(self, name: str, ttl_seconds: float) -> str | None:
-        from .store_models import BreakerLock
+        from .models import BreakerLock
 
         table = BreakerLock._meta.db_table
 
@@ -201,7 +201,7 @@ class DatabaseStore:
         return self._guarded("lock", work)
 
     def unlock(self, name: str, token: str) -> bool:
-        from .store_models import BreakerLock
+        from .models import BreakerLock
 
         def work() -> bool:
             return BreakerLock.objects.using(self.alias).filter(name=name, token=token).delete()[0] > 0
@@ -209,6 +209,6 @@ class DatabaseStore:
         return self._guarded("unlock", work)
 
     def reset(self, name: str) -> None:
-        from .store_models import BreakerRecord
+        from .models import BreakerRecord
 
         self._guarded("reset", lambda: BreakerRecord.objects.using(self.alias).filter(key=safe_key(name)).delete())

@@ -1,0 +1,127 @@
+"""State backends: build the configured shared store and hand it to the registry (ST-2).
+
+Like django-axes' ``handlers``: this package decides *where breaker state lives*.
+
+* ``BALDUR_STATE_BACKEND = "memory"``: no shared store; every process keeps its own
+  breakers (ST-1).
+* ``"database"``: :class:`baldur_django.backends.database.DatabaseStore`, the store
+  protocol on the Django ORM (tables in :mod:`baldur_django.backends.models`, reachable
+  from ``baldur_django.models`` for migrations).
+* ``"redis"``: :class:`baldur_django.core.stores.redis.RedisStore` on ``BALDUR_REDIS_URL``,
+  else on the django-redis cache alias ``BALDUR_REDIS_CACHE_ALIAS`` through
+  ``django_redis.get_redis_connection``.
+
+:func:`install_store` is the one way a store is installed: ``BaldurDjangoConfig.ready()``
+and the settings reload (CFG-2) both call it. It reads settings from the core's settings
+object directly, so ``conf`` imports this package and not the other way round.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..core.config import settings as baldur_settings
+from ..core.errors import ConfigError
+
+__all__ = ["STORE_SETTINGS", "build_store", "install_store", "store_changed"]
+
+#: The knobs that decide which shared store the breakers use (ST-2).
+STORE_SETTINGS = (
+    "BALDUR_STATE_BACKEND",
+    "BALDUR_REDIS_URL",
+    "BALDUR_REDIS_CACHE_ALIAS",
+    "BALDUR_REDIS_SOCKET_TIMEOUT",
+    "BALDUR_REDIS_MAX_CONNECTIONS",
+)
+_lock = threading.RLock()
+_installed: tuple[Any, ...] | None = None  # STORE_SETTINGS values of the store in use
+
+
+def build_store() -> Any:
+    """The store for the current settings, or None for the memory backend. Opens no connection.
+
+    Returns:
+        A ``StateStore`` (database or Redis), or None for ``"memory"``.
+
+    Raises:
+        ConfigError: a store setting is invalid, or the redis backend has neither a URL nor
+            a usable django-redis alias.
+    """
+    backend = baldur_settings.get("BALDUR_STATE_BACKEND")
+    if backend == "memory":
+        return None
+    if backend == "database":
+        from .database import DatabaseStore
+
+        return DatabaseStore()
+    from ..core.stores.redis import RedisStore, connect
+
+    url = baldur_settings.get("BALDUR_REDIS_URL")
+    if url:
+        client = connect(
+            url,
+            socket_timeout=baldur_settings.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
+            max_connections=baldur_settings.get("BALDUR_REDIS_MAX_CONNECTIONS"),
+        )
+        return RedisStore(client)
+    alias = baldur_settings.get("BALDUR_REDIS_CACHE_ALIAS")
+    try:
+        from django_redis import get_redis_connection
+
+        client = get_redis_connection(alias)
+    except Exception as exc:
+        raise ConfigError(
+            f"BALDUR_STATE_BACKEND='redis' needs BALDUR_REDIS_URL or a django-redis cache "
+            f"BALDUR_REDIS_CACHE_ALIAS={alias!r}: {exc}"
+        ) from exc
+    return RedisStore(client)
+
+
+def _signature() -> tuple[Any, ...]:
+    return tuple(baldur_settings.get(name) for name in STORE_SETTINGS)
+
+
+def store_changed() -> bool:
+    """True when the store settings differ from those of the installed store.
+
+    Raises:
+        ConfigError: a store setting is invalid.
+    """
+    return _signature() != _installed
+
+
+def install_store(*, force: bool = False, before: Any = None) -> bool:
+    """Hand the registry the shared store the settings ask for (ST-1, ST-2).
+
+    Breakers that already exist switch strategy in place (``CircuitBreaker.use_store``).
+    No connection is opened here.
+
+    Args:
+        force (bool): rebuild even when the store settings did not change.
+        before (Callable[[], None] | None): run after the new store was built and before
+            it is installed (the settings reload re-resolves every breaker there), so a
+            failure in either leaves everything as it was.
+
+    Returns:
+        bool: True when a store (or the memory backend) was installed, False when the
+        settings had not changed since the last install (``before`` still runs).
+
+    Raises:
+        ConfigError: a store setting is invalid, or the redis backend has neither
+            ``BALDUR_REDIS_URL`` nor a usable django-redis cache alias. Nothing changes.
+    """
+    global _installed
+    from ..core.registry import registry
+
+    with _lock:
+        signature = _signature()
+        changed = force or signature != _installed
+        store = build_store() if changed else None
+        if before is not None:
+            before()
+        if not changed:
+            return False
+        registry.set_store(store)
+        _installed = signature
+        return True
