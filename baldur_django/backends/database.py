@@ -133,14 +133,20 @@ class DatabaseStore:
     def inspect(self, name: str) -> Answer:
         return self._op(name, "inspect", touch=False)
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
-        return self._op(name, "trip", trigger, float(recovery_timeout))
+    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = 0.0) -> Answer:
+        return self._op(name, "trip", trigger, float(recovery_timeout), float(factor), float(cap))
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
         return self._op(name, "acquire_probe", token, int(max_calls), float(lease_seconds))
 
-    def finish_probe(self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float) -> Answer:
-        return self._op(name, "finish_probe", token, int(version), outcome, int(max_calls), float(recovery_timeout))
+    def finish_probe(
+        self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
+        factor: float = 1.0, cap: float = 0.0,
+    ) -> Answer:
+        return self._op(
+            name, "finish_probe", token, int(version), outcome, int(max_calls), float(recovery_timeout), float(factor),
+            float(cap),
+        )
 
     def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
         return self._op(name, "force", mode, float(ttl_seconds), reason or "", actor)

@@ -46,6 +46,7 @@ from .events import bus as default_bus
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .states import CircuitState, Reason, Trigger
 from .stores.base import Answer, Record
+from .stores.logic import next_open
 from .window import CountWindow, SecondBuckets
 
 __all__ = ["Permit", "CircuitBreaker", "validate_ttl"]
@@ -145,6 +146,8 @@ class CircuitBreaker:
         self._cooldown_until = 0.0
         self._opened_at: float | None = None  # wall clock
         self._open_until = 0.0  # monotonic
+        self._open_seconds = config.recovery_timeout  # how long the current open lasts (CB-16)
+        self._opens = 0  # consecutive automatic opens since the last close (CB-16)
         self._trials = 0  # slots taken in the current probing round
         self._trial_successes = 0
         self._forced: str | None = None  # "open" | "closed"
@@ -207,6 +210,9 @@ class CircuitBreaker:
                 "window_calls": self._window.calls,
                 "window_failures": self._window.failures,
                 "opened_at": self._opened_at,
+                "open_until": self._opened_at + self._open_seconds if self._state is OPEN and self._opened_at else None,
+                "open_duration": self._open_seconds if self._state is not CLOSED else None,
+                "consecutive_opens": self._opens,
                 "forced": self._forced,
                 "force_expires_at": self._force_expires_at if self._forced else None,
                 "force_reason": self._force_reason if self._forced else None,
@@ -540,9 +546,10 @@ class CircuitBreaker:
         self._to_open(now, trigger, held)
         self._sync.trip_decided(self, trigger, held, events)  # type: ignore[arg-type]
 
-    def _open_duration(self) -> float:
-        """Seconds the current open lasts before a probe is allowed (the recovery timeout)."""
-        return self.config.recovery_timeout
+    def _open_timing(self) -> tuple[float, float, float]:
+        """``(recovery_timeout, backoff factor, cap)`` in seconds, for the store's open (CB-16)."""
+        cfg = self.config
+        return cfg.recovery_timeout, cfg.recovery_backoff_factor, cfg.recovery_timeout_max
 
     def _enter(self, target: CircuitState, trigger: str | None, events: MutableSequence[Event] | None) -> float:
         """Move to *target* in a new generation (lock held): the single place a state
@@ -562,6 +569,7 @@ class CircuitBreaker:
         if target is CLOSED:
             self._closed_permit = Permit(self._gen)
             self._opened_at = None
+            self._opens = 0  # any close resets the backoff (CB-16)
         else:
             self._closed_permit = None
         self._refresh_fast()
@@ -581,8 +589,12 @@ class CircuitBreaker:
             self._reject_until = until
 
     def _to_open(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
+        """Open (lock held). An automatic open counts one more consecutive open and lasts its
+        backed-off duration (CB-16); a forced open leaves the count alone."""
         self._opened_at = self._enter(OPEN, trigger, events)
-        self._open_until = now + self._open_duration()
+        if trigger != Trigger.FORCED:
+            self._opens, self._open_seconds = next_open(self._opens, *self._open_timing())
+        self._open_until = now + self._open_seconds
         if self._forced is None:
             self._hold_open_until(self._open_until)
         self._cascade.clear()
@@ -671,8 +683,11 @@ class CircuitBreaker:
             self._opened_at = record.opened_at
             if record.open_until is not None:
                 self._open_until = record.open_until + offset
-            if target is OPEN:
-                self._hold_open_until(self._force_until if record.forced == "open" else self._open_until)
+                if record.opened_at is not None and record.forced != "open":
+                    self._open_seconds = record.open_until - record.opened_at
+        self._opens = record.opens
+        if target is OPEN:
+            self._hold_open_until(self._force_until if record.forced == "open" else self._open_until)
         self._count_round(record)
 
     def _count_round(self, record: Record) -> None:

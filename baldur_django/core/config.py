@@ -153,6 +153,12 @@ class BreakerConfig:
     sync_interval: float = 5.0
     probe_lease: float = 30.0
     default_ttl_minutes: float = 90.0
+    sliding_window_type: str = "count"
+    sliding_window_seconds: int = 60
+    recovery_backoff_factor: float = 1.0
+    recovery_timeout_max: float = 600.0
+    slow_call_duration: float = 0.0
+    slow_call_rate_threshold: float = 100.0
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -329,7 +329,7 @@ class StoreSync:
     def _write_trip(self, breaker: CircuitBreaker, trigger: str, held: list[Event]) -> bool:
         events: list[Event] = []
         with self._io:
-            answer = self.guard.call(breaker.name, "trip", trigger, breaker._open_duration())
+            answer = self.guard.call(breaker.name, "trip", trigger, *breaker._open_timing())
             if answer is None:
                 return False
             self._unpushed = None
@@ -381,7 +381,7 @@ class StoreSync:
         cfg = breaker.config
         version = self._probe_versions.pop(permit.token, self.version)
         answer = self._run(
-            breaker, "finish_probe", permit.token, version, outcome, cfg.half_open_max_calls, breaker._open_duration()
+            breaker, "finish_probe", permit.token, version, outcome, cfg.half_open_max_calls, *breaker._open_timing()
         )
         return answer is not None or outcome == "abandon"
 

@@ -68,6 +68,7 @@ class Record:
     probes: dict[str, float] = field(default_factory=dict)  # token -> lease expiry
     successes: int = 0
     updated_at: float | None = None
+    opens: int = 0  # consecutive automatic opens since the last close (CB-16), capped
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +117,8 @@ def decode(raw: Any) -> Record:
             return Record()
         if not isinstance(record.probes, dict):
             record.probes = {}
+        if not isinstance(record.opens, int) or isinstance(record.opens, bool):
+            record.opens = int(record.opens) if isinstance(record.opens, float) and record.opens.is_integer() else 0
         return record
     except (TypeError, ValueError):
         return Record()
@@ -145,14 +148,19 @@ class StateStore(Protocol):
     def inspect(self, name: str) -> Answer:
         """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks."""
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
-        """CLOSED (unforced) -> OPEN. ``result``: TRIPPED, BLOCKED (a force holds) or ALREADY."""
+    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = 0.0) -> Answer:
+        """CLOSED (unforced) -> OPEN for the backed-off duration of one more consecutive open
+        (CB-16: *factor*, *cap* seconds). ``result``: TRIPPED, BLOCKED (a force holds) or ALREADY."""
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
         """OPEN past its timeout -> HALF_OPEN, then admit *token* if a slot is free (``result`` True)."""
 
-    def finish_probe(self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float) -> Answer:
-        """Record a trial ``"success"``, ``"failure"`` or ``"abandon"`` (slot back). Stale tokens are ignored."""
+    def finish_probe(
+        self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
+        factor: float = 1.0, cap: float = 0.0,
+    ) -> Answer:
+        """Record a trial ``"success"``, ``"failure"``, ``"slow"`` or ``"abandon"`` (slot back).
+        A reopen lasts the backed-off duration (CB-16). Stale tokens are ignored."""
 
     def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
         """Hold the record ``"open"`` or ``"closed"`` for *ttl_seconds*."""

@@ -10,7 +10,35 @@ from __future__ import annotations
 
 from .base import ALREADY, BLOCKED, TRIPPED, Answer, Record
 
-__all__ = ["normalise", "op_trip", "op_acquire_probe", "op_finish_probe", "op_force", "op_release", "op_sweep", "run"]
+__all__ = ["open_duration", "next_open", "normalise", "op_trip", "op_acquire_probe", "op_finish_probe", "op_force", "op_release", "op_sweep", "run"]
+
+
+def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float) -> float:
+    """Seconds the *opens*-th consecutive automatic open lasts (CB-16).
+
+    ``min(recovery_timeout * factor**(opens-1), cap)``; a factor of 1.0 turns backoff off
+    (always *recovery_timeout*). Never overflows: a product past the float range is *cap*.
+    """
+    if factor <= 1.0 or opens <= 1:
+        return recovery_timeout if factor <= 1.0 else min(recovery_timeout, cap)
+    try:
+        seconds = recovery_timeout * factor ** (opens - 1)
+    except OverflowError:
+        return cap
+    return min(seconds, cap)
+
+
+def next_open(opens: int, recovery_timeout: float, factor: float, cap: float) -> tuple[int, float]:
+    """``(opens, seconds)`` after one more automatic open (CB-16).
+
+    The count stops growing at the first value whose duration reaches *cap* (and at 1
+    while backoff is off), so it stays small and its power never overflows.
+    """
+    if factor <= 1.0:
+        return 1, recovery_timeout
+    if opens < 1 or open_duration(opens, recovery_timeout, factor, cap) < cap:
+        opens += 1
+    return opens, open_duration(opens, recovery_timeout, factor, cap)
 
 
 def _bump(record: Record, state: str, now: float, trigger: str | None) -> None:
@@ -20,6 +48,16 @@ def _bump(record: Record, state: str, now: float, trigger: str | None) -> None:
     record.successes = 0
     record.trigger = trigger
     record.updated_at = now
+    if state == "closed":
+        record.opens = 0  # any close resets the backoff (CB-16)
+
+
+def _open(record: Record, now: float, trigger: str, recovery_timeout: float, factor: float, cap: float) -> None:
+    """An automatic open: one more consecutive open, lasting its backed-off duration (CB-16)."""
+    _bump(record, "open", now, trigger)
+    record.opens, seconds = next_open(record.opens, recovery_timeout, factor, cap)
+    record.opened_at = now
+    record.open_until = now + seconds
 
 
 def normalise(record: Record, now: float) -> str | None:
@@ -40,21 +78,15 @@ def normalise(record: Record, now: float) -> str | None:
     return lapsed
 
 
-def op_trip(record: Record, now: float, trigger: str, recovery_timeout: float) -> str:
+def op_trip(
+    record: Record, now: float, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = 0.0
+) -> str:
     if record.forced is not None:
         return BLOCKED
     if record.state != "closed":
         return ALREADY
-    _bump(record, "open", now, trigger)
-    record.opened_at = now
-    record.open_until = now + recovery_timeout
+    _open(record, now, trigger, recovery_timeout, factor, cap)
     return TRIPPED
-
-
-def op_reopen(record: Record, now: float, trigger: str, recovery_timeout: float) -> None:
-    _bump(record, "open", now, trigger)
-    record.opened_at = now
-    record.open_until = now + recovery_timeout
 
 
 def op_sweep(record: Record, now: float) -> bool:
@@ -78,9 +110,19 @@ def op_acquire_probe(record: Record, now: float, token: str, max_calls: int, lea
 
 
 def op_finish_probe(
-    record: Record, now: float, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float
+    record: Record,
+    now: float,
+    token: str,
+    version: int,
+    outcome: str,
+    max_calls: int,
+    recovery_timeout: float,
+    factor: float = 1.0,
+    cap: float = 0.0,
 ) -> str | None:
-    """Returns the transition made (``"closed"``, ``"open"``) or None."""
+    """Returns the transition made (``"closed"``, ``"open"``) or None. *outcome* is
+    ``"success"``, ``"failure"``, ``"slow"`` (a slow trial fails the round, CB-17) or
+    ``"abandon"``."""
     if record.version != version or record.state != "half_open" or token not in record.probes:
         return None  # stale: a newer round, or the lease expired and the slot went to another worker
     del record.probes[token]
@@ -92,8 +134,9 @@ def op_finish_probe(
             record.opened_at = None
             record.open_until = None
             return "closed"
-    elif outcome == "failure":
-        op_reopen(record, now, "half_open_failure", recovery_timeout)
+    elif outcome in ("failure", "slow"):
+        trigger = "slow_call_rate" if outcome == "slow" else "half_open_failure"
+        _open(record, now, trigger, recovery_timeout, factor, cap)
         return "open"
     return None
 

@@ -54,14 +54,17 @@ class MemoryStore:
     def inspect(self, name: str) -> Answer:
         return self._op(name, "inspect")
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
-        return self._op(name, "trip", trigger, recovery_timeout)
+    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = 0.0) -> Answer:
+        return self._op(name, "trip", trigger, recovery_timeout, factor, cap)
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
         return self._op(name, "acquire_probe", token, max_calls, lease_seconds)
 
-    def finish_probe(self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float) -> Answer:
-        return self._op(name, "finish_probe", token, version, outcome, max_calls, recovery_timeout)
+    def finish_probe(
+        self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
+        factor: float = 1.0, cap: float = 0.0,
+    ) -> Answer:
+        return self._op(name, "finish_probe", token, version, outcome, max_calls, recovery_timeout, factor, cap)
 
     def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
         return self._op(name, "force", mode, ttl_seconds, reason, actor)

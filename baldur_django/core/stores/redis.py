@@ -122,16 +122,22 @@ class RedisStore:
     def inspect(self, name: str) -> Answer:
         return self._run("load", name)
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float) -> Answer:
-        return self._run("trip", name, trigger, repr(float(recovery_timeout)))
+    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = 0.0) -> Answer:
+        return self._run("trip", name, trigger, repr(float(recovery_timeout)), repr(float(factor)), repr(float(cap)))
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
         answer = self._run("acquire_probe", name, token, int(max_calls), repr(float(lease_seconds)))
         answer.result = bool(answer.result)
         return answer
 
-    def finish_probe(self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float) -> Answer:
-        return self._run("finish_probe", name, token, int(version), outcome, int(max_calls), repr(float(recovery_timeout)))
+    def finish_probe(
+        self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
+        factor: float = 1.0, cap: float = 0.0,
+    ) -> Answer:
+        return self._run(
+            "finish_probe", name, token, int(version), outcome, int(max_calls), repr(float(recovery_timeout)),
+            repr(float(factor)), repr(float(cap)),
+        )
 
     def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
         return self._run("force", name, mode, repr(float(ttl_seconds)), reason or "", actor or "", touch=True)

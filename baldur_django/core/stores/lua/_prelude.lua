@@ -10,7 +10,7 @@ end
 local function fresh()
   return {state = 'closed', version = 0, opened_at = NULL, open_until = NULL, trigger = NULL,
           forced = NULL, force_expires_at = NULL, force_reason = '', force_actor = NULL,
-          probes = {}, successes = 0, updated_at = NULL}
+          probes = {}, successes = 0, updated_at = NULL, opens = 0}
 end
 
 local function load(key)
@@ -25,6 +25,7 @@ local function load(key)
   for k, v in pairs(base) do if rec[k] == nil then rec[k] = v end end
   if type(rec.probes) ~= 'table' then rec.probes = {} end
   if type(rec.successes) ~= 'number' then rec.successes = 0 end
+  if type(rec.opens) ~= 'number' then rec.opens = 0 end
   return rec
 end
 
@@ -35,6 +36,28 @@ local function bump(rec, state, now, trigger)
   rec.successes = 0
   rec.trigger = trigger
   rec.updated_at = now
+  if state == 'closed' then rec.opens = 0 end  -- any close resets the backoff (CB-16)
+end
+
+-- CB-16, mirrors logic.open_duration / next_open: the k-th consecutive automatic open lasts
+-- min(rt * factor^(k-1), cap); factor 1 = off; k stops growing once the cap is reached.
+local function open_duration(k, rt, factor, cap)
+  if factor <= 1 then return rt end
+  if k <= 1 then return math.min(rt, cap) end
+  return math.min(rt * factor ^ (k - 1), cap)
+end
+
+local function open_for(rec, now, trigger, rt, factor, cap)
+  bump(rec, 'open', now, trigger)
+  local k = rec.opens
+  if factor <= 1 then
+    k = 1
+  elseif k < 1 or open_duration(k, rt, factor, cap) < cap then
+    k = k + 1
+  end
+  rec.opens = k
+  rec.opened_at = now
+  rec.open_until = now + open_duration(k, rt, factor, cap)
 end
 
 local function clear_force(rec)

@@ -1,4 +1,4 @@
--- ARGV: token, version, outcome (success|failure|abandon), max_calls, recovery_timeout.
+-- ARGV: token, version, outcome (success|failure|slow|abandon), max_calls, recovery_timeout, backoff factor, cap.
 local token, outcome = ARGV[1], ARGV[3]
 local result = NULL
 if rec.version == tonumber(ARGV[2]) and rec.state == 'half_open' and rec.probes[token] ~= nil then
@@ -12,10 +12,10 @@ if rec.version == tonumber(ARGV[2]) and rec.state == 'half_open' and rec.probes[
       rec.open_until = NULL
       result = 'closed'
     end
-  elseif outcome == 'failure' then
-    bump(rec, 'open', now, 'half_open_failure')
-    rec.opened_at = now
-    rec.open_until = now + tonumber(ARGV[5])
+  elseif outcome == 'failure' or outcome == 'slow' then
+    local trigger = 'half_open_failure'
+    if outcome == 'slow' then trigger = 'slow_call_rate' end
+    open_for(rec, now, trigger, tonumber(ARGV[5]), tonumber(ARGV[6]) or 1, tonumber(ARGV[7]) or 0)
     result = 'open'
   end
 end

@@ -1,13 +1,11 @@
--- ARGV: trigger, recovery_timeout (seconds). CLOSED (unforced) -> OPEN; a force refuses (OP-4).
+-- ARGV: trigger, recovery_timeout (seconds), backoff factor, timeout cap (seconds). CLOSED (unforced) -> OPEN; a force refuses (OP-4).
 local result
 if not isnull(rec.forced) then
   result = 'blocked'
 elseif rec.state ~= 'closed' then
   result = 'already'
 else
-  bump(rec, 'open', now, ARGV[1])
-  rec.opened_at = now
-  rec.open_until = now + tonumber(ARGV[2])
+  open_for(rec, now, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]) or 1, tonumber(ARGV[4]) or 0)
   result = 'tripped'
 end
 return finish(key, rec, now, result, lapsed, before)

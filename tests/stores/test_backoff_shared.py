@@ -1,0 +1,86 @@
+"""CB-16 on the shared stores: k (consecutive automatic opens) lives in the shared record,
+updated atomically with the transition, so the whole fleet backs off together.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from baldur_django.core.breaker import CircuitBreaker
+from baldur_django.core.config import SettingsSource, build_config
+from baldur_django.core.errors import CircuitOpenError
+from baldur_django.core.events import EventBus
+from baldur_django.core.sync import StoreGuard
+from baldur_django.core.testing import FakeClock
+
+
+def test_cb16_store_backs_off_reopens_and_resets_on_close(backend):
+    """CB-16, ST-2: trip 10 s; a failed probe 20 s; another 35 s (cap), k stays 3; a forced
+    open keeps k; a successful round closes and resets k."""
+    store, name = backend.store, f"bo-{backend.name}"
+    answer = store.trip(name, "consecutive_failures", 10.0, 2.0, 35.0)
+    record = answer.record
+    assert (record.opens, record.open_until - record.opened_at) == (1, pytest.approx(10.0))
+    for expected_k, seconds in ((2, 20.0), (3, 35.0), (3, 35.0)):
+        backend.age(name, 40)
+        token = uuid.uuid4().hex
+        probe = store.acquire_probe(name, token, 1, 30.0)
+        assert probe.result is True
+        answer = store.finish_probe(name, token, probe.record.version, "failure", 1, 10.0, 2.0, 35.0)
+        record = answer.record
+        assert answer.result == "open" and record.trigger == "half_open_failure"
+        assert (record.opens, record.open_until - record.opened_at) == (expected_k, pytest.approx(seconds))
+    record = store.force(name, "open", 60.0, "", None).record
+    assert record.opens == 3
+    record = store.release(name).record
+    assert record.state == "half_open" and record.opens == 3
+    token = uuid.uuid4().hex
+    probe = store.acquire_probe(name, token, 1, 30.0)
+    answer = store.finish_probe(name, token, probe.record.version, "success", 1, 10.0, 2.0, 35.0)
+    assert answer.result == "closed" and answer.record.opens == 0
+
+
+def test_cb17_store_slow_trial_reopens_with_its_trigger(backend):
+    """CB-17, ST-2: a slow trial fails the shared round with trigger slow_call_rate."""
+    store, name = backend.store, f"slow-{backend.name}"
+    store.trip(name, "slow_call_rate", 5.0)
+    backend.age(name, 10)
+    token = uuid.uuid4().hex
+    probe = store.acquire_probe(name, token, 2, 30.0)
+    answer = store.finish_probe(name, token, probe.record.version, "slow", 2, 5.0)
+    assert answer.result == "open" and answer.record.trigger == "slow_call_rate"
+
+
+def _worker(store, clock, name):
+    config = build_config(name, {"failure_threshold": 1, "failure_rate_threshold": 0, "recovery_timeout": 10,
+                                 "half_open_max_calls": 1, "sliding_window_size": 10, "minimum_calls": 1},
+                          SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "0"}))
+    import dataclasses
+
+    config = dataclasses.replace(config, recovery_backoff_factor=3.0, recovery_timeout_max=1000.0)
+    breaker = CircuitBreaker(name, config, clock=clock, bus=EventBus())
+    breaker.use_store(StoreGuard(store, lambda: 60.0, lambda e: None, clock.monotonic, clock.wall))
+    return breaker
+
+
+def test_cb16_k_is_fleet_wide(backend):
+    """CB-16: worker A trips (10 s); worker B's failed probe reopens (30 s); A's next probe
+    fails too (90 s): each worker continues from the k the other left in the record."""
+    name = f"fleet-bo-{backend.name}"
+    clock = FakeClock()
+    a, b = _worker(backend.store, clock, name), _worker(backend.store, clock, name)
+    a.record_failure(a.acquire())
+    for worker, seconds in ((b, 30.0), (a, 90.0)):
+        clock.advance(1000)
+        backend.age(name, 1000)
+        trial = worker.acquire()
+        assert trial.trial
+        worker.record_failure(trial)
+        snap = worker.snapshot()
+        assert snap["open_duration"] == pytest.approx(seconds)
+        with pytest.raises(CircuitOpenError) as rejected:
+            worker.acquire()
+        assert rejected.value.retry_after == pytest.approx(seconds, abs=1.0)
+    assert backend.store.inspect(name).record.opens == 3
