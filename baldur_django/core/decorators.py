@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable, TypeVar, cast
 
 from .breaker import CircuitBreaker
 from .classify import PLAIN_TYPES
+from .config import OVERRIDE_NAMES
 from .errors import CircuitOpenError, ConfigError
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
@@ -31,15 +32,7 @@ __all__ = ["protected", "aprotected", "protect", "aprotect", "circuit_breaker"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_OVERRIDE_NAMES = (
-    "failure_threshold",
-    "failure_rate_threshold",
-    "sliding_window_size",
-    "minimum_calls",
-    "recovery_timeout",
-    "half_open_max_calls",
-    "ignore_exceptions",
-)
+_OVERRIDE_NAMES = OVERRIDE_NAMES  # derived from the rows of the knobs table
 
 
 def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:

@@ -240,9 +240,18 @@ def test_cfg1_env_booleans(raw, expected):
     assert env_source(BALDUR_DRY_RUN=raw).get("BALDUR_DRY_RUN") is expected
 
 
-@pytest.mark.parametrize("name", sorted(n for n in SPEC_DEFAULTS if n.endswith("_SECONDS")) + ["BALDUR_CB_RECOVERY_TIMEOUT"])
+# CB-15 makes the time window's span the one whole-seconds knob (see test_cb15_* below)
+WHOLE_SECONDS = {"BALDUR_CB_SLIDING_WINDOW_SECONDS"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n in SPEC_DEFAULTS if n.endswith("_SECONDS") and n not in WHOLE_SECONDS)
+    + ["BALDUR_CB_RECOVERY_TIMEOUT", "BALDUR_CB_RECOVERY_TIMEOUT_MAX"],
+)
 def test_cfg3_seconds_knobs_accept_floats(name):
-    """CFG-3: every *_SECONDS value and the recovery timeout accept fractions, from env and settings."""
+    """CFG-3: every *_SECONDS value (but the time window's whole seconds, CB-15) and the recovery
+    timeout and its cap accept fractions, from env and settings."""
     assert env_source(**{name: "1.5"}).get(name) == 1.5
     assert lookup_source({name: 1.5}).get(name) == 1.5
 
@@ -464,10 +473,13 @@ def test_cfg3_unknown_services_key_names_it_and_the_closest_key():
 
 
 def test_cfg3_services_entry_cannot_set_ignore_exceptions_or_unknown_things():
-    """CFG-3: only the numeric breaker knobs may appear in BALDUR_SERVICES."""
+    """CFG-3, CB-15..CB-17: only the breaker knobs may appear in BALDUR_SERVICES (the CB-15..CB-17
+    keys included)."""
     assert set(SERVICE_KEYS) == {
         "failure_threshold", "failure_rate_threshold", "sliding_window_size",
         "minimum_calls", "recovery_timeout", "half_open_max_calls",
+        "sliding_window_type", "sliding_window_seconds", "recovery_backoff_factor",
+        "recovery_timeout_max", "slow_call_duration", "slow_call_rate_threshold",
     }
     with pytest.raises(ConfigError, match="ignore_exceptions"):
         lookup_source({"BALDUR_SERVICES": {"pay": {"ignore_exceptions": ["KeyError"]}}}).get("BALDUR_SERVICES")

@@ -137,8 +137,10 @@ def test_cfg3_ttl_boundaries():
 
 
 def test_cfg3_every_seconds_knob_and_recovery_timeout_accept_floats(clean_env):
-    """CFG-3: every *_SECONDS knob and the recovery timeout accept floats, as settings and from the environment."""
-    names = [n for n in KNOBS if n.endswith("_SECONDS")] + ["BALDUR_CB_RECOVERY_TIMEOUT"]
+    """CFG-3: every *_SECONDS knob (but the time window's whole seconds, CB-15) and the recovery
+    timeout accept floats, as settings and from the environment."""
+    whole_seconds = {"BALDUR_CB_SLIDING_WINDOW_SECONDS"}
+    names = [n for n in KNOBS if n.endswith("_SECONDS") and n not in whole_seconds] + ["BALDUR_CB_RECOVERY_TIMEOUT"]
     assert len(names) > 10
     with override_settings(**{n: 0.5 for n in names}):
         assert baldur_messages(check_settings()) == []
@@ -264,7 +266,7 @@ GOOD = {
     "BALDUR_CB_FAILURE_RATE_THRESHOLD": 25.5,
     "BALDUR_CB_SLIDING_WINDOW_SIZE": 50,
     "BALDUR_CB_SLIDING_WINDOW_TYPE": "time",
-    "BALDUR_CB_SLIDING_WINDOW_SECONDS": 30.5,
+    "BALDUR_CB_SLIDING_WINDOW_SECONDS": 30,  # whole seconds (CB-15)
     "BALDUR_CB_MINIMUM_CALLS": 5,
     "BALDUR_CB_RECOVERY_TIMEOUT": 12.5,
     "BALDUR_CB_HALF_OPEN_MAX_CALLS": 2,
@@ -295,6 +297,7 @@ GOOD = {
     "BALDUR_REDIS_CACHE_ALIAS": "default",
     "BALDUR_REDIS_SOCKET_TIMEOUT": 0.5,
     "BALDUR_REDIS_MAX_CONNECTIONS": 20,
+    "BALDUR_REDIS_CLUSTER": False,  # reserved: any other value is warning W006
     "BALDUR_STORE_WARNING_INTERVAL_SECONDS": 30,
     "BALDUR_CB_SYNC_INTERVAL_SECONDS": 0,
     "BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS": 10.5,
