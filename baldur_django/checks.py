@@ -2,6 +2,7 @@
 
 Every bad value is an Error with a stable id per setting (``baldur.E010`` ...), a message
 that starts with ``NAME=value`` and a hint saying what the setting is and what it accepts.
+Ids, hint texts, secrets and reserved knobs all come from the rows of the knobs table.
 Values are parsed by the same :mod:`baldur_django.core.knobs` validators the core uses, so
 a check error and a :class:`~baldur_django.core.errors.ConfigError` read the same. The
 Slack webhook URL is a secret and never appears in a message or a hint, and a password in
@@ -10,8 +11,10 @@ a Redis URL is masked.
 Registered checks (all tagged ``baldur``, so ``manage.py check --tag baldur`` runs them):
 
 * :func:`check_settings` - every knob, Django setting first, then the environment;
-  ``minimum_calls`` against the window; misspelt ``BALDUR_*`` names (Django settings and
-  environment variables) as warnings naming the closest known setting.
+  ``minimum_calls`` against the window and ``recovery_timeout_max`` against the recovery
+  timeout; reserved knobs (their feature is not built yet) that are set; misspelt
+  ``BALDUR_*`` names (Django settings and environment variables) as warnings naming the
+  closest known setting.
 * :func:`check_rate_limit_cache` (also tagged ``caches``) - ``RateLimitMiddleware`` needs a
   cache alias that exists and is shared by every worker process.
 * :func:`check_deployment` (``deploy=True``, ``manage.py check --deploy``) - the memory
@@ -29,7 +32,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from .conf import closest_setting, django_lookup, format_default, redact
 from .core.config import MISSING, SettingsSource
 from .core.errors import ConfigError
-from .core.knobs import KNOBS, SERVICE_KEYS
+from .core.knobs import CHECK_IDS, KNOBS, RESERVED
 
 __all__ = ["Codes", "KNOB_IDS", "check_settings", "check_rate_limit_cache", "check_deployment"]
 
@@ -46,94 +49,24 @@ class Codes:
     RATE_LIMIT_CACHE_MISSING = "baldur.E004"
     UNREADABLE_VALUE = "baldur.E005"  # a validator failed unexpectedly (a bug): still reported, never a traceback
     REDIS_NOT_CONFIGURED = "baldur.E006"
+    RECOVERY_MAX_BELOW_TIMEOUT = "baldur.E007"
+    SERVICE_RECOVERY_MAX_BELOW_TIMEOUT = "baldur.E008"
     UNKNOWN_SETTING = "baldur.W001"
     UNKNOWN_ENV = "baldur.W002"
     MINIMUM_FOLLOWS_WINDOW = "baldur.W003"
     MEMORY_BACKEND = "baldur.W004"
     RATE_LIMIT_CACHE_NOT_SHARED = "baldur.W005"
+    RESERVED_SETTING = "baldur.W006"
+    BACKOFF_CANNOT_GROW = "baldur.W007"
 
 
-#: One fixed error id per knob, so a log search or ``SILENCED_SYSTEM_CHECKS`` entry keeps
-#: meaning the same setting when knobs are added (never renumber; append new ones).
-KNOB_IDS: dict[str, str] = {
-    "BALDUR_CB_FAILURE_THRESHOLD": "baldur.E010",
-    "BALDUR_CB_FAILURE_RATE_THRESHOLD": "baldur.E011",
-    "BALDUR_CB_SLIDING_WINDOW_SIZE": "baldur.E012",
-    "BALDUR_CB_SLIDING_WINDOW_TYPE": "baldur.E013",
-    "BALDUR_CB_SLIDING_WINDOW_SECONDS": "baldur.E014",
-    "BALDUR_CB_MINIMUM_CALLS": "baldur.E015",
-    "BALDUR_CB_RECOVERY_TIMEOUT": "baldur.E016",
-    "BALDUR_CB_HALF_OPEN_MAX_CALLS": "baldur.E017",
-    "BALDUR_CB_RECOVERY_BACKOFF_FACTOR": "baldur.E018",
-    "BALDUR_CB_RECOVERY_TIMEOUT_MAX": "baldur.E019",
-    "BALDUR_CB_SLOW_CALL_DURATION_SECONDS": "baldur.E020",
-    "BALDUR_CB_SLOW_CALL_RATE_THRESHOLD": "baldur.E021",
-    "BALDUR_SERVICES": "baldur.E022",
-    "BALDUR_MIDDLEWARE_CB_STATUS_CODES": "baldur.E023",
-    "BALDUR_MIDDLEWARE_RATE_LIMIT_CODES": "baldur.E024",
-    "BALDUR_CB_RATE_LIMIT_CASCADE_THRESHOLD": "baldur.E025",
-    "BALDUR_CB_RATE_LIMIT_CASCADE_WINDOW_SECONDS": "baldur.E026",
-    "BALDUR_CB_RATE_LIMIT_CASCADE_MIN_RATIO": "baldur.E027",
-    "BALDUR_CB_RATE_LIMIT_CASCADE_MIN_CALLS": "baldur.E028",
-    "BALDUR_RATE_LIMIT_DEFAULT_COOLDOWN_SECONDS": "baldur.E029",
-    "BALDUR_RATE_LIMIT_MAX_COOLDOWN_SECONDS": "baldur.E030",
-    "BALDUR_MAX_COOLDOWN_WAIT_SECONDS": "baldur.E031",
-    "BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES": "baldur.E032",
-    "BALDUR_DOMAIN_MAPPING": "baldur.E033",
-    "BALDUR_DOMAIN_DEFAULT": "baldur.E034",
-    "BALDUR_MIDDLEWARE_SHED_LOAD": "baldur.E035",
-    "BALDUR_RATE_LIMIT_CACHE_ALIAS": "baldur.E036",
-    "BALDUR_RATE_LIMIT_RULES": "baldur.E037",
-    "BALDUR_RATE_LIMIT_TRUST_FORWARDED_FOR": "baldur.E038",
-    "BALDUR_RATE_LIMIT_TRUSTED_PROXIES": "baldur.E039",
-    "BALDUR_STATE_BACKEND": "baldur.E040",
-    "BALDUR_REDIS_URL": "baldur.E041",
-    "BALDUR_REDIS_CACHE_ALIAS": "baldur.E042",
-    "BALDUR_REDIS_SOCKET_TIMEOUT": "baldur.E043",
-    "BALDUR_REDIS_MAX_CONNECTIONS": "baldur.E044",
-    "BALDUR_STORE_WARNING_INTERVAL_SECONDS": "baldur.E045",
-    "BALDUR_CB_SYNC_INTERVAL_SECONDS": "baldur.E046",
-    "BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS": "baldur.E047",
-    "BALDUR_REGISTRY_TTL_DAYS": "baldur.E048",
-    "BALDUR_TASK_RECOVERY_SWEEP_SECONDS": "baldur.E049",
-    "BALDUR_TASK_STATE_SYNC_SECONDS": "baldur.E050",
-    "BALDUR_TASK_EMERGENCY_CHECK_SECONDS": "baldur.E051",
-    "BALDUR_DRY_RUN": "baldur.E052",
-    "BALDUR_EVENT_LOGGING_CB_LOG_LEVEL": "baldur.E053",
-    "BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL": "baldur.E054",
-    "BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED": "baldur.E055",
-    "BALDUR_META_WATCHDOG_STUCK_OPEN_SECONDS": "baldur.E056",
-    "BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED": "baldur.E057",
-    "BALDUR_EMERGENCY_BACKEND": "baldur.E058",
-    "BALDUR_EMERGENCY_STATE_FILE": "baldur.E059",
-    "BALDUR_EMERGENCY_CACHE_SECONDS": "baldur.E060",
-    "BALDUR_EMERGENCY_AUTO_ACTIVATION_ENABLED": "baldur.E061",
-    "BALDUR_EMERGENCY_AUTO_ACTIVATION_RATIO": "baldur.E062",
-    "BALDUR_EMERGENCY_AUTO_ACTIVATION_MIN_BREAKERS": "baldur.E063",
-    "BALDUR_EMERGENCY_AUTO_ACTIVATION_MINUTES": "baldur.E064",
-    "BALDUR_EMERGENCY_STABILIZATION_SECONDS": "baldur.E065",
-}
+#: One fixed error id per knob (``baldur.E0xx``), so a log search or
+#: ``SILENCED_SYSTEM_CHECKS`` entry keeps meaning the same setting when knobs are added.
+#: Derived from the ``check_id`` of each row of the knobs table (never renumber; append).
+KNOB_IDS: dict[str, str] = CHECK_IDS
 
-# What a valid value looks like, for knobs where the table's one-line help is not enough.
-_ACCEPTS: dict[str, str] = {
-    "BALDUR_SERVICES": (
-        "A dict mapping each service name to a dict of overrides; allowed keys: " + ", ".join(SERVICE_KEYS) + "."
-    ),
-    "BALDUR_MIDDLEWARE_CB_STATUS_CODES": "A list of HTTP status codes (100-599); in the environment '500,503' or '[500, 503]'.",
-    "BALDUR_MIDDLEWARE_RATE_LIMIT_CODES": "A list of HTTP status codes (100-599); in the environment '429' or '[429]'.",
-    "BALDUR_REDIS_URL": "A redis://host:6379/0 URL (rediss:// for TLS, unix:///path for a socket).",
-    "BALDUR_RATE_LIMIT_RULES": (
-        "A list of dicts such as {'path': '/api/', 'rate': '100/m', 'key': 'ip'}; "
-        "rate is N/s, N/m or N/h; key is 'ip', 'user' or a dotted path."
-    ),
-    "BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES": "A number of minutes above 0 and at most 1440 (24 hours).",
-    "BALDUR_STATE_BACKEND": "One of 'memory', 'database' or 'redis'.",
-    "BALDUR_EMERGENCY_BACKEND": "One of 'file' or 'redis'.",
-    "BALDUR_CB_SLIDING_WINDOW_TYPE": "One of 'count' or 'time'.",
-    "BALDUR_EVENT_LOGGING_CB_LOG_LEVEL": "A level name: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
-    "BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL": "The https:// URL Slack gave you for the incoming webhook.",
-    "BALDUR_DOMAIN_MAPPING": "A dict mapping a path substring to a domain (breaker) name.",
-}
+# What a valid value looks like, per knob (derived from the knobs table).
+_ACCEPTS: dict[str, str] = {name: knob.accepted_values() for name, knob in KNOBS.items()}
 
 
 def _hint(name: str, from_env: bool) -> str:
@@ -165,10 +98,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
     Returns:
         list[CheckMessage]: an Error per bad value (``KNOB_IDS[name]``), E002/W003 for
-        ``BALDUR_CB_MINIMUM_CALLS`` above ``BALDUR_CB_SLIDING_WINDOW_SIZE``, E003 for a
-        ``BALDUR_SERVICES`` entry whose ``minimum_calls`` is above its window, W001 for
+        ``BALDUR_CB_MINIMUM_CALLS`` above ``BALDUR_CB_SLIDING_WINDOW_SIZE`` (count-based
+        window only), E003 for a ``BALDUR_SERVICES`` entry whose ``minimum_calls`` is
+        above its count-based window, E007 for ``BALDUR_CB_RECOVERY_TIMEOUT_MAX`` set below
+        ``BALDUR_CB_RECOVERY_TIMEOUT``, E008 for a ``BALDUR_SERVICES`` entry whose
+        ``recovery_timeout_max`` is below its recovery timeout, W007 when a recovery
+        backoff is asked for but the default cap is below the timeout (CB-16), W001 for
         an unknown ``BALDUR_*`` Django setting, W002 for an unknown ``BALDUR_*``
-        environment variable close to a known name, and E006 for the redis backend with
+        environment variable close to a known name, W006 for a reserved knob (feature not
+        built yet) set to anything but its default, and E006 for the redis backend with
         neither a URL nor a django-redis cache alias. Never raises.
     """
     messages: list[CheckMessage] = []
@@ -182,7 +120,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             text = redact(str(exc)) + (" (from the environment variable)" if from_env else "")
             messages.append(Error(text, hint=_hint(name, from_env), id=KNOB_IDS.get(name, Codes.INVALID_VALUE)))
         except Exception as exc:  # a validator bug must still read as a check, not a traceback
-            shown = "value not shown" if "WEBHOOK" in name else redact(type(exc).__name__ + ": " + str(exc))
+            shown = "value not shown" if KNOBS[name].secret else redact(type(exc).__name__ + ": " + str(exc))
             messages.append(
                 Error(
                     f"{name} could not be read ({shown})",
@@ -191,9 +129,46 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 )
             )
     messages.extend(_check_minimum_calls(source, values))
+    messages.extend(_check_recovery_timeout_max(source, values))
     messages.extend(_check_redis_backend(values))
+    messages.extend(_check_reserved(values))
     messages.extend(_check_unknown_names())
     return messages
+
+
+def _is_defined(name: str) -> bool:
+    """The knob is set as a Django setting or an environment variable (not left to its default)."""
+    return django_lookup(name) is not MISSING or name in os.environ
+
+
+def _check_reserved(values: dict[str, Any]) -> list[CheckMessage]:
+    # a reserved knob is validated like any other, but its feature does not exist yet:
+    # a value other than the default asks for something that will not happen
+    out: list[CheckMessage] = []
+    for name in RESERVED:
+        if name not in values or not _is_defined(name):
+            continue  # a bad value was already reported; an unset knob asks for nothing
+        knob = KNOBS[name]
+        value = values[name]
+        if value == knob.coerce(knob.default):
+            continue  # the default is what the package does anyway
+        from_env = django_lookup(name) is MISSING
+        shown = "(value not shown)" if knob.secret else f"={value!r}"
+        out.append(
+            Warning(
+                redact(
+                    f"{name}{shown} has no effect: the feature behind it is not built yet"
+                    + (" (from the environment variable)" if from_env else "")
+                ),
+                hint=redact(
+                    f"{name} ({knob.help}) is reserved: baldur_django already reads and validates it, but this "
+                    f"version does not act on it. Remove it, or set it to its default {format_default(name)}, "
+                    "to silence this warning. See docs/settings.md."
+                ),
+                id=Codes.RESERVED_SETTING,
+            )
+        )
+    return out
 
 
 def _check_redis_backend(values: dict[str, Any]) -> list[CheckMessage]:
@@ -224,7 +199,9 @@ def _check_minimum_calls(source: SettingsSource, values: dict[str, Any]) -> list
     if window_name not in values or minimum_name not in values:
         return out  # the bad value itself was already reported
     window, minimum = values[window_name], values[minimum_name]
-    if minimum > window:
+    window_type = values.get("BALDUR_CB_SLIDING_WINDOW_TYPE", "count")
+    # a time window counts minimum_calls over its seconds: the window size does not bound it
+    if window_type == "count" and minimum > window:
         if source.source(minimum_name) != "default":
             out.append(
                 Error(
@@ -250,6 +227,8 @@ def _check_minimum_calls(source: SettingsSource, values: dict[str, Any]) -> list
         for service, entry in services.items():
             if "minimum_calls" not in entry:
                 continue  # a global minimum follows a narrower per-service window
+            if entry.get("sliding_window_type", window_type) != "count":
+                continue
             service_window = entry.get("sliding_window_size", window)
             if entry["minimum_calls"] > service_window:
                 out.append(
@@ -262,6 +241,66 @@ def _check_minimum_calls(source: SettingsSource, values: dict[str, Any]) -> list
                     )
                 )
     return out
+
+
+def _check_recovery_timeout_max(source: SettingsSource, values: dict[str, Any]) -> list[CheckMessage]:
+    # CB-16: the backed-off open duration is capped at recovery_timeout_max; the rules
+    # mirror build_config (an explicit cap below a timeout given as or less specifically
+    # is an error, otherwise the cap follows the timeout)
+    out: list[CheckMessage] = []
+    timeout_name, cap_name = "BALDUR_CB_RECOVERY_TIMEOUT", "BALDUR_CB_RECOVERY_TIMEOUT_MAX"
+    factor_name = "BALDUR_CB_RECOVERY_BACKOFF_FACTOR"
+    if timeout_name not in values or cap_name not in values or factor_name not in values:
+        return out  # the bad value itself was already reported
+    timeout, cap, factor = values[timeout_name], values[cap_name], values[factor_name]
+    if cap < timeout:
+        if source.source(cap_name) != "default":
+            out.append(
+                Error(
+                    f"{cap_name}={cap!r} is below {timeout_name}={timeout!r}",
+                    hint=f"{cap_name} caps how long a breaker stays OPEN as the recovery timeout backs off "
+                    f"({factor_name}); a cap below the timeout itself would shorten every open. "
+                    f"Raise {cap_name} to at least {timeout:g}, or lower {timeout_name}.",
+                    id=Codes.RECOVERY_MAX_BELOW_TIMEOUT,
+                )
+            )
+        elif factor > 1:
+            out.append(_backoff_cannot_grow(cap_name, cap, timeout_name, timeout, factor_name, factor))
+    services = values.get("BALDUR_SERVICES")
+    if isinstance(services, dict):
+        for service, entry in services.items():
+            entry_timeout = entry.get("recovery_timeout", timeout)
+            entry_factor = entry.get("recovery_backoff_factor", factor)
+            where = f"BALDUR_SERVICES[{service!r}]"
+            if "recovery_timeout_max" in entry:
+                if entry["recovery_timeout_max"] < entry_timeout:
+                    out.append(
+                        Error(
+                            f"{where}: recovery_timeout_max={entry['recovery_timeout_max']!r} is below "
+                            f"recovery_timeout={entry_timeout!r}",
+                            hint=f"Raise recovery_timeout_max for {service!r} to at least {entry_timeout:g}, or "
+                            "lower its recovery_timeout; a cap below the timeout would shorten every open.",
+                            id=Codes.SERVICE_RECOVERY_MAX_BELOW_TIMEOUT,
+                        )
+                    )
+            elif "recovery_timeout" in entry and cap < entry_timeout and entry_factor > 1:
+                out.append(
+                    _backoff_cannot_grow(
+                        cap_name, cap, f"{where}['recovery_timeout']", entry_timeout, "the backoff factor", entry_factor
+                    )
+                )
+    return out
+
+
+def _backoff_cannot_grow(
+    cap_name: str, cap: float, timeout_name: str, timeout: float, factor_name: str, factor: float
+) -> CheckMessage:
+    return Warning(
+        f"{cap_name}={cap!r} is below {timeout_name}={timeout!r}, so {factor_name}={factor!r} cannot lengthen an open",
+        hint=f"The cap follows the timeout: every open lasts {timeout:g} seconds and the recovery backoff does "
+        f"nothing. Set {cap_name} above {timeout:g} to let it grow, or set the factor to 1.0 to say it is off.",
+        id=Codes.BACKOFF_CANNOT_GROW,
+    )
 
 
 def _check_unknown_names() -> list[CheckMessage]:

@@ -27,6 +27,7 @@ from .core.breaker import validate_ttl
 from .core.config import settings
 from .core.errors import BaldurError, ConfigError
 from .core.events import Event, Forced, Released, bus
+from .core.knobs import SECRETS
 
 __all__ = [
     "UnknownServiceError",
@@ -273,7 +274,7 @@ def status_rows(service: str | None = None) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------- config
-_HIDDEN = {"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"}
+_HIDDEN = SECRETS  # knobs marked secret in the knobs table
 _URLS_WITH_PASSWORDS = {"BALDUR_REDIS_URL"}
 
 

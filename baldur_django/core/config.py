@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
-from .knobs import KNOBS, check_service_overrides
+from .knobs import KNOBS, OVERRIDE_KEYS, check_service_overrides
 
-__all__ = ["SettingsSource", "BreakerConfig", "build_config", "MISSING", "settings", "OVERRIDE_KEYS"]
+__all__ = ["SettingsSource", "BreakerConfig", "build_config", "MISSING", "settings", "OVERRIDE_KEYS", "OVERRIDE_NAMES"]
 
 
 class _Missing:
@@ -29,15 +29,12 @@ class _Missing:
 
 MISSING: Any = _Missing()
 
-#: Per-call override name -> global knob it overrides.
-OVERRIDE_KEYS = {
-    "failure_threshold": "BALDUR_CB_FAILURE_THRESHOLD",
-    "failure_rate_threshold": "BALDUR_CB_FAILURE_RATE_THRESHOLD",
-    "sliding_window_size": "BALDUR_CB_SLIDING_WINDOW_SIZE",
-    "minimum_calls": "BALDUR_CB_MINIMUM_CALLS",
-    "recovery_timeout": "BALDUR_CB_RECOVERY_TIMEOUT",
-    "half_open_max_calls": "BALDUR_CB_HALF_OPEN_MAX_CALLS",
-}
+# OVERRIDE_KEYS (per-call override name -> global knob it overrides) is derived from the
+# rows of the defaults table; re-exported here, where the resolution uses it.
+
+#: Every keyword a decorator or call accepts as a per-call override: the knobs' keys plus
+#: ``ignore_exceptions`` (a tuple of exception types, per call only).
+OVERRIDE_NAMES: tuple[str, ...] = (*OVERRIDE_KEYS, "ignore_exceptions")
 
 
 class SettingsSource:
@@ -129,7 +126,24 @@ class BreakerConfig:
     """Everything one breaker needs, resolved and validated. Times are seconds.
 
     Built by :func:`build_config`; immutable, so a breaker swaps the whole object when
-    settings change (CFG-2).
+    settings change (CFG-2). The fields ``failure_threshold`` to ``slow_call_rate_threshold``
+    can be set per call and per ``BALDUR_SERVICES`` entry (CFG-1); the others are global.
+
+    Attributes:
+        failure_threshold (int): consecutive failures that open the breaker (CB-2).
+        failure_rate_threshold (float): percent, 0 disables (CB-3).
+        sliding_window_size (int): outcomes in the count-based window (CB-3).
+        sliding_window_type (str): ``"count"`` or ``"time"`` (CB-15).
+        sliding_window_seconds (int): span of the time-based window, whole seconds (CB-15).
+        minimum_calls (int): outcomes the window needs before either rate trigger applies.
+        recovery_timeout (float): seconds OPEN before a probe (CB-5); the first open's length.
+        half_open_max_calls (int): trials per probing round (CB-6).
+        recovery_backoff_factor (float): growth of the open duration per consecutive
+            open, at least 1.0; 1.0 = off (CB-16).
+        recovery_timeout_max (float): seconds, the cap of that duration; never below
+            ``recovery_timeout`` (CB-16).
+        slow_call_duration (float): seconds a call must last to be slow; 0 = off (CB-17).
+        slow_call_rate_threshold (float): slow percentage that opens; 0 disables (CB-17).
     """
 
     failure_threshold: int = 5
@@ -153,13 +167,13 @@ class BreakerConfig:
     sync_interval: float = 5.0
     probe_lease: float = 30.0
     default_ttl_minutes: float = 90.0
+    overrides: Mapping[str, Any] = field(default_factory=dict)
     sliding_window_type: str = "count"
     sliding_window_seconds: int = 60
     recovery_backoff_factor: float = 1.0
     recovery_timeout_max: float = 600.0
     slow_call_duration: float = 0.0
     slow_call_rate_threshold: float = 100.0
-    overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _check_ignore(where: str, value: Any) -> tuple[type[BaseException], ...]:
@@ -194,6 +208,18 @@ def validate_overrides(service: str, overrides: Mapping[str, Any]) -> dict[str, 
 def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSource | None = None) -> BreakerConfig:
     """Resolve the configuration of breaker *service*.
 
+    Each of the per-breaker fields comes from the per-call override, else the service's
+    ``BALDUR_SERVICES`` entry, else the global knob (CFG-1). Two pairs must agree:
+
+    * with a count window, ``minimum_calls`` at most ``sliding_window_size`` (CB-3; a time
+      window counts ``minimum_calls`` over its seconds, so any value is fine);
+    * ``recovery_timeout_max`` at least ``recovery_timeout`` (CB-16).
+
+    When the pair disagrees and the bound (the window, the timeout) was given more
+    specifically than the value it bounds, or that value is the table's default, the
+    value follows the bound (``minimum_calls`` is lowered to the window, the cap raised
+    to the timeout). Otherwise the configuration is contradictory and refused.
+
     Args:
         service: the breaker's name.
         overrides: already validated per-call overrides (see :func:`validate_overrides`).
@@ -203,10 +229,11 @@ def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSou
         A frozen :class:`BreakerConfig`.
 
     Raises:
-        ConfigError: a bad setting, or an explicitly given ``minimum_calls`` above a
-            ``sliding_window_size`` given at the same or a less specific level (CFG-3).
-            When the window was given more specifically than ``minimum_calls`` (or
-            ``minimum_calls`` is the default), ``minimum_calls`` is lowered to the window.
+        ConfigError: a bad setting; an explicitly given ``minimum_calls`` above a
+            ``sliding_window_size`` given at the same or a less specific level; an
+            explicitly given ``recovery_timeout_max`` below a ``recovery_timeout`` given
+            at the same or a less specific level. The message names both values and
+            where each came from (CFG-3). Implements CFG-1, CFG-3, CB-15, CB-16, CB-17.
     """
     s = source or settings
     per_service = s.get("BALDUR_SERVICES").get(service, {})
@@ -224,9 +251,19 @@ def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSou
             values[key] = s.get(knob)
             explicit = s.source(knob) != "default"
             level[key], origin[key] = (1, knob) if explicit else (0, f"default of {knob}")
-    if values["minimum_calls"] > values["sliding_window_size"]:
-        if level["minimum_calls"] > 0 and level["minimum_calls"] >= level["sliding_window_size"]:
-            # CFG-3: an explicit minimum_calls the window can never hold
+
+    def given(key: str) -> str:
+        return f"{key}={values[key]!r} (from {origin[key]})"
+
+    def conflict(small: str, big: str) -> bool:
+        # *small* below *big* is an error when *small* was given explicitly, at least as
+        # specifically as *big*; otherwise *small* follows *big* (the caller adjusts it)
+        return level[small] > 0 and level[small] >= level[big]
+
+    if values["sliding_window_type"] == "count" and values["minimum_calls"] > values["sliding_window_size"]:
+        # CB-3: a count window can never hold more than its size (a time window has no
+        # such bound: minimum_calls is counted over its seconds)
+        if conflict("minimum_calls", "sliding_window_size"):
             raise ConfigError(
                 f"breaker {service!r}: minimum_calls={values['minimum_calls']!r} is above "
                 f"sliding_window_size={values['sliding_window_size']!r} "
@@ -236,6 +273,16 @@ def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSou
         # the window was narrowed more specifically than minimum_calls (or minimum_calls
         # is the default): the gate follows the window
         values["minimum_calls"] = values["sliding_window_size"]
+    if values["recovery_timeout_max"] < values["recovery_timeout"]:
+        # CB-16: the cap of the backed-off open duration below the first open's length
+        if conflict("recovery_timeout_max", "recovery_timeout"):
+            raise ConfigError(
+                f"breaker {service!r}: {given('recovery_timeout_max')} is below {given('recovery_timeout')}; "
+                "the cap of the backed-off recovery timeout cannot be shorter than the timeout itself"
+            )
+        # a timeout given more specifically than the cap (or a default cap): the cap
+        # follows, so an open never lasts less than recovery_timeout
+        values["recovery_timeout_max"] = float(values["recovery_timeout"])
     return BreakerConfig(
         failure_threshold=values["failure_threshold"],
         failure_rate_threshold=values["failure_rate_threshold"],
@@ -259,4 +306,10 @@ def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSou
         probe_lease=s.get("BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS"),
         default_ttl_minutes=s.get("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES"),
         overrides=dict(overrides),
+        sliding_window_type=values["sliding_window_type"],
+        sliding_window_seconds=values["sliding_window_seconds"],
+        recovery_backoff_factor=values["recovery_backoff_factor"],
+        recovery_timeout_max=values["recovery_timeout_max"],
+        slow_call_duration=values["slow_call_duration"],
+        slow_call_rate_threshold=values["slow_call_rate_threshold"],
     )

@@ -13,6 +13,7 @@ import inspect
 from typing import Any, Awaitable, Callable, TypeVar, cast
 
 from .breaker import CircuitBreaker
+from .config import OVERRIDE_NAMES
 from .errors import ConfigError
 from .hotpath import async_wrapper, sync_wrapper
 from .registry import registry
@@ -22,15 +23,7 @@ __all__ = ["protected", "aprotected", "protect", "aprotect", "circuit_breaker"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_OVERRIDE_NAMES = (
-    "failure_threshold",
-    "failure_rate_threshold",
-    "sliding_window_size",
-    "minimum_calls",
-    "recovery_timeout",
-    "half_open_max_calls",
-    "ignore_exceptions",
-)
+_OVERRIDE_NAMES = OVERRIDE_NAMES  # derived from the rows of the knobs table
 
 
 def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:

@@ -1,9 +1,13 @@
 """The one defaults table of every ``BALDUR_*`` knob, with parsers and validators.
 
-Each row names the knob, its default and how a raw value is turned into a checked one.
-The core (environment variables), the Django settings object and the system checks all
-call :func:`parse` on the same rows, so a bad value reads the same everywhere.
-Implements CFG-1, CFG-3.
+Each row (:class:`Knob`) says everything about one knob: its name and default, how a raw
+value is turned into a checked one, what it does and accepts, its system check id,
+whether it is a secret, the per-call / ``BALDUR_SERVICES`` key that sets it for one
+breaker, and whether it is reserved (validated, but its feature is not built yet). The
+other tables (:data:`OVERRIDE_KEYS`, :data:`SERVICE_KEYS`, :data:`CHECK_IDS`,
+:data:`SECRETS`, :data:`RESERVED`) are derived from the rows. The core (environment
+variables), the Django settings object and the system checks all parse values with the
+same rows, so a bad value reads the same everywhere. Implements CFG-1, CFG-3.
 """
 
 from __future__ import annotations
@@ -20,9 +24,24 @@ from urllib.parse import urlparse
 
 from .errors import ConfigError
 
-__all__ = ["Knob", "KNOBS", "SERVICE_KEYS", "parse", "closest_knob", "validate_number", "check_service_overrides"]
+__all__ = [
+    "Knob",
+    "KNOBS",
+    "OVERRIDE_KEYS",
+    "SERVICE_KEYS",
+    "CHECK_IDS",
+    "SECRETS",
+    "RESERVED",
+    "parse",
+    "closest_knob",
+    "validate_number",
+    "check_service_overrides",
+]
 
 _MISSING = object()
+
+#: ``parser(name, raw value, from_env) -> parsed value``; raises ConfigError naming *name*.
+Parser = Callable[[str, Any, bool], Any]
 
 
 def _fail(name: str, value: Any, why: str) -> ConfigError:
@@ -85,17 +104,60 @@ def validate_number(
             raise _fail(name, raw, f"must be at least {minimum:g}")
     if maximum is not None and value > maximum:
         raise _fail(name, raw, f"must be at most {maximum:g}")
-    return value
+    return int(value) if integer else float(value)
 
 
-def _num(integer: bool = False, minimum: float | None = None, maximum: float | None = None, exclusive: bool = False):
-    def parser(name: str, value: Any, from_env: bool) -> Any:
+@dataclass(frozen=True)
+class _Number:
+    """Parser of a number within bounds; ``accepts`` describes it for hints and docs."""
+
+    integer: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive: bool = False
+    unit: str = ""
+
+    def __call__(self, name: str, value: Any, from_env: bool) -> Any:
         return validate_number(
-            name, value, integer=integer, minimum=minimum, maximum=maximum, min_exclusive=exclusive, from_env=from_env
+            name,
+            value,
+            integer=self.integer,
+            minimum=self.minimum,
+            maximum=self.maximum,
+            min_exclusive=self.exclusive,
+            from_env=from_env,
         )
 
-    return parser
+    @property
+    def accepts(self) -> str:
+        what = "A whole number" if self.integer else "A number"
+        if self.unit == _PERCENT:
+            what = "A percentage"
+        elif self.unit:
+            what += f" of {self.unit}"
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f"{'above' if self.exclusive else 'at least'} {self.minimum:g}")
+        if self.maximum is not None:
+            bounds.append(f"at most {self.maximum:g}")
+        text = what + (", " + " and ".join(bounds) if bounds else "")
+        if not self.integer:
+            text += " (fractions allowed)"
+        return text + "."
 
+
+def _num(
+    integer: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive: bool = False,
+    unit: str = "",
+) -> _Number:
+    return _Number(integer, minimum, maximum, exclusive, unit)
+
+
+_SECONDS = "seconds"
+_PERCENT = "percent"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -113,7 +175,7 @@ def _bool(name: str, value: Any, from_env: bool) -> bool:
     raise _fail(name, value, "expected a boolean (true/false)")
 
 
-def _text(allow_empty: bool = False, optional: bool = False):
+def _text(allow_empty: bool = False, optional: bool = False) -> Parser:
     def parser(name: str, value: Any, from_env: bool) -> Any:
         if value is None and optional:
             return None
@@ -129,13 +191,25 @@ def _text(allow_empty: bool = False, optional: bool = False):
     return parser
 
 
-def _choice(*choices: str):
-    def parser(name: str, value: Any, from_env: bool) -> str:
-        if isinstance(value, str) and value.strip().lower() in choices:
-            return value.strip().lower()
-        raise _fail(name, value, f"expected one of {', '.join(choices)}")
+@dataclass(frozen=True)
+class _Choice:
+    """Parser of one of a few words (any case); ``accepts`` lists them."""
 
-    return parser
+    choices: tuple[str, ...]
+
+    def __call__(self, name: str, value: Any, from_env: bool) -> str:
+        if isinstance(value, str) and value.strip().lower() in self.choices:
+            return value.strip().lower()
+        raise _fail(name, value, f"expected one of {', '.join(self.choices)}")
+
+    @property
+    def accepts(self) -> str:
+        quoted = [repr(c) for c in self.choices]
+        return "One of " + ", ".join(quoted[:-1]) + " or " + quoted[-1] + "."
+
+
+def _choice(*choices: str) -> _Choice:
+    return _Choice(choices)
 
 
 def _json_or_csv(name: str, value: Any, from_env: bool) -> Any:
@@ -167,7 +241,7 @@ def _status_codes(name: str, value: Any, from_env: bool) -> frozenset[int]:
     return frozenset(codes)
 
 
-def _json_dict(name: str, value: Any, from_env: bool) -> dict:
+def _json_dict(name: str, value: Any, from_env: bool) -> dict[Any, Any]:
     if from_env and isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else {}
@@ -178,7 +252,7 @@ def _json_dict(name: str, value: Any, from_env: bool) -> dict:
     return value
 
 
-def _json_list(name: str, value: Any, from_env: bool) -> list:
+def _json_list(name: str, value: Any, from_env: bool) -> list[Any]:
     if from_env and isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else []
@@ -187,17 +261,6 @@ def _json_list(name: str, value: Any, from_env: bool) -> list:
     if not isinstance(value, (list, tuple)):
         raise _fail(name, value, "expected a list (a JSON array in the environment)")
     return list(value)
-
-
-#: Keys a ``BALDUR_SERVICES`` entry may set, with the validator each uses.
-SERVICE_KEYS: dict[str, Callable[[str, Any, bool], Any]] = {
-    "failure_threshold": _num(integer=True, minimum=1),
-    "failure_rate_threshold": _num(minimum=0, maximum=100),
-    "sliding_window_size": _num(integer=True, minimum=1),
-    "minimum_calls": _num(integer=True, minimum=1),
-    "recovery_timeout": _num(minimum=0, exclusive=True),
-    "half_open_max_calls": _num(integer=True, minimum=1),
-}
 
 
 def check_service_overrides(where: str, overrides: dict[str, Any], from_env: bool = False) -> dict[str, Any]:
@@ -221,16 +284,26 @@ def check_service_overrides(where: str, overrides: dict[str, Any], from_env: boo
     return out
 
 
-def _services(name: str, value: Any, from_env: bool) -> dict[str, dict[str, Any]]:
-    value = _json_dict(name, value, from_env)
-    out = {}
-    for service, overrides in value.items():
-        if not isinstance(service, str) or not service:
-            raise _fail(name, value, f"service names must be non-empty strings, got {service!r}")
-        if not isinstance(overrides, dict):
-            raise _fail(name, value, f"the entry for {service!r} must be a mapping of overrides")
-        out[service] = check_service_overrides(f"{name}[{service!r}]", overrides, from_env)
-    return out
+class _Services:
+    """Parser of ``BALDUR_SERVICES``; ``accepts`` lists the keys an entry may set."""
+
+    def __call__(self, name: str, value: Any, from_env: bool) -> dict[str, dict[str, Any]]:
+        value = _json_dict(name, value, from_env)
+        out = {}
+        for service, overrides in value.items():
+            if not isinstance(service, str) or not service:
+                raise _fail(name, value, f"service names must be non-empty strings, got {service!r}")
+            if not isinstance(overrides, dict):
+                raise _fail(name, value, f"the entry for {service!r} must be a mapping of overrides")
+            out[service] = check_service_overrides(f"{name}[{service!r}]", overrides, from_env)
+        return out
+
+    @property
+    def accepts(self) -> str:
+        return "A dict mapping each service name to a dict of overrides; allowed keys: " + ", ".join(SERVICE_KEYS) + "."
+
+
+_services = _Services()
 
 
 def _domain_mapping(name: str, value: Any, from_env: bool) -> dict[str, str]:
@@ -322,14 +395,48 @@ def _rules(name: str, value: Any, from_env: bool) -> list[dict[str, Any]]:
     return rules
 
 
+_BOOL_ACCEPTS = "True or False (in the environment: true/false, 1/0, yes/no or on/off)."
+_STATUS_ACCEPTS = "A list of HTTP status codes (100-599); in the environment {example}."
+
+
 @dataclass(frozen=True)
 class Knob:
-    """One row of the defaults table."""
+    """One row of the defaults table: everything the package knows about one setting.
+
+    Every other table (check ids, hint texts, per-call override names, ``BALDUR_SERVICES``
+    keys, secrets, reserved settings) is derived from these rows, so a knob is described
+    in exactly one place (CFG-1).
+
+    Attributes:
+        name (str): the Django setting and environment variable name.
+        default: the value used when neither is defined.
+        parse: ``parse(name, raw, from_env) -> value``; raises ConfigError naming *name*
+            and the value (CFG-3).
+        help (str): one line saying what the knob does (check hints, docs).
+        check_id (str): the system check id of a bad value, ``baldur.E0xx``. Never
+            renumbered, so a log search or ``SILENCED_SYSTEM_CHECKS`` keeps its meaning.
+        accepts (str): what a valid value looks like, for hints and docs; empty when the
+            parser describes itself (see :meth:`accepted_values`).
+        secret (bool): the value is never shown (messages, hints, ``baldur_status --config``).
+        key (str | None): the per-call override and ``BALDUR_SERVICES`` key that sets this
+            knob for one breaker (CFG-1 precedence), or None when it is global only.
+        reserved (bool): known and validated, but the feature behind it is not built
+            yet, so a value has no effect; a system check warns when it is set.
+    """
 
     name: str
     default: Any
-    parse: Callable[[str, Any, bool], Any]
+    parse: Parser
     help: str
+    check_id: str
+    accepts: str = ""
+    secret: bool = False
+    key: str | None = None
+    reserved: bool = False
+
+    def accepted_values(self) -> str:
+        """What a valid value looks like: :attr:`accepts`, else the parser's own description."""
+        return self.accepts or str(getattr(self.parse, "accepts", ""))
 
     def coerce(self, value: Any, from_env: bool = False) -> Any:
         """Parse and validate *value* for this knob. Raises ConfigError (CFG-3)."""
@@ -341,66 +448,150 @@ def _default_emergency_file() -> str:
 
 
 _ROWS: list[Knob] = [
-    Knob("BALDUR_CB_FAILURE_THRESHOLD", 5, _num(integer=True, minimum=1), "consecutive failures that open a breaker"),
-    Knob("BALDUR_CB_FAILURE_RATE_THRESHOLD", 50.0, _num(minimum=0, maximum=100), "failure percentage that opens a breaker; 0 disables"),
-    Knob("BALDUR_CB_SLIDING_WINDOW_SIZE", 100, _num(integer=True, minimum=1), "outcomes in the count-based window"),
-    Knob("BALDUR_CB_SLIDING_WINDOW_TYPE", "count", _choice("count", "time"), "count- or time-based window"),
-    Knob("BALDUR_CB_SLIDING_WINDOW_SECONDS", 60, _num(minimum=0, exclusive=True), "span of the time-based window, seconds"),
-    Knob("BALDUR_CB_MINIMUM_CALLS", 10, _num(integer=True, minimum=1), "outcomes the window needs before the rate trigger applies"),
-    Knob("BALDUR_CB_RECOVERY_TIMEOUT", 60, _num(minimum=0, exclusive=True), "seconds OPEN before a probe is allowed"),
-    Knob("BALDUR_CB_HALF_OPEN_MAX_CALLS", 3, _num(integer=True, minimum=1), "trial calls per probing round"),
-    Knob("BALDUR_CB_RECOVERY_BACKOFF_FACTOR", 1.0, _num(minimum=1.0), "growth of the recovery timeout on repeated opens; 1 = off"),
-    Knob("BALDUR_CB_RECOVERY_TIMEOUT_MAX", 600, _num(minimum=0, exclusive=True), "upper bound of the backed-off recovery timeout, seconds"),
-    Knob("BALDUR_CB_SLOW_CALL_DURATION_SECONDS", 0, _num(minimum=0), "calls slower than this are slow; 0 = off"),
-    Knob("BALDUR_CB_SLOW_CALL_RATE_THRESHOLD", 100.0, _num(minimum=0, maximum=100), "slow-call percentage that opens a breaker"),
-    Knob("BALDUR_SERVICES", {}, _services, "per-service overrides"),
-    Knob("BALDUR_MIDDLEWARE_CB_STATUS_CODES", frozenset({500, 502, 503, 504}), _status_codes, "statuses recorded as failures"),
-    Knob("BALDUR_MIDDLEWARE_RATE_LIMIT_CODES", frozenset({429}), _status_codes, "statuses read as rate-limit answers"),
-    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_THRESHOLD", 10, _num(integer=True, minimum=1), "429 sightings that can open a breaker"),
-    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_WINDOW_SECONDS", 60, _num(minimum=0, exclusive=True), "span of the cascade window, seconds"),
-    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_RATIO", 10.0, _num(minimum=0, maximum=100), "sightings as a percentage of calls"),
-    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_CALLS", 20, _num(integer=True, minimum=1), "calls the cascade window needs"),
-    Knob("BALDUR_RATE_LIMIT_DEFAULT_COOLDOWN_SECONDS", 1.0, _num(minimum=0), "cooldown when no valid Retry-After is given"),
-    Knob("BALDUR_RATE_LIMIT_MAX_COOLDOWN_SECONDS", 3600, _num(minimum=0, exclusive=True), "cap on any cooldown, seconds"),
-    Knob("BALDUR_MAX_COOLDOWN_WAIT_SECONDS", 60, _num(minimum=0), "longest cooldown the retry stage waits out, seconds"),
-    Knob("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES", 90, _num(minimum=0, maximum=1440, exclusive=True), "default force lifetime, minutes"),
-    Knob("BALDUR_DOMAIN_MAPPING", {}, _domain_mapping, "path substring -> domain breaker"),
-    Knob("BALDUR_DOMAIN_DEFAULT", "default", _text(), "breaker for unmapped paths"),
-    Knob("BALDUR_MIDDLEWARE_SHED_LOAD", False, _bool, "answer 503 while a domain's breaker denies admission"),
-    Knob("BALDUR_RATE_LIMIT_CACHE_ALIAS", "default", _text(), "Django cache alias for the inbound limiter"),
-    Knob("BALDUR_RATE_LIMIT_RULES", [], _rules, "inbound rate-limit rules"),
-    Knob("BALDUR_RATE_LIMIT_TRUST_FORWARDED_FOR", False, _bool, "read the client IP from X-Forwarded-For"),
-    Knob("BALDUR_RATE_LIMIT_TRUSTED_PROXIES", 1, _num(integer=True, minimum=1), "X-Forwarded-For entry from the right that is the client"),
-    Knob("BALDUR_STATE_BACKEND", "memory", _choice("memory", "database", "redis"), "where breaker state lives"),
-    Knob("BALDUR_REDIS_URL", None, _redis_url, "Redis URL for the redis backend"),
-    Knob("BALDUR_REDIS_CACHE_ALIAS", "default", _text(), "django-redis cache alias used when no URL is set"),
-    Knob("BALDUR_REDIS_SOCKET_TIMEOUT", 0.25, _num(minimum=0, exclusive=True), "connect and read timeout, seconds"),
-    Knob("BALDUR_REDIS_MAX_CONNECTIONS", 50, _num(integer=True, minimum=1), "connection pool size"),
-    Knob("BALDUR_STORE_WARNING_INTERVAL_SECONDS", 60, _num(minimum=0), "at most one store warning per interval, seconds"),
-    Knob("BALDUR_CB_SYNC_INTERVAL_SECONDS", 5, _num(minimum=0), "longest gap between consults of the shared record; 0 = events only"),
-    Knob("BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS", 30, _num(minimum=0, exclusive=True), "lease of one half-open probe, seconds"),
-    Knob("BALDUR_REGISTRY_TTL_DAYS", 7, _num(minimum=0, exclusive=True), "registry entries unseen this long are pruned, days"),
-    Knob("BALDUR_TASK_RECOVERY_SWEEP_SECONDS", 10, _num(minimum=0, exclusive=True), "recovery_sweep interval, seconds"),
-    Knob("BALDUR_TASK_STATE_SYNC_SECONDS", 30, _num(minimum=0, exclusive=True), "sync_state interval, seconds"),
-    Knob("BALDUR_TASK_EMERGENCY_CHECK_SECONDS", 10, _num(minimum=0, exclusive=True), "emergency_check interval, seconds"),
-    Knob("BALDUR_DRY_RUN", False, _bool, "observe only: never reject"),
-    Knob("BALDUR_EVENT_LOGGING_CB_LOG_LEVEL", "WARNING", _log_level, "level of transition, force, release and lapse lines"),
-    Knob("BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL", None, _http_url, "Slack incoming webhook for open/close posts"),
-    Knob("BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED", False, _bool, "force-close breakers stuck OPEN"),
-    Knob("BALDUR_META_WATCHDOG_STUCK_OPEN_SECONDS", 300, _num(minimum=0, exclusive=True), "OPEN this long counts as stuck, seconds"),
-    Knob("BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED", False, _bool, "publish OPEN/CLOSED decisions to peers"),
-    Knob("BALDUR_EMERGENCY_BACKEND", "file", _choice("file", "redis"), "where the emergency level lives"),
-    Knob("BALDUR_EMERGENCY_STATE_FILE", _default_emergency_file(), _text(), "file backend path"),
-    Knob("BALDUR_EMERGENCY_CACHE_SECONDS", 30, _num(minimum=0), "how long a process caches the level, seconds"),
-    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_ENABLED", False, _bool, "declare Level 3 when most breakers are OPEN"),
-    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_RATIO", 70.0, _num(minimum=0, maximum=100), "OPEN percentage for auto-activation"),
-    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_MIN_BREAKERS", 3, _num(integer=True, minimum=1), "registered breakers needed"),
-    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_MINUTES", 30, _num(minimum=0, exclusive=True), "length of an automatic Level 3, minutes"),
-    Knob("BALDUR_EMERGENCY_STABILIZATION_SECONDS", 300, _num(minimum=0), "quiet time after a freeze ends, seconds"),
+    # ------------------------------------------------------------ one breaker (per-call / BALDUR_SERVICES keys)
+    Knob("BALDUR_CB_FAILURE_THRESHOLD", 5, _num(integer=True, minimum=1), "consecutive failures that open a breaker",
+         "baldur.E010", key="failure_threshold"),
+    Knob("BALDUR_CB_FAILURE_RATE_THRESHOLD", 50.0, _num(minimum=0, maximum=100, unit=_PERCENT),
+         "failure percentage that opens a breaker; 0 disables", "baldur.E011", key="failure_rate_threshold"),
+    Knob("BALDUR_CB_SLIDING_WINDOW_SIZE", 100, _num(integer=True, minimum=1), "outcomes in the count-based window",
+         "baldur.E012", key="sliding_window_size"),
+    Knob("BALDUR_CB_SLIDING_WINDOW_TYPE", "count", _choice("count", "time"),
+         "count-based window (last N outcomes) or time-based window (last N seconds)", "baldur.E013",
+         key="sliding_window_type"),
+    Knob("BALDUR_CB_SLIDING_WINDOW_SECONDS", 60, _num(integer=True, minimum=1, unit=_SECONDS),
+         "span of the time-based window, whole seconds", "baldur.E014", key="sliding_window_seconds"),
+    Knob("BALDUR_CB_MINIMUM_CALLS", 10, _num(integer=True, minimum=1),
+         "outcomes the window needs before the rate triggers apply", "baldur.E015", key="minimum_calls"),
+    Knob("BALDUR_CB_RECOVERY_TIMEOUT", 60, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "seconds OPEN before a probe is allowed", "baldur.E016", key="recovery_timeout"),
+    Knob("BALDUR_CB_HALF_OPEN_MAX_CALLS", 3, _num(integer=True, minimum=1), "trial calls per probing round",
+         "baldur.E017", key="half_open_max_calls"),
+    Knob("BALDUR_CB_RECOVERY_BACKOFF_FACTOR", 1.0, _num(minimum=1.0),
+         "growth of the recovery timeout on repeated opens; 1 = off", "baldur.E018", key="recovery_backoff_factor"),
+    Knob("BALDUR_CB_RECOVERY_TIMEOUT_MAX", 600, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "upper bound of the backed-off recovery timeout, seconds", "baldur.E019", key="recovery_timeout_max"),
+    Knob("BALDUR_CB_SLOW_CALL_DURATION_SECONDS", 0, _num(minimum=0, unit=_SECONDS),
+         "calls lasting this long or longer are slow; 0 = off", "baldur.E020", key="slow_call_duration"),
+    Knob("BALDUR_CB_SLOW_CALL_RATE_THRESHOLD", 100.0, _num(minimum=0, maximum=100, unit=_PERCENT),
+         "slow-call percentage that opens a breaker; 0 disables", "baldur.E021", key="slow_call_rate_threshold"),
+    Knob("BALDUR_SERVICES", {}, _services, "per-service overrides", "baldur.E022"),
+    # ------------------------------------------------------------ what counts as a failure; 429s
+    Knob("BALDUR_MIDDLEWARE_CB_STATUS_CODES", frozenset({500, 502, 503, 504}), _status_codes,
+         "statuses recorded as failures", "baldur.E023", accepts=_STATUS_ACCEPTS.format(example="'500,503' or '[500, 503]'")),
+    Knob("BALDUR_MIDDLEWARE_RATE_LIMIT_CODES", frozenset({429}), _status_codes, "statuses read as rate-limit answers",
+         "baldur.E024", accepts=_STATUS_ACCEPTS.format(example="'429' or '[429]'")),
+    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_THRESHOLD", 10, _num(integer=True, minimum=1),
+         "429 sightings that can open a breaker", "baldur.E025"),
+    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_WINDOW_SECONDS", 60, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "span of the cascade window, seconds", "baldur.E026"),
+    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_RATIO", 10.0, _num(minimum=0, maximum=100, unit=_PERCENT),
+         "sightings as a percentage of calls", "baldur.E027"),
+    Knob("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_CALLS", 20, _num(integer=True, minimum=1), "calls the cascade window needs",
+         "baldur.E028"),
+    Knob("BALDUR_RATE_LIMIT_DEFAULT_COOLDOWN_SECONDS", 1.0, _num(minimum=0, unit=_SECONDS),
+         "cooldown when no valid Retry-After is given", "baldur.E029"),
+    Knob("BALDUR_RATE_LIMIT_MAX_COOLDOWN_SECONDS", 3600, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "cap on any cooldown, seconds", "baldur.E030"),
+    Knob("BALDUR_MAX_COOLDOWN_WAIT_SECONDS", 60, _num(minimum=0, unit=_SECONDS),
+         "longest cooldown the retry stage waits out, seconds", "baldur.E031"),
+    # ------------------------------------------------------------ operators
+    Knob("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES", 90, _num(minimum=0, maximum=1440, exclusive=True),
+         "default force lifetime, minutes", "baldur.E032",
+         accepts="A number of minutes above 0 and at most 1440 (24 hours)."),
+    # ------------------------------------------------------------ inbound middleware
+    Knob("BALDUR_DOMAIN_MAPPING", {}, _domain_mapping, "path substring -> domain breaker", "baldur.E033",
+         accepts="A dict mapping a path substring to a domain (breaker) name."),
+    Knob("BALDUR_DOMAIN_DEFAULT", "default", _text(), "breaker for unmapped paths", "baldur.E034",
+         accepts="A non-empty string."),
+    Knob("BALDUR_MIDDLEWARE_SHED_LOAD", False, _bool, "answer 503 while a domain's breaker denies admission",
+         "baldur.E035", accepts=_BOOL_ACCEPTS),
+    Knob("BALDUR_RATE_LIMIT_CACHE_ALIAS", "default", _text(), "Django cache alias for the inbound limiter",
+         "baldur.E036", accepts="A key of CACHES."),
+    Knob("BALDUR_RATE_LIMIT_RULES", [], _rules, "inbound rate-limit rules", "baldur.E037",
+         accepts="A list of dicts such as {'path': '/api/', 'rate': '100/m', 'key': 'ip'}; "
+         "rate is N/s, N/m or N/h; key is 'ip', 'user' or a dotted path."),
+    Knob("BALDUR_RATE_LIMIT_TRUST_FORWARDED_FOR", False, _bool, "read the client IP from X-Forwarded-For",
+         "baldur.E038", accepts=_BOOL_ACCEPTS),
+    Knob("BALDUR_RATE_LIMIT_TRUSTED_PROXIES", 1, _num(integer=True, minimum=1),
+         "X-Forwarded-For entry from the right that is the client", "baldur.E039"),
+    # ------------------------------------------------------------ shared state
+    Knob("BALDUR_STATE_BACKEND", "memory", _choice("memory", "database", "redis"), "where breaker state lives",
+         "baldur.E040"),
+    Knob("BALDUR_REDIS_URL", None, _redis_url, "Redis URL for the redis backend", "baldur.E041",
+         accepts="A redis://host:6379/0 URL (rediss:// for TLS, unix:///path for a socket)."),
+    Knob("BALDUR_REDIS_CACHE_ALIAS", "default", _text(), "django-redis cache alias used when no URL is set",
+         "baldur.E042", accepts="A key of CACHES whose backend is django-redis."),
+    Knob("BALDUR_REDIS_SOCKET_TIMEOUT", 0.25, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "connect and read timeout, seconds", "baldur.E043"),
+    Knob("BALDUR_REDIS_MAX_CONNECTIONS", 50, _num(integer=True, minimum=1), "connection pool size", "baldur.E044"),
+    Knob("BALDUR_REDIS_CLUSTER", False, _bool, "BALDUR_REDIS_URL names one node of a Redis Cluster", "baldur.E066",
+         accepts=_BOOL_ACCEPTS, reserved=True),
+    Knob("BALDUR_STORE_WARNING_INTERVAL_SECONDS", 60, _num(minimum=0, unit=_SECONDS),
+         "at most one store warning per interval, seconds", "baldur.E045"),
+    Knob("BALDUR_CB_SYNC_INTERVAL_SECONDS", 5, _num(minimum=0, unit=_SECONDS),
+         "longest gap between consults of the shared record; 0 = events only", "baldur.E046"),
+    Knob("BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS", 30, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "lease of one half-open probe, seconds", "baldur.E047"),
+    Knob("BALDUR_REGISTRY_TTL_DAYS", 7, _num(minimum=0, exclusive=True, unit="days"),
+         "registry entries unseen this long are pruned, days", "baldur.E048"),
+    # ------------------------------------------------------------ Celery tasks
+    Knob("BALDUR_TASK_RECOVERY_SWEEP_SECONDS", 10, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "recovery_sweep interval, seconds", "baldur.E049"),
+    Knob("BALDUR_TASK_STATE_SYNC_SECONDS", 30, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "sync_state interval, seconds", "baldur.E050"),
+    Knob("BALDUR_TASK_EMERGENCY_CHECK_SECONDS", 10, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "emergency_check interval, seconds", "baldur.E051"),
+    # ------------------------------------------------------------ operators, logging, notifications
+    Knob("BALDUR_DRY_RUN", False, _bool, "observe only: never reject", "baldur.E052", accepts=_BOOL_ACCEPTS),
+    Knob("BALDUR_EVENT_LOGGING_CB_LOG_LEVEL", "WARNING", _log_level,
+         "level of transition, force, release and lapse lines", "baldur.E053",
+         accepts="A level name: DEBUG, INFO, WARNING, ERROR or CRITICAL."),
+    Knob("BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL", None, _http_url, "Slack incoming webhook for open/close posts",
+         "baldur.E054", accepts="The https:// URL Slack gave you for the incoming webhook.", secret=True),
+    # ------------------------------------------------------------ watchdog, propagation, Emergency Mode
+    Knob("BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED", False, _bool, "force-close breakers stuck OPEN",
+         "baldur.E055", accepts=_BOOL_ACCEPTS),
+    Knob("BALDUR_META_WATCHDOG_STUCK_OPEN_SECONDS", 300, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "OPEN this long counts as stuck, seconds", "baldur.E056"),
+    Knob("BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED", False, _bool, "publish OPEN/CLOSED decisions to peers",
+         "baldur.E057", accepts=_BOOL_ACCEPTS, reserved=True),
+    Knob("BALDUR_EMERGENCY_BACKEND", "file", _choice("file", "redis"), "where the emergency level lives",
+         "baldur.E058"),
+    Knob("BALDUR_EMERGENCY_STATE_FILE", _default_emergency_file(), _text(), "file backend path", "baldur.E059",
+         accepts="A file path the worker processes may write."),
+    Knob("BALDUR_EMERGENCY_CACHE_SECONDS", 30, _num(minimum=0, unit=_SECONDS),
+         "how long a process caches the level, seconds", "baldur.E060"),
+    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_ENABLED", False, _bool, "declare Level 3 when most breakers are OPEN",
+         "baldur.E061", accepts=_BOOL_ACCEPTS),
+    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_RATIO", 70.0, _num(minimum=0, maximum=100, unit=_PERCENT),
+         "OPEN percentage for auto-activation", "baldur.E062"),
+    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_MIN_BREAKERS", 3, _num(integer=True, minimum=1),
+         "registered breakers needed", "baldur.E063"),
+    Knob("BALDUR_EMERGENCY_AUTO_ACTIVATION_MINUTES", 30, _num(minimum=0, exclusive=True, unit="minutes"),
+         "length of an automatic Level 3, minutes", "baldur.E064"),
+    Knob("BALDUR_EMERGENCY_STABILIZATION_SECONDS", 300, _num(minimum=0, unit=_SECONDS),
+         "quiet time after a freeze ends, seconds", "baldur.E065"),
 ]
 
 #: name -> :class:`Knob`; the single source of defaults (section 10).
 KNOBS: dict[str, Knob] = {row.name: row for row in _ROWS}
+
+# ------------------------------------------------------------------ derived from the rows
+
+#: Per-call override / ``BALDUR_SERVICES`` key -> the global knob it overrides (CFG-1).
+OVERRIDE_KEYS: dict[str, str] = {row.key: row.name for row in _ROWS if row.key is not None}
+
+#: Keys a ``BALDUR_SERVICES`` entry (or a per-call override) may set, with the parser each uses.
+SERVICE_KEYS: dict[str, Parser] = {row.key: row.parse for row in _ROWS if row.key is not None}
+
+#: Knob name -> the system check id of a bad value (``baldur.E0xx``).
+CHECK_IDS: dict[str, str] = {row.name: row.check_id for row in _ROWS}
+
+#: Knobs whose value is never shown.
+SECRETS: frozenset[str] = frozenset(row.name for row in _ROWS if row.secret)
+
+#: Knobs that are read and validated but whose feature is not built yet (a value has no effect).
+RESERVED: tuple[str, ...] = tuple(row.name for row in _ROWS if row.reserved)
 
 
 def parse(name: str, value: Any = _MISSING, *, from_env: bool = False) -> Any:

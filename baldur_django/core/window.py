@@ -1,4 +1,14 @@
-"""Count-based sliding window of outcomes, plus the per-second call buckets of the cascade.
+"""The breaker's sliding windows of outcomes, plus the per-second call buckets of the cascade.
+
+Two windows feed the rate triggers, with one interface (CB-3, CB-15, CB-17):
+
+* :class:`CountWindow` holds the last ``size`` recorded outcomes;
+* :class:`TimeWindow` holds the outcomes of the last ``seconds`` seconds, in per-second buckets.
+
+Both count ``calls``, ``failures`` and ``slow`` outcomes and answer :meth:`rate_reached`
+and :meth:`slow_rate_reached`. Every method takes a monotonic ``now`` where time matters
+(the count window ignores it), so the breaker drives either one the same way:
+``add(failed, slow, now)`` to record, ``advance(now)`` before reading the counts.
 
 Plain data with no locking: the breaker holds its lock around every mutation.
 """
@@ -6,60 +16,261 @@ Plain data with no locking: the breaker holds its lock around every mutation.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 
-__all__ = ["CountWindow", "SecondBuckets"]
+__all__ = ["CountWindow", "TimeWindow", "SecondBuckets"]
+
+# Flags of one slot of the count window's ring.
+_FAILED = 1
+_SLOW = 2
 
 
 class CountWindow:
-    """The last ``size`` recorded outcomes, as a ring of failure flags (CB-3).
+    """The last ``size`` recorded outcomes, as a ring of flags (CB-3, CB-17).
 
     ``calls`` is how many outcomes the window holds (at most ``size``), ``failures`` how
-    many of them failed. While the window holds no failure every slot is a success, so
-    a success only has to grow ``calls``: the common healthy case touches no slot.
+    many of them failed, ``slow`` how many were slow (a slow failure counts in both) and
+    ``marked`` how many were failed or slow. While no outcome is marked every slot is a
+    clean success, so a clean success only has to grow ``calls``: the common healthy case
+    touches no slot.
+
+    Args:
+        size (int): outcomes the window holds, at least 1.
+
+    Implements CB-3 (the count-based window), CB-17 (its slow-call count).
     """
 
-    __slots__ = ("size", "calls", "failures", "_ring", "_pos")
+    __slots__ = ("size", "calls", "failures", "slow", "marked", "_ring", "_pos")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.calls = 0
         self.failures = 0
+        self.slow = 0
+        self.marked = 0
         self._ring = bytearray(size)
         self._pos = 0
 
-    def add(self, failed: bool) -> None:
-        """Record one outcome (True for a failure), evicting the oldest when full."""
-        if not failed and not self.failures:
+    def add(self, failed: bool, slow: bool = False, now: float = 0.0) -> None:
+        """Record one outcome, evicting the oldest when the window is full.
+
+        Args:
+            failed (bool): the call failed.
+            slow (bool): the call was slow (CB-17).
+            now (float): ignored; accepted so both windows are driven alike.
+        """
+        if not (failed or slow or self.marked):
             if self.calls < self.size:
                 self.calls += 1
             return
         pos = self._pos
         ring = self._ring
         if self.calls == self.size:
-            if ring[pos]:
-                self.failures -= 1
+            old = ring[pos]
+            if old:
+                self.marked -= 1
+                if old & _FAILED:
+                    self.failures -= 1
+                if old & _SLOW:
+                    self.slow -= 1
         else:
             self.calls += 1
-        if failed:
-            ring[pos] = 1
-            self.failures += 1
+        if failed or slow:
+            flag = 0
+            if failed:
+                flag = _FAILED
+                self.failures += 1
+            if slow:
+                flag |= _SLOW
+                self.slow += 1
+            ring[pos] = flag
+            self.marked += 1
         else:
             ring[pos] = 0
         pos += 1
         self._pos = 0 if pos == self.size else pos
 
+    def advance(self, now: float) -> None:
+        """Nothing to do: a count window does not age (present so both windows read alike)."""
+
     def clear(self) -> None:
         """Forget every outcome (CB-7)."""
-        if self.failures:
+        if self.marked:
             self._ring = bytearray(self.size)
         self.calls = 0
         self.failures = 0
+        self.slow = 0
+        self.marked = 0
         self._pos = 0
 
     def rate_reached(self, threshold: float, minimum_calls: int) -> bool:
-        """True when the window holds ``minimum_calls`` outcomes and ``failures/calls`` >= threshold %."""
+        """Whether the failure rate trips (CB-3).
+
+        Args:
+            threshold (float): percent, 0-100; 0 disables the trigger.
+            minimum_calls (int): outcomes the window must hold first.
+
+        Returns:
+            bool: True when the window holds at least ``minimum_calls`` outcomes and
+            ``failures / calls`` is at least ``threshold`` percent.
+        """
         return threshold > 0 and self.calls >= minimum_calls and self.failures * 100.0 >= threshold * self.calls
+
+    def slow_rate_reached(self, threshold: float, minimum_calls: int) -> bool:
+        """Whether the slow-call rate trips (CB-17).
+
+        Args:
+            threshold (float): percent, 0-100; 0 disables the trigger.
+            minimum_calls (int): outcomes the window must hold first.
+
+        Returns:
+            bool: True when the window holds at least ``minimum_calls`` outcomes and
+            ``slow / calls`` is at least ``threshold`` percent.
+        """
+        return threshold > 0 and self.calls >= minimum_calls and self.slow * 100.0 >= threshold * self.calls
+
+
+_NEVER = -(1 << 62)  # "no second seen yet": further in the past than any window reaches
+
+
+class TimeWindow:
+    """The outcomes of the last ``seconds`` seconds, in per-second buckets (CB-15, CB-17).
+
+    An outcome belongs to the whole second (of the monotonic clock) in which the call
+    completed, and leaves the window with that second: at time ``now`` the window holds
+    the seconds ``floor(now) - seconds + 1`` to ``floor(now)``. One bucket per second in
+    a ring, so memory is O(``seconds``) and recording costs the same at any traffic; a
+    bucket is emptied before it is reused for a new second, and a quiet spell of
+    ``seconds`` or more empties the whole window. An outcome reported with a ``now`` a
+    little behind the newest second (a thread that read the clock before another took
+    the lock) lands in its own second's bucket, or is dropped when that second has
+    already left the window.
+
+    ``calls``, ``failures`` and ``slow`` are the totals as of the latest ``now`` passed to
+    :meth:`add` or :meth:`advance`: call ``advance(now)`` before reading them.
+
+    Args:
+        seconds (int): span of the window, a whole number of seconds, at least 1.
+
+    Raises:
+        ValueError: *seconds* is not an ``int`` of at least 1 (booleans refused).
+
+    Implements CB-15 (the time-based window), CB-17 (its slow-call count).
+    """
+
+    __slots__ = ("seconds", "size", "calls", "failures", "slow", "_calls", "_failures", "_slow", "_head", "_idx")
+
+    def __init__(self, seconds: int) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
+            raise ValueError(f"TimeWindow seconds={seconds!r}: expected a whole number of seconds, at least 1")
+        self.seconds = seconds
+        self.size = seconds  # the span, in seconds (calls are not bounded by it)
+        self.calls = 0
+        self.failures = 0
+        self.slow = 0
+        self._calls = [0] * seconds
+        self._failures = [0] * seconds
+        self._slow = [0] * seconds
+        self._head = _NEVER  # the newest second the window has reached
+        self._idx = 0  # its bucket
+
+    def add(self, failed: bool, slow: bool = False, now: float = 0.0) -> None:
+        """Record one outcome completed at monotonic time *now*.
+
+        Args:
+            failed (bool): the call failed.
+            slow (bool): the call was slow (CB-17).
+            now (float): monotonic seconds, the breaker's clock reading.
+        """
+        second = math.floor(now)
+        if second == self._head:
+            i = self._idx
+        elif second > self._head:
+            self.advance(now)
+            i = self._idx
+        elif self._head - second < self.seconds:
+            i = second % self.seconds  # a late outcome: its second is still in the window
+        else:
+            return  # its second has already left the window
+        self._calls[i] += 1
+        self.calls += 1
+        if failed:
+            self._failures[i] += 1
+            self.failures += 1
+        if slow:
+            self._slow[i] += 1
+            self.slow += 1
+
+    def advance(self, now: float) -> None:
+        """Move the window to monotonic time *now*, dropping the seconds that left it.
+
+        Costs one step per second elapsed since the last call, at most ``seconds`` steps,
+        whatever the traffic. A *now* behind the newest second changes nothing.
+
+        Args:
+            now (float): monotonic seconds.
+        """
+        second = math.floor(now)
+        head = self._head
+        if second <= head:
+            return
+        n = self.seconds
+        if second - head >= n:
+            if self.calls:  # a quiet spell as long as the window: nothing in it survives
+                self._calls = [0] * n
+                self._failures = [0] * n
+                self._slow = [0] * n
+                self.calls = self.failures = self.slow = 0
+        else:
+            calls, failures, slow = self._calls, self._failures, self._slow
+            for s in range(head + 1, second + 1):
+                i = s % n
+                c = calls[i]
+                if c:  # a bucket without calls holds no failure or slow outcome either
+                    self.calls -= c
+                    self.failures -= failures[i]
+                    self.slow -= slow[i]
+                    calls[i] = failures[i] = slow[i] = 0
+        self._head = second
+        self._idx = second % n
+
+    def clear(self) -> None:
+        """Forget every outcome (CB-7)."""
+        if self.calls:
+            n = self.seconds
+            self._calls = [0] * n
+            self._failures = [0] * n
+            self._slow = [0] * n
+        self.calls = self.failures = self.slow = 0
+
+    def rate_reached(self, threshold: float, minimum_calls: int) -> bool:
+        """Whether the failure rate over the window trips (CB-15).
+
+        Reads the totals as of the latest ``now`` (see :meth:`advance`).
+
+        Args:
+            threshold (float): percent, 0-100; 0 disables the trigger.
+            minimum_calls (int): outcomes the window's seconds must hold first.
+
+        Returns:
+            bool: True when the window holds at least ``minimum_calls`` outcomes and
+            ``failures / calls`` is at least ``threshold`` percent.
+        """
+        return threshold > 0 and self.calls >= minimum_calls and self.failures * 100.0 >= threshold * self.calls
+
+    def slow_rate_reached(self, threshold: float, minimum_calls: int) -> bool:
+        """Whether the slow-call rate over the window trips (CB-15, CB-17).
+
+        Args:
+            threshold (float): percent, 0-100; 0 disables the trigger.
+            minimum_calls (int): outcomes the window's seconds must hold first.
+
+        Returns:
+            bool: True when the window holds at least ``minimum_calls`` outcomes and
+            ``slow / calls`` is at least ``threshold`` percent.
+        """
+        return threshold > 0 and self.calls >= minimum_calls and self.slow * 100.0 >= threshold * self.calls
 
 
 def _count_of(counter: "itertools.count[int]") -> int:

@@ -7,6 +7,7 @@ lookup, or through the process-wide ``settings`` with a patched ``os.environ`` a
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 
@@ -22,7 +23,17 @@ from baldur_django.core.config import (
     validate_overrides,
 )
 from baldur_django.core.errors import BaldurError, ConfigError
-from baldur_django.core.knobs import KNOBS, SERVICE_KEYS, closest_knob, parse
+from baldur_django.core.knobs import (
+    CHECK_IDS,
+    KNOBS,
+    OVERRIDE_KEYS,
+    RESERVED,
+    SECRETS,
+    SERVICE_KEYS,
+    Knob,
+    closest_knob,
+    parse,
+)
 from baldur_django.core.registry import registry
 from baldur_django.core.retry import RetryPolicy
 
@@ -83,6 +94,7 @@ SPEC_DEFAULTS = {
     "BALDUR_RATE_LIMIT_RULES": [],
     "BALDUR_RATE_LIMIT_TRUST_FORWARDED_FOR": False,
     "BALDUR_REDIS_MAX_CONNECTIONS": 50,
+    "BALDUR_REDIS_CLUSTER": False,
 }
 
 
@@ -240,9 +252,18 @@ def test_cfg1_env_booleans(raw, expected):
     assert env_source(BALDUR_DRY_RUN=raw).get("BALDUR_DRY_RUN") is expected
 
 
-@pytest.mark.parametrize("name", sorted(n for n in SPEC_DEFAULTS if n.endswith("_SECONDS")) + ["BALDUR_CB_RECOVERY_TIMEOUT"])
+# CB-15 makes the time window's span the one whole-seconds knob (see test_cb15_* below)
+WHOLE_SECONDS = {"BALDUR_CB_SLIDING_WINDOW_SECONDS"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n in SPEC_DEFAULTS if n.endswith("_SECONDS") and n not in WHOLE_SECONDS)
+    + ["BALDUR_CB_RECOVERY_TIMEOUT", "BALDUR_CB_RECOVERY_TIMEOUT_MAX"],
+)
 def test_cfg3_seconds_knobs_accept_floats(name):
-    """CFG-3: every *_SECONDS value and the recovery timeout accept fractions, from env and settings."""
+    """CFG-3: every *_SECONDS value (but the time window's whole seconds, CB-15) and the recovery
+    timeout and its cap accept fractions, from env and settings."""
     assert env_source(**{name: "1.5"}).get(name) == 1.5
     assert lookup_source({name: 1.5}).get(name) == 1.5
 
@@ -464,10 +485,13 @@ def test_cfg3_unknown_services_key_names_it_and_the_closest_key():
 
 
 def test_cfg3_services_entry_cannot_set_ignore_exceptions_or_unknown_things():
-    """CFG-3: only the numeric breaker knobs may appear in BALDUR_SERVICES."""
+    """CFG-3, CB-15..CB-17: only the breaker knobs may appear in BALDUR_SERVICES (the CB-15..CB-17
+    keys included)."""
     assert set(SERVICE_KEYS) == {
         "failure_threshold", "failure_rate_threshold", "sliding_window_size",
         "minimum_calls", "recovery_timeout", "half_open_max_calls",
+        "sliding_window_type", "sliding_window_seconds", "recovery_backoff_factor",
+        "recovery_timeout_max", "slow_call_duration", "slow_call_rate_threshold",
     }
     with pytest.raises(ConfigError, match="ignore_exceptions"):
         lookup_source({"BALDUR_SERVICES": {"pay": {"ignore_exceptions": ["KeyError"]}}}).get("BALDUR_SERVICES")
@@ -622,3 +646,247 @@ def test_cfg3_parse_helper_uses_the_same_rows():
     assert parse("BALDUR_CB_FAILURE_THRESHOLD", "8", from_env=True) == 8
     with pytest.raises(ConfigError):
         parse("BALDUR_CB_FAILURE_THRESHOLD", math.nan)
+
+
+# ------------------------------------------------------------- one row per knob (CFG-1)
+
+
+def test_cfg1_every_table_about_knobs_is_derived_from_the_rows():
+    """CFG-1: check ids, per-call/BALDUR_SERVICES keys, secrets and reserved knobs are read off the
+    Knob rows; the tables other modules import are those derived values."""
+    from baldur_django.core import config as config_module
+    from baldur_django.core.decorators import _OVERRIDE_NAMES
+
+    rows = list(KNOBS.values())
+    assert all(isinstance(row, Knob) for row in rows)
+    assert CHECK_IDS == {row.name: row.check_id for row in rows}
+    assert OVERRIDE_KEYS == {row.key: row.name for row in rows if row.key}
+    assert config_module.OVERRIDE_KEYS is OVERRIDE_KEYS
+    assert SERVICE_KEYS == {row.key: row.parse for row in rows if row.key}
+    assert set(_OVERRIDE_NAMES) == set(OVERRIDE_KEYS) | {"ignore_exceptions"}
+    assert SECRETS == {"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"}
+    assert set(RESERVED) == {"BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED", "BALDUR_REDIS_CLUSTER"}
+    assert len({row.key for row in rows if row.key}) == len(OVERRIDE_KEYS)  # no key used twice
+    assert not {KNOBS[name].key for name in RESERVED} - {None}  # nothing reserved is per breaker
+
+
+def test_cfg3_every_row_says_what_it_accepts():
+    """CFG-3: every knob can tell a user what a valid value looks like (hints and docs)."""
+    for row in KNOBS.values():
+        text = row.accepted_values()
+        assert text and text[0].isupper() and text.endswith("."), row.name
+    assert "whole number" in KNOBS["BALDUR_CB_SLIDING_WINDOW_SECONDS"].accepted_values()
+    assert "'count' or 'time'" in KNOBS["BALDUR_CB_SLIDING_WINDOW_TYPE"].accepted_values()
+    assert all(key in KNOBS["BALDUR_SERVICES"].accepted_values() for key in OVERRIDE_KEYS)
+
+
+def test_cfg1_redis_cluster_is_a_reserved_boolean_knob():
+    """CFG-1 (section 10), ST-2: BALDUR_REDIS_CLUSTER is a known boolean, False by default, reserved."""
+    assert env_source().get("BALDUR_REDIS_CLUSTER") is False
+    assert env_source(BALDUR_REDIS_CLUSTER="true").get("BALDUR_REDIS_CLUSTER") is True
+    with pytest.raises(ConfigError, match="BALDUR_REDIS_CLUSTER"):
+        lookup_source({"BALDUR_REDIS_CLUSTER": "yes"}).get("BALDUR_REDIS_CLUSTER")
+    assert KNOBS["BALDUR_REDIS_CLUSTER"].reserved
+
+
+# ------------------------------------------------------- CB-15..CB-17 configuration
+
+# key -> (global setting, value as global, value in BALDUR_SERVICES, value per call)
+NEW_KEYS = {
+    "sliding_window_type": ("BALDUR_CB_SLIDING_WINDOW_TYPE", "time", "count", "time"),
+    "sliding_window_seconds": ("BALDUR_CB_SLIDING_WINDOW_SECONDS", 30, 20, 10),
+    "recovery_backoff_factor": ("BALDUR_CB_RECOVERY_BACKOFF_FACTOR", 1.5, 2.0, 3.0),
+    "recovery_timeout_max": ("BALDUR_CB_RECOVERY_TIMEOUT_MAX", 900.0, 800.0, 700.0),
+    "slow_call_duration": ("BALDUR_CB_SLOW_CALL_DURATION_SECONDS", 2.5, 1.0, 0.25),
+    "slow_call_rate_threshold": ("BALDUR_CB_SLOW_CALL_RATE_THRESHOLD", 90.0, 60.0, 30.0),
+}
+
+
+def test_cb15_cb16_cb17_breaker_config_defaults():
+    """CB-15, CB-16, CB-17: a breaker nobody configured gets the section 10 defaults (all off)."""
+    cfg = build_config("plain", {}, env_source())
+    assert cfg.sliding_window_type == "count"
+    assert cfg.sliding_window_seconds == 60 and isinstance(cfg.sliding_window_seconds, int)
+    assert cfg.recovery_backoff_factor == 1.0
+    assert cfg.recovery_timeout_max == 600
+    assert cfg.slow_call_duration == 0
+    assert cfg.slow_call_rate_threshold == 100.0
+
+
+@pytest.mark.parametrize("key", list(NEW_KEYS))
+def test_cfg1_cb15_cb16_cb17_precedence_per_call_over_services_over_global(key):
+    """CFG-1, CB-15..CB-17: each new key resolves per call > BALDUR_SERVICES > global setting > default."""
+    knob, global_value, service_value, call_value = NEW_KEYS[key]
+    src = lookup_source({knob: global_value, "BALDUR_SERVICES": {"svc": {key: service_value}}})
+    assert getattr(build_config("other", {}, src), key) == global_value
+    assert getattr(build_config("svc", {}, src), key) == service_value
+    assert getattr(build_config("svc", validate_overrides("svc", {key: call_value}), src), key) == call_value
+    assert getattr(build_config("svc", {}, env_source()), key) == parse(knob)
+
+
+@pytest.mark.parametrize("key", list(NEW_KEYS))
+def test_cfg1_cb15_cb16_cb17_keys_are_accepted_from_the_environment(key):
+    """CFG-1: the new keys come from a JSON BALDUR_SERVICES and the globals from env variables."""
+    knob, global_value, service_value, _ = NEW_KEYS[key]
+    src = env_source(**{knob: str(global_value), "BALDUR_SERVICES": json.dumps({"svc": {key: service_value}})})
+    assert getattr(build_config("svc", {}, src), key) == service_value
+    assert getattr(build_config("other", {}, src), key) == global_value
+    assert src.source(knob) == "env"
+
+
+def test_cb15_cb16_cb17_per_call_overrides_reach_the_breaker():
+    """CB-15..CB-17: circuit_breaker() and protect() take the new overrides and the breaker's
+    configuration carries them."""
+    overrides = {key: values[3] for key, values in NEW_KEYS.items()}
+
+    @baldur.circuit_breaker("new-knobs", **overrides)
+    def call():
+        return 1
+
+    cfg = call.breaker.config
+    assert {key: getattr(cfg, key) for key in NEW_KEYS} == overrides
+    assert baldur.protect("new-knobs-2", lambda: 2, slow_call_duration=0.5, sliding_window_seconds=5) == 2
+    cfg = registry.get("new-knobs-2", create=False).config
+    assert (cfg.slow_call_duration, cfg.sliding_window_seconds) == (0.5, 5)
+
+
+BAD_NEW = [
+    # (key, bad value) - CB-15: the window's span is a whole number of seconds >= 1
+    ("sliding_window_seconds", 1.5),
+    ("sliding_window_seconds", 0),
+    ("sliding_window_seconds", -5),
+    ("sliding_window_seconds", True),
+    ("sliding_window_seconds", "x"),
+    ("sliding_window_seconds", "60"),
+    ("sliding_window_seconds", float("inf")),
+    ("sliding_window_seconds", float("nan")),
+    ("sliding_window_type", "sliding"),
+    ("sliding_window_type", 1),
+    ("sliding_window_type", True),
+    ("recovery_backoff_factor", 0.5),
+    ("recovery_backoff_factor", 0),
+    ("recovery_backoff_factor", True),
+    ("recovery_backoff_factor", float("inf")),
+    ("recovery_timeout_max", 0),
+    ("recovery_timeout_max", -1),
+    ("recovery_timeout_max", False),
+    ("recovery_timeout_max", float("nan")),
+    ("slow_call_duration", -0.1),
+    ("slow_call_duration", "1s"),
+    ("slow_call_duration", True),
+    ("slow_call_duration", float("inf")),
+    ("slow_call_rate_threshold", 100.5),
+    ("slow_call_rate_threshold", -1),
+    ("slow_call_rate_threshold", False),
+]
+
+
+@pytest.mark.parametrize("key,value", BAD_NEW, ids=repr)
+@pytest.mark.parametrize("form", ["circuit_breaker", "protect", "BALDUR_SERVICES"])
+def test_cfg3_bad_cb15_cb16_cb17_override_names_key_and_value(form, key, value):
+    """CFG-3, CB-15..CB-17: a bad new per-call override or BALDUR_SERVICES value is a ConfigError
+    naming the key and the value; nothing is registered and nothing is called."""
+    called = []
+    with pytest.raises(ConfigError) as info:
+        if form == "circuit_breaker":
+            baldur.circuit_breaker("bad-new", **{key: value})
+        elif form == "protect":
+            baldur.protect("bad-new", lambda: called.append(1), **{key: value})
+        else:
+            lookup_source({"BALDUR_SERVICES": {"bad-new": {key: value}}}).get("BALDUR_SERVICES")
+    message = str(info.value)
+    assert key in message and repr(value) in message and "bad-new" in message
+    assert called == []
+    assert registry.get("bad-new", create=False) is None
+
+
+@pytest.mark.parametrize("key,value", BAD_NEW, ids=repr)
+def test_cfg3_bad_cb15_cb16_cb17_global_setting_names_setting_and_value(key, value):
+    """CFG-3, CB-15..CB-17: the same values as global Django-style settings fail naming the setting."""
+    knob = OVERRIDE_KEYS[key]
+    with pytest.raises(ConfigError) as info:
+        lookup_source({knob: value}).get(knob)
+    assert knob in str(info.value) and repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize("raw", ["1.5", "0", "-1", "x", "true", "nan", "inf", ""])
+def test_cb15_window_seconds_from_the_environment_must_be_whole(raw):
+    """CB-15, CFG-3: BALDUR_CB_SLIDING_WINDOW_SECONDS from the environment is a whole number >= 1."""
+    with pytest.raises(ConfigError) as info:
+        env_source(BALDUR_CB_SLIDING_WINDOW_SECONDS=raw).get("BALDUR_CB_SLIDING_WINDOW_SECONDS")
+    assert "BALDUR_CB_SLIDING_WINDOW_SECONDS" in str(info.value) and repr(raw) in str(info.value)
+
+
+@pytest.mark.parametrize("raw, expected", [("1", 1), ("60", 60), ("60.0", 60), (" 5 ", 5)])
+def test_cb15_window_seconds_accepts_whole_numbers(raw, expected):
+    """CB-15: a whole number of seconds (written 60 or 60.0) is an int >= 1."""
+    value = env_source(BALDUR_CB_SLIDING_WINDOW_SECONDS=raw).get("BALDUR_CB_SLIDING_WINDOW_SECONDS")
+    assert value == expected and type(value) is int
+    assert lookup_source({"BALDUR_CB_SLIDING_WINDOW_SECONDS": 30.0}).get("BALDUR_CB_SLIDING_WINDOW_SECONDS") == 30
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("slow_call_duration", 0), ("slow_call_rate_threshold", 0), ("slow_call_rate_threshold", 100),
+     ("recovery_backoff_factor", 1), ("sliding_window_seconds", 1), ("sliding_window_type", "TIME")],
+)
+def test_cfg3_cb15_cb16_cb17_boundary_values_are_valid(key, value):
+    """CFG-3: the edges are allowed: 0 turns the slow-call trigger off, factor 1 turns backoff off."""
+    checked = validate_overrides("edge", {key: value})
+    assert build_config("edge", checked, env_source()) is not None
+    assert validate_overrides("edge", {"sliding_window_type": "TIME"}) == {"sliding_window_type": "time"}
+
+
+def test_cb15_time_window_does_not_bound_minimum_calls_by_the_window_size():
+    """CB-15: with the time window, minimum_calls counts outcomes over its seconds, so a value above
+    sliding_window_size is neither an error nor lowered to the size."""
+    cfg = build_config(
+        "t", validate_overrides("t", {"sliding_window_type": "time", "sliding_window_size": 10, "minimum_calls": 50}),
+        env_source(),
+    )
+    assert cfg.minimum_calls == 50
+    cfg = build_config("t", {}, env_source(BALDUR_CB_SLIDING_WINDOW_TYPE="time", BALDUR_CB_SLIDING_WINDOW_SIZE="4"))
+    assert cfg.minimum_calls == 10  # the default gate is not lowered to an unused size
+    with pytest.raises(ConfigError, match="minimum_calls=50"):  # the count window still refuses it
+        build_config("c", validate_overrides("c", {"sliding_window_size": 10, "minimum_calls": 50}), env_source())
+
+
+@pytest.mark.parametrize(
+    "overrides, environ, named",
+    [
+        ({"recovery_timeout": 30, "recovery_timeout_max": 10}, {}, "per-call argument"),
+        ({"recovery_timeout_max": 10}, {}, "default of BALDUR_CB_RECOVERY_TIMEOUT"),
+        ({"recovery_timeout_max": 10}, {"BALDUR_CB_RECOVERY_TIMEOUT": "30"}, "from BALDUR_CB_RECOVERY_TIMEOUT"),
+        ({}, {"BALDUR_CB_RECOVERY_TIMEOUT": "30", "BALDUR_CB_RECOVERY_TIMEOUT_MAX": "10"}, "BALDUR_CB_RECOVERY_TIMEOUT_MAX"),
+        ({}, {"BALDUR_SERVICES": '{"svc": {"recovery_timeout": 30, "recovery_timeout_max": 10}}'}, "BALDUR_SERVICES"),
+        ({}, {"BALDUR_SERVICES": '{"svc": {"recovery_timeout_max": 10}}', "BALDUR_CB_RECOVERY_TIMEOUT": "30"}, "BALDUR_SERVICES"),
+    ],
+)
+def test_cb16_recovery_cap_below_the_timeout_at_the_same_or_a_more_specific_level_is_an_error(overrides, environ, named):
+    """CB-16, CFG-3: recovery_timeout_max below recovery_timeout, when the cap was given at the same
+    level as the timeout or more specifically, is a ConfigError naming both values and their origins."""
+    with pytest.raises(ConfigError) as info:
+        build_config("svc", validate_overrides("svc", overrides), env_source(**environ))
+    message = str(info.value)
+    assert "recovery_timeout_max=10" in message and "recovery_timeout=" in message and "'svc'" in message
+    assert named in message
+
+
+def test_cb16_recovery_cap_follows_a_timeout_given_more_specifically():
+    """CB-16: a recovery_timeout raised for one breaker (or service) above a global or default cap
+    raises the cap to it, so an open never lasts less than the timeout."""
+    cfg = build_config("a", validate_overrides("a", {"recovery_timeout": 900}), env_source())
+    assert (cfg.recovery_timeout, cfg.recovery_timeout_max) == (900, 900)
+    src = env_source(BALDUR_CB_RECOVERY_TIMEOUT_MAX="120", BALDUR_SERVICES='{"b": {"recovery_timeout": 300}}')
+    cfg = build_config("b", {}, src)
+    assert (cfg.recovery_timeout, cfg.recovery_timeout_max) == (300, 300)
+    assert build_config("other", {}, src).recovery_timeout_max == 120
+    cfg = build_config("c", {}, env_source(BALDUR_CB_RECOVERY_TIMEOUT="900"))  # default cap 600 follows
+    assert cfg.recovery_timeout_max == 900
+
+
+def test_cb16_recovery_cap_below_timeout_registers_nothing():
+    """CB-16, CFG-3: a contradictory per-call cap fails at decoration time; no breaker is registered."""
+    with pytest.raises(ConfigError, match="recovery_timeout_max=5"):
+        baldur.circuit_breaker("cap-below", recovery_timeout=20, recovery_timeout_max=5)
+    assert registry.get("cap-below", create=False) is None

@@ -15,7 +15,7 @@ from django.test import override_settings
 
 from baldur_django.checks import KNOB_IDS, Codes, check_deployment, check_rate_limit_cache, check_settings
 from baldur_django.conf import baldur_settings
-from baldur_django.core.knobs import KNOBS
+from baldur_django.core.knobs import KNOBS, RESERVED
 
 RATE_LIMIT_MW = "baldur_django.middleware.RateLimitMiddleware"
 SECRET = "T0SECRET/B0SECRET/XyZSeCrEtToKeN"
@@ -137,8 +137,10 @@ def test_cfg3_ttl_boundaries():
 
 
 def test_cfg3_every_seconds_knob_and_recovery_timeout_accept_floats(clean_env):
-    """CFG-3: every *_SECONDS knob and the recovery timeout accept floats, as settings and from the environment."""
-    names = [n for n in KNOBS if n.endswith("_SECONDS")] + ["BALDUR_CB_RECOVERY_TIMEOUT"]
+    """CFG-3: every *_SECONDS knob (but the time window's whole seconds, CB-15) and the recovery
+    timeout accept floats, as settings and from the environment."""
+    whole_seconds = {"BALDUR_CB_SLIDING_WINDOW_SECONDS"}
+    names = [n for n in KNOBS if n.endswith("_SECONDS") and n not in whole_seconds] + ["BALDUR_CB_RECOVERY_TIMEOUT"]
     assert len(names) > 10
     with override_settings(**{n: 0.5 for n in names}):
         assert baldur_messages(check_settings()) == []
@@ -264,7 +266,7 @@ GOOD = {
     "BALDUR_CB_FAILURE_RATE_THRESHOLD": 25.5,
     "BALDUR_CB_SLIDING_WINDOW_SIZE": 50,
     "BALDUR_CB_SLIDING_WINDOW_TYPE": "time",
-    "BALDUR_CB_SLIDING_WINDOW_SECONDS": 30.5,
+    "BALDUR_CB_SLIDING_WINDOW_SECONDS": 30,  # whole seconds (CB-15)
     "BALDUR_CB_MINIMUM_CALLS": 5,
     "BALDUR_CB_RECOVERY_TIMEOUT": 12.5,
     "BALDUR_CB_HALF_OPEN_MAX_CALLS": 2,
@@ -295,6 +297,7 @@ GOOD = {
     "BALDUR_REDIS_CACHE_ALIAS": "default",
     "BALDUR_REDIS_SOCKET_TIMEOUT": 0.5,
     "BALDUR_REDIS_MAX_CONNECTIONS": 20,
+    "BALDUR_REDIS_CLUSTER": False,  # reserved: any other value is warning W006
     "BALDUR_STORE_WARNING_INTERVAL_SECONDS": 30,
     "BALDUR_CB_SYNC_INTERVAL_SECONDS": 0,
     "BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS": 10.5,
@@ -464,3 +467,156 @@ def test_st2_redis_backend_with_url_or_django_redis_alias_is_fine():
     with override_settings(CACHES={"default": LOCMEM["default"], "shared": DJANGO_REDIS},
                            BALDUR_STATE_BACKEND="redis", BALDUR_REDIS_CACHE_ALIAS="shared"):
         assert baldur_messages(check_settings()) == []
+
+
+# ---------------------------------------------------------------- reserved knobs (CFG-3)
+
+RESERVED_VALUES = {"BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED": True, "BALDUR_REDIS_CLUSTER": True}
+
+
+def test_cfg3_the_reserved_knobs_are_the_unbuilt_features():
+    """CFG-3: exactly the knobs whose feature is not built yet are reserved (checks warn about them)."""
+    assert set(RESERVED) == set(RESERVED_VALUES)
+
+
+@pytest.mark.parametrize("name", sorted(RESERVED_VALUES))
+def test_cfg3_reserved_setting_set_warns_naming_it(name):
+    """CFG-3: a reserved setting set to anything but its default is one Warning baldur.W006 naming it
+    and the value, with a hint saying it has no effect yet."""
+    with override_settings(**{name: RESERVED_VALUES[name]}):
+        message = only(check_settings(), WARNING)
+    assert message.id == Codes.RESERVED_SETTING
+    assert f"{name}=True" in message.msg and "not built yet" in message.msg
+    assert name in message.hint and "reserved" in message.hint and "default" in message.hint
+
+
+@pytest.mark.parametrize("name", sorted(RESERVED_VALUES))
+def test_cfg3_reserved_environment_variable_warns_too(clean_env, name):
+    """CFG-3: the same warning for a reserved knob set in the environment, saying so."""
+    clean_env.setenv(name, "true")
+    message = only(check_settings(), WARNING)
+    assert message.id == Codes.RESERVED_SETTING
+    assert name in message.msg and "environment variable" in message.msg
+
+
+def test_cfg3_reserved_setting_at_its_default_or_unset_is_silent(clean_env):
+    """CFG-3: a reserved knob left alone, or set to its default (what the package does anyway), is silent."""
+    assert baldur_messages(check_settings()) == []
+    with override_settings(BALDUR_REDIS_CLUSTER=False):
+        assert baldur_messages(check_settings()) == []
+    clean_env.setenv("BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED", "off")
+    assert baldur_messages(check_settings()) == []
+
+
+def test_cfg3_a_bad_reserved_value_is_an_error_not_a_warning():
+    """CFG-3: a reserved knob is validated like any other: a bad value is its own E0xx error only."""
+    with override_settings(BALDUR_REDIS_CLUSTER="yes"):
+        message = only(check_settings())
+    assert message.level == ERROR and message.id == KNOB_IDS["BALDUR_REDIS_CLUSTER"] == "baldur.E066"
+
+
+# ---------------------------------------------------------------- CB-15..CB-17 settings (CFG-3)
+
+NEW_BAD_VALUES = [
+    ("BALDUR_CB_SLIDING_WINDOW_SECONDS", 1.5, "=1.5"),
+    ("BALDUR_CB_SLIDING_WINDOW_SECONDS", 0, "=0"),
+    ("BALDUR_CB_SLIDING_WINDOW_SECONDS", True, "=True"),
+    ("BALDUR_CB_SLIDING_WINDOW_SECONDS", "x", "='x'"),
+    ("BALDUR_CB_SLIDING_WINDOW_TYPE", "rolling", "='rolling'"),
+    ("BALDUR_CB_RECOVERY_BACKOFF_FACTOR", 0.5, "=0.5"),
+    ("BALDUR_CB_RECOVERY_TIMEOUT_MAX", 0, "=0"),
+    ("BALDUR_CB_SLOW_CALL_DURATION_SECONDS", -1, "=-1"),
+    ("BALDUR_CB_SLOW_CALL_RATE_THRESHOLD", 120, "=120"),
+]
+
+
+@pytest.mark.parametrize("name, value, shown", NEW_BAD_VALUES, ids=[f"{n}={v!r}" for n, v, _ in NEW_BAD_VALUES])
+def test_cfg3_bad_cb15_cb16_cb17_setting_is_its_own_error(name, value, shown):
+    """CFG-3, CB-15..CB-17: a bad value of a new knob is its own baldur.E0xx naming setting and value,
+    with a hint saying what it accepts."""
+    with override_settings(**{name: value}):
+        message = only(check_settings(), ERROR)
+    assert message.id == KNOB_IDS[name]
+    assert f"{name}{shown}" in message.msg
+    assert KNOBS[name].accepted_values() in message.hint
+
+
+def test_cb15_window_seconds_hint_says_whole_seconds():
+    """CB-15, CFG-3: the hint of a fractional window span says a whole number of seconds is due."""
+    with override_settings(BALDUR_CB_SLIDING_WINDOW_SECONDS=2.5):
+        message = only(check_settings(), ERROR)
+    assert message.id == "baldur.E014" and "whole number" in message.msg and "whole number of seconds" in message.hint
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("sliding_window_seconds", 0.5), ("sliding_window_type", "hourly"), ("recovery_backoff_factor", 0.9),
+     ("recovery_timeout_max", -3), ("slow_call_duration", True), ("slow_call_rate_threshold", 101)],
+)
+def test_cfg3_bad_new_key_in_services_names_entry_key_and_value(key, value):
+    """CFG-3, CB-15..CB-17: a bad new key in a BALDUR_SERVICES entry names the entry, the key and the value."""
+    with override_settings(BALDUR_SERVICES={"pay": {key: value}}):
+        message = only(check_settings(), ERROR)
+    assert message.id == KNOB_IDS["BALDUR_SERVICES"]
+    assert f"BALDUR_SERVICES['pay'][{key!r}]={value!r}" in message.msg
+
+
+def test_cfg3_new_keys_in_services_are_accepted():
+    """CFG-3, CB-15..CB-17: every new key with a good value passes the checks."""
+    entry = {
+        "sliding_window_type": "time", "sliding_window_seconds": 30, "recovery_backoff_factor": 2.0,
+        "recovery_timeout_max": 120, "slow_call_duration": 1.5, "slow_call_rate_threshold": 50,
+    }
+    with override_settings(BALDUR_SERVICES={"pay": entry}):
+        assert baldur_messages(check_settings()) == []
+
+
+def test_cb15_time_window_lifts_the_minimum_calls_bound():
+    """CB-15, CFG-3: with the time window, minimum_calls above sliding_window_size is no error or
+    warning (globally or per service); with the count window it still is."""
+    with override_settings(BALDUR_CB_SLIDING_WINDOW_TYPE="time", BALDUR_CB_MINIMUM_CALLS=20,
+                           BALDUR_CB_SLIDING_WINDOW_SIZE=10):
+        assert baldur_messages(check_settings()) == []
+    with override_settings(BALDUR_CB_SLIDING_WINDOW_SIZE=5, BALDUR_CB_SLIDING_WINDOW_TYPE="time"):
+        assert baldur_messages(check_settings()) == []
+    services = {"t": {"sliding_window_type": "time", "minimum_calls": 30, "sliding_window_size": 20}}
+    with override_settings(BALDUR_SERVICES=services):
+        assert baldur_messages(check_settings()) == []
+    services = {"c": {"sliding_window_type": "count", "minimum_calls": 30, "sliding_window_size": 20}}
+    with override_settings(BALDUR_SERVICES=services, BALDUR_CB_SLIDING_WINDOW_TYPE="time"):
+        assert only(check_settings(), ERROR).id == Codes.SERVICE_MINIMUM_ABOVE_WINDOW
+
+
+def test_cb16_recovery_cap_below_the_timeout_is_an_error():
+    """CB-16, CFG-3: BALDUR_CB_RECOVERY_TIMEOUT_MAX set below BALDUR_CB_RECOVERY_TIMEOUT is baldur.E007."""
+    with override_settings(BALDUR_CB_RECOVERY_TIMEOUT=120, BALDUR_CB_RECOVERY_TIMEOUT_MAX=60):
+        message = only(check_settings(), ERROR)
+    assert message.id == Codes.RECOVERY_MAX_BELOW_TIMEOUT
+    assert "BALDUR_CB_RECOVERY_TIMEOUT_MAX=60" in message.msg and "BALDUR_CB_RECOVERY_TIMEOUT=120" in message.msg
+    assert "120" in message.hint
+
+
+def test_cb16_service_recovery_cap_below_its_timeout_is_an_error():
+    """CB-16, CFG-3: a BALDUR_SERVICES entry whose recovery_timeout_max is below its own (or the
+    global) recovery timeout is baldur.E008 naming the entry."""
+    services = {"pay": {"recovery_timeout": 30, "recovery_timeout_max": 10}, "ok": {"recovery_timeout_max": 90}}
+    with override_settings(BALDUR_SERVICES=services):
+        message = only(check_settings(), ERROR)
+    assert message.id == Codes.SERVICE_RECOVERY_MAX_BELOW_TIMEOUT
+    assert "BALDUR_SERVICES['pay']" in message.msg and "recovery_timeout_max=10" in message.msg
+    with override_settings(BALDUR_SERVICES={"pay": {"recovery_timeout_max": 10}}):  # global timeout 60
+        assert only(check_settings(), ERROR).id == Codes.SERVICE_RECOVERY_MAX_BELOW_TIMEOUT
+
+
+def test_cb16_backoff_that_cannot_grow_is_a_warning():
+    """CB-16, CFG-3: a backoff factor above 1 with the default cap below the timeout cannot lengthen
+    an open (the cap follows the timeout): warning baldur.W007. With factor 1 it is silent."""
+    with override_settings(BALDUR_CB_RECOVERY_TIMEOUT=900, BALDUR_CB_RECOVERY_BACKOFF_FACTOR=2.0):
+        message = only(check_settings(), WARNING)
+    assert message.id == Codes.BACKOFF_CANNOT_GROW and "BALDUR_CB_RECOVERY_TIMEOUT_MAX=600" in message.msg
+    with override_settings(BALDUR_CB_RECOVERY_TIMEOUT=900):
+        assert baldur_messages(check_settings()) == []
+    services = {"slow": {"recovery_timeout": 1200, "recovery_backoff_factor": 1.5}}
+    with override_settings(BALDUR_SERVICES=services):
+        message = only(check_settings(), WARNING)
+    assert message.id == Codes.BACKOFF_CANNOT_GROW and "BALDUR_SERVICES['slow']" in message.msg

@@ -417,3 +417,92 @@ def test_st2_ready_installs_the_store_the_environment_asks_for(clean_env):
         baldur_settings.reset()
         assert backends.install_store() is True
     assert registry.store is None and breaker.backend == "memory"
+
+
+# --------------------------------------------------------------------- CB-15..CB-17 settings
+
+
+def test_cfg1_cb15_cb16_cb17_from_environment_reach_a_breaker(clean_env):
+    """CFG-1, CB-15..CB-17: the new global knobs come from environment variables under Django too."""
+    for name, raw in {
+        "BALDUR_CB_SLIDING_WINDOW_TYPE": "time",
+        "BALDUR_CB_SLIDING_WINDOW_SECONDS": "20",
+        "BALDUR_CB_RECOVERY_BACKOFF_FACTOR": "2",
+        "BALDUR_CB_RECOVERY_TIMEOUT_MAX": "300",
+        "BALDUR_CB_SLOW_CALL_DURATION_SECONDS": "1.5",
+        "BALDUR_CB_SLOW_CALL_RATE_THRESHOLD": "40",
+    }.items():
+        clean_env.setenv(name, raw)
+    baldur_settings.reset()
+    cfg = baldur.get_breaker("env-new").config
+    assert (cfg.sliding_window_type, cfg.sliding_window_seconds) == ("time", 20)
+    assert (cfg.recovery_backoff_factor, cfg.recovery_timeout_max) == (2.0, 300.0)
+    assert (cfg.slow_call_duration, cfg.slow_call_rate_threshold) == (1.5, 40.0)
+    assert baldur_settings.source("BALDUR_CB_SLOW_CALL_DURATION_SECONDS") == "env"
+
+
+def test_cfg1_cb15_cb16_cb17_django_setting_beats_services_defaults_and_call_beats_both():
+    """CFG-1, CB-15..CB-17: per call > BALDUR_SERVICES > Django setting for the new keys."""
+    services = {"svc-new": {"slow_call_duration": 2.0, "sliding_window_type": "time"}}
+    with override_settings(BALDUR_CB_SLOW_CALL_DURATION_SECONDS=5.0, BALDUR_SERVICES=services):
+        other = baldur.get_breaker("other-new").config
+        svc = baldur.get_breaker("svc-new").config
+        call = _fail("call-new", 0, slow_call_duration=0.5, sliding_window_seconds=3).breaker.config
+    assert (other.slow_call_duration, other.sliding_window_type) == (5.0, "count")
+    assert (svc.slow_call_duration, svc.sliding_window_type) == (2.0, "time")
+    assert (call.slow_call_duration, call.sliding_window_seconds) == (0.5, 3)
+
+
+def test_cfg2_cb15_cb16_cb17_changes_reach_existing_breakers_and_keep_per_call_overrides():
+    """CFG-2, CB-15..CB-17: override_settings of a new knob reaches a breaker built before it; that
+    breaker's per-call new overrides stay; the old values come back afterwards."""
+    plain = baldur.get_breaker("live-new")
+    pinned = _fail("live-new-pinned", 0, recovery_backoff_factor=3.0).breaker
+    with override_settings(BALDUR_CB_RECOVERY_BACKOFF_FACTOR=1.5, BALDUR_CB_SLOW_CALL_RATE_THRESHOLD=25.0,
+                           BALDUR_SERVICES={"live-new": {"sliding_window_seconds": 7}}):
+        assert (plain.config.recovery_backoff_factor, plain.config.slow_call_rate_threshold) == (1.5, 25.0)
+        assert plain.config.sliding_window_seconds == 7
+        assert (pinned.config.recovery_backoff_factor, pinned.config.slow_call_rate_threshold) == (3.0, 25.0)
+    assert (plain.config.recovery_backoff_factor, plain.config.sliding_window_seconds) == (1.0, 60)
+    assert pinned.config.recovery_backoff_factor == 3.0
+
+
+def test_cfg2_a_fractional_window_span_is_refused_live_and_changes_nothing(caplog):
+    """CFG-2, CB-15: override_settings with a fractional BALDUR_CB_SLIDING_WINDOW_SECONDS is logged as
+    an error naming the setting and value; existing breakers keep their configuration."""
+    breaker = baldur.get_breaker("live-span")
+    with caplog.at_level(logging.ERROR, logger="baldur.config"):
+        with override_settings(BALDUR_CB_SLIDING_WINDOW_SECONDS=2.5):
+            assert breaker.config.sliding_window_seconds == 60
+    text = caplog.text
+    assert "BALDUR_CB_SLIDING_WINDOW_SECONDS=2.5" in text and "whole number" in text
+
+
+def test_cfg4_config_report_shows_the_new_knobs_with_their_sources(clean_env):
+    """CFG-4, CB-15..CB-17: baldur_status --config's report lists each new knob with its value and
+    source, and a BALDUR_SERVICES entry's new keys as set."""
+    from baldur_django import services
+
+    clean_env.setenv("BALDUR_CB_SLIDING_WINDOW_SECONDS", "15")
+    baldur_settings.reset()
+    entry = {"pay": {"slow_call_duration": 0.75, "recovery_timeout_max": 120}}
+    with override_settings(BALDUR_CB_SLIDING_WINDOW_TYPE="time", BALDUR_SERVICES=entry):
+        rows = {row["name"]: row for row in services.config_report()}
+    assert rows["BALDUR_CB_SLIDING_WINDOW_TYPE"] == {"name": "BALDUR_CB_SLIDING_WINDOW_TYPE", "value": "time", "source": "setting"}
+    assert rows["BALDUR_CB_SLIDING_WINDOW_SECONDS"] == {"name": "BALDUR_CB_SLIDING_WINDOW_SECONDS", "value": 15, "source": "env"}
+    for name, value in [("BALDUR_CB_RECOVERY_BACKOFF_FACTOR", 1.0), ("BALDUR_CB_RECOVERY_TIMEOUT_MAX", 600.0),
+                        ("BALDUR_CB_SLOW_CALL_DURATION_SECONDS", 0.0), ("BALDUR_CB_SLOW_CALL_RATE_THRESHOLD", 100.0)]:
+        assert (rows[name]["value"], rows[name]["source"]) == (value, "default"), name
+    assert rows["BALDUR_SERVICES"]["value"] == {"pay": {"slow_call_duration": 0.75, "recovery_timeout_max": 120.0}}
+
+
+def test_cfg4_config_report_hides_every_secret_knob():
+    """CFG-4: the report hides the value of each knob whose row is marked secret."""
+    from baldur_django import services
+    from baldur_django.core.knobs import SECRETS
+
+    assert SECRETS
+    values = {name: "https://hooks.example.test/services/T/B/HIDEME" for name in SECRETS}
+    with override_settings(**values):
+        rows = {row["name"]: row for row in services.config_report()}
+    assert all(rows[name]["value"] == "<set, hidden>" for name in SECRETS)
