@@ -40,14 +40,9 @@ from .retry import (
 __all__ = ["settle_exception", "settle_result", "settle_status", "call_fallback", "acall_fallback", "run_sync", "run_async"]
 
 
-def classify_exception(breaker: CircuitBreaker, exc: BaseException) -> tuple[bool, bool]:
-    """``(counted, rate_limited)`` for an exception from the dependency (CB-10, RL-1, RL-7)."""
-    return exception_outcome(breaker.config, exc)
-
-
 def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException) -> bool:
     """Record the outcome of a single attempt that raised; True when it counted as a failure."""
-    counted, rate_limited = classify_exception(breaker, exc)
+    counted, rate_limited = exception_outcome(breaker.config, exc)
     if not counted:
         breaker.record_ignored(permit)
         return False
@@ -218,6 +213,7 @@ def run_sync(
             step = next(plan)
         else:
             break
+    plan.close()
     value, error = _ending(step, fallback)
     if error is None or fallback is None:
         return value
@@ -268,6 +264,7 @@ async def run_async(
             step = next(plan)
         else:
             break
+    plan.close()
     value, error = _ending(step, fallback)
     if error is None or fallback is None:
         return value
