@@ -394,7 +394,7 @@ def test_fac3_a_plan_started_with_a_first_outcome_goes_on_from_it(clock):
 
 
 def test_the_plan_needs_an_outcome_after_an_attempt(clock):
-    """Driving protocol: resuming after ATTEMPT without an outcome is a clear error."""
+    """FAC-3 (the driving protocol): resuming after ATTEMPT without an outcome is a clear error."""
     plan = start(make(clock))
     assert next(plan) is ATTEMPT
     with pytest.raises(TypeError, match="outcome"):
@@ -462,7 +462,7 @@ SCRIPTS = {
 }
 
 
-def run(style: str, script: list[Any], *, cooldown: float = 0.0, fallback: Any = None, log: list[Any] | None = None):
+def run(style: str, script: list[Any], *, cooldown: float = 0.0, fallback: Any = None):
     """Run *script* through ``run_sync`` or ``run_async`` on a fresh breaker and FakeClock;
     returns what an observer sees: the result, the waits, the breaker's counts and cascade."""
     clock = FakeClock()
