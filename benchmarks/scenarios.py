@@ -10,6 +10,9 @@ Scenarios:
     open    - a rejected call in OPEN state, rejection exception caught (ns over a bare call)
     async   - an awaited successful ``async def`` call in CLOSED state (ns over a bare await)
     threads - calls/second with 8 threads hammering one breaker (successful calls)
+
+The closed and async scenarios also measure ``protected(retry=True)`` on a call that
+succeeds first time (informational rows, :data:`RETRY_ROW`): the retry stage's happy path.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ __all__ = [
     "CIRCUITBREAKER",
     "CONTENDERS",
     "RESPONSE_ROW",
+    "RETRY_ROW",
     "BenchSettings",
     "DEFAULT",
     "QUICK",
@@ -65,6 +69,9 @@ CONTENDERS = (CIRCUIT_BREAKER, PROTECTED, PYBREAKER, CIRCUITBREAKER)
 #: Informational row of the CLOSED scenario: circuit_breaker around a call returning a
 #: response object (status_code 200), which takes the status-classifying path.
 RESPONSE_ROW = "circuit_breaker, returns a response"
+#: Informational row of the CLOSED and async scenarios: ``protected(retry=True)`` around a
+#: call that succeeds first time (the retry stage's happy path; compare with ``protected``).
+RETRY_ROW = "protected(retry=True), succeeds first time"
 
 # Long enough that no breaker leaves OPEN while it is measured.
 _OPEN_FOR_SECONDS = 3600
@@ -214,13 +221,16 @@ def bench_closed(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     funcs = _closed_contenders("closed", _target, settings.warmup)
     response = baldur.circuit_breaker(_service("closed", "response"))(_target_response)
     _warm_up_baldur(response, settings.warmup)
+    retried = baldur.protected(_service("closed", "retry"), retry=True)(_target)
+    _warm_up_baldur(retried, settings.warmup)
     runners: dict[str, Callable[[int], int]] = {BARE: lambda n: loop_calls(_target, n)}
     for name, func in funcs.items():
         runners[name] = lambda n, f=func: loop_calls(f, n)
     runners[RESPONSE_ROW] = lambda n: loop_calls(response, n)
+    runners[RETRY_ROW] = lambda n: loop_calls(retried, n)
     samples = interleave(runners, baseline=BARE, rounds=settings.rounds, n=settings.calls, seed=settings.seed)
     bare = samples.pop(BARE)
-    extra = {RESPONSE_ROW: samples.pop(RESPONSE_ROW)}
+    extra = {RESPONSE_ROW: samples.pop(RESPONSE_ROW), RETRY_ROW: samples.pop(RETRY_ROW)}
     return ScenarioResult("closed", "CLOSED, successful call", False, bare.median, samples, extra=extra)
 
 
@@ -291,11 +301,13 @@ def bench_async(settings: BenchSettings = DEFAULT) -> ScenarioResult:
         CIRCUITBREAKER: circuitbreaker.circuit(
             failure_threshold=5, recovery_timeout=60, name=_service("async", "circuitbreaker")
         )(_atarget),
+        RETRY_ROW: baldur.protected(_service("async", "retry"), retry=True)(_atarget),
     }
 
     async def main() -> dict[str, Sample]:
         await _awarm_up_baldur(funcs[CIRCUIT_BREAKER], settings.warmup)
         await _awarm_up_baldur(funcs[PROTECTED], settings.warmup)
+        await _awarm_up_baldur(funcs[RETRY_ROW], settings.warmup)
         await aloop_calls(funcs[CIRCUITBREAKER], settings.warmup)
         runners = {BARE: lambda n: aloop_calls(_atarget, n)}
         for name, func in funcs.items():
@@ -304,6 +316,7 @@ def bench_async(settings: BenchSettings = DEFAULT) -> ScenarioResult:
 
     samples = asyncio.run(main())
     bare = samples.pop(BARE)
+    extra = {RETRY_ROW: samples.pop(RETRY_ROW)}
     return ScenarioResult(
         "async",
         "async def, awaited successful call, CLOSED",
@@ -311,6 +324,7 @@ def bench_async(settings: BenchSettings = DEFAULT) -> ScenarioResult:
         bare.median,
         samples,
         missing={PYBREAKER: _pybreaker_async_reason()},
+        extra=extra,
     )
 
 

@@ -1,7 +1,22 @@
-"""Retry policy and the no-I/O plan both runners follow (FAC-3, RL-6).
+"""The retry engine: a policy, and one plan that takes every decision of a retry sequence.
 
-The plan decides; the sync and async runners only sleep and call. Backoff is
-exponential with a random jitter fraction and an optional total budget.
+In the spirit of tenacity's ``iter()``, :func:`retry_plan` is a generator that yields
+*steps* and receives each attempt's outcome through ``send()``:
+
+- :data:`ATTEMPT`: call the dependency once, then send back :class:`Raised` or
+  :class:`Returned`;
+- :class:`Sleep`: wait ``seconds`` (``time.sleep`` or ``await asyncio.sleep``), then
+  resume the plan with ``next()``;
+- :class:`Refuse`: the sequence ends refused (a :class:`RateLimitCooldownError`);
+- :class:`Done`: the sequence ends with a value to return or an exception to raise.
+
+The plan never sleeps and never calls or awaits the dependency: it reads the breaker's
+clock, cooldown and state generation, and reports to it through the breaker's own
+recording methods (each attempt to the 429 cascade, the final outcome to the triggers),
+exactly as an un-retried call is recorded. The two interpreters in
+:mod:`baldur_django.core.runner` only carry the steps out, so the sync and async call
+styles share every decision. Implements FAC-2, FAC-3, RL-5, RL-6, RL-7, CB-6,
+CB-8 (no attempt after a state change), OP-5 (dry-run refusals).
 """
 
 from __future__ import annotations
@@ -9,11 +24,32 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Union
 
+from .classify import PLAIN_TYPES, RATE_LIMITED, SUCCESS, classify_status, exception_is_rate_limit, retry_after_of, status_of
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
 
-__all__ = ["RetryPolicy", "RetryPlan", "coerce_retry"]
+if TYPE_CHECKING:
+    from .breaker import CircuitBreaker, Permit
+    from .config import BreakerConfig
+
+__all__ = [
+    "RetryPolicy",
+    "coerce_retry",
+    "retry_plan",
+    "Attempt",
+    "ATTEMPT",
+    "Sleep",
+    "Refuse",
+    "Done",
+    "Raised",
+    "Returned",
+    "Step",
+    "Outcome",
+    "exception_outcome",
+    "result_kind",
+    "settled",
+]
 
 
 def _number(name: str, value: Any, *, minimum: float, allow_none: bool = False, maximum: float | None = None) -> Any:
@@ -94,36 +130,245 @@ def coerce_retry(retry: Any) -> RetryPolicy | None:
 _NEVER_RETRIED = (CircuitOpenError, RateLimitCooldownError)
 
 
-class RetryPlan:
-    """The decisions of one retry sequence, with no I/O (design habit 5).
+# ---------------------------------------------------------------------------- steps
+class Attempt:
+    """Step: call the dependency once and send the outcome back. Use the :data:`ATTEMPT` instance."""
 
-    Args:
-        policy: the policy.
-        now: monotonic seconds at the start of the sequence.
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ATTEMPT"
+
+
+#: The one :class:`Attempt` step (interpreters compare with ``is``).
+ATTEMPT = Attempt()
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Step: wait *seconds* (float, > 0), then resume the plan with ``next()``."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Last step: the next attempt is refused (RL-6); *error* goes to the fallback or is raised (FAC-4).
+
+    The plan has already recorded what had to be recorded.
     """
 
-    __slots__ = ("policy", "attempts", "deadline")
+    error: RateLimitCooldownError
 
-    def __init__(self, policy: RetryPolicy, now: float) -> None:
-        self.policy = policy
-        self.attempts = 0
-        self.deadline = None if policy.budget_seconds is None else now + policy.budget_seconds
 
-    def allowed_wait(self, now: float, max_cooldown_wait: float) -> float:
-        """Longest cooldown this attempt may wait out: the budget left, else *max_cooldown_wait* (RL-6)."""
-        if self.deadline is None:
-            return max_cooldown_wait
-        return max(0.0, self.deadline - now)
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Last step: the sequence is over and its final outcome recorded (FAC-2).
 
-    def retryable(self, exc: BaseException) -> bool:
-        """True when *exc* (a counted failure) is of a type worth another attempt."""
-        return isinstance(exc, self.policy.retry_on) and not isinstance(exc, _NEVER_RETRIED)
+    Attributes:
+        value: what to return when *error* is None (a success, or the last failure
+            response unchanged, FAC-3).
+        error: the exception to raise, or None.
+        fallback: True when a fallback may replace *error* (a counted exception, FAC-4);
+            False for an ignored exception, which is re-raised unchanged (CB-10).
+    """
 
-    def next_wait(self, now: float) -> float | None:
-        """Backoff before the next attempt, or None when the sequence must stop here."""
-        if self.attempts >= self.policy.max_attempts:
-            return None
-        wait = self.policy.backoff(self.attempts)
-        if self.deadline is not None and now + wait >= self.deadline:
-            return None
-        return wait
+    value: Any = None
+    error: BaseException | None = None
+    fallback: bool = False
+
+
+Step = Union[Attempt, Sleep, Refuse, Done]
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """Outcome sent to the plan: the attempt raised *error* (any ``BaseException``)."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """Outcome sent to the plan: the attempt returned *value*."""
+
+    value: Any
+
+
+Outcome = Union[Raised, Returned]
+
+
+# ------------------------------------------------------------------- classification
+def exception_outcome(config: BreakerConfig, exc: BaseException, service: str | None = None) -> tuple[bool, bool]:
+    """``(counted, rate_limited)`` for an exception from the dependency (CB-10, RL-1, RL-7).
+
+    Args:
+        config: the breaker's configuration (``ignore_exceptions``, ``rate_limit_codes``).
+        exc: what the call raised.
+        service: the breaker's name: its own :class:`CircuitOpenError` (nested use of one
+            breaker) never reached the dependency, so it is not counted and a trial gives
+            its slot back (CB-10).
+
+    Returns:
+        ``counted`` is False for an ignored type, a ``BaseException`` that is not an
+        ``Exception``, or the breaker's own refusal; ``rate_limited`` is True for a counted
+        429 sighting.
+    """
+    if not isinstance(exc, Exception) or (config.ignore_exceptions and isinstance(exc, config.ignore_exceptions)):
+        return False, False
+    if exc.__class__ is CircuitOpenError and exc.service == service:
+        return False, False
+    return True, exception_is_rate_limit(exc, config.rate_limit_codes)
+
+
+def result_kind(config: BreakerConfig, result: Any) -> int:
+    """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value (CB-11, RL-8)."""
+    if type(result) in PLAIN_TYPES:
+        return SUCCESS
+    return classify_status(status_of(result), config.failure_codes, config.rate_limit_codes)
+
+
+def settled(breaker: CircuitBreaker, permit: Permit, result: Any) -> bool:
+    """End the sequence on *result* if it is a success: True once it is recorded.
+
+    A success is always the final outcome (FAC-2); recording it also counts its attempt
+    in the cascade (RL-5). The runners call this after an inline first attempt, and the
+    plan after every later one, so the rule lives here once.
+
+    Returns:
+        True when *result* was a success (now recorded), False for a failure or rate-limit
+        response (nothing recorded: the plan takes it from there).
+    """
+    if type(result) in PLAIN_TYPES or result_kind(breaker.config, result) == SUCCESS:
+        breaker.record_success(permit)
+        return True
+    return False
+
+
+# ----------------------------------------------------------------------------- plan
+def retry_plan(
+    breaker: CircuitBreaker,
+    permit: Permit,
+    policy: RetryPolicy,
+    start: float,
+    first: Outcome | None = None,
+) -> Generator[Step, Outcome | None, None]:
+    """The decisions of one retry sequence, as a generator of steps (FAC-2, FAC-3, RL-5, RL-6, CB-6).
+
+    Drive it with ``step = next(plan)``; after :data:`ATTEMPT` send the outcome
+    (``plan.send(Raised(exc))`` or ``plan.send(Returned(value))``), after a :class:`Sleep`
+    call ``next(plan)``; stop at :class:`Refuse` or :class:`Done`.
+
+    What it decides:
+
+    - before every attempt (the first included), the cooldown gate (RL-6): wait out the
+      cooldown, re-read after every wait (an extension meanwhile is waited out too);
+      refuse with :class:`RateLimitCooldownError` when it outlasts the allowed wait (the
+      budget left, else ``config.max_cooldown_wait``), or in dry-run count the refusal and
+      go on (OP-5);
+    - after every attempt: an ignored exception ends the sequence unrecorded (CB-10); each
+      other attempt is counted in the cascade and a 429 starts the cooldown (RL-5, RL-2);
+      a success ends it; a failure is retried while it is of a retried kind (FAC-3), the
+      breaker has not changed state since admission (CB-8), attempts remain (a trial has
+      one, CB-6) and the backoff fits in the budget. The backoff is followed by the gate,
+      so a cooldown costs ``max(backoff, cooldown)``, never their sum;
+    - the final outcome: the last attempt that reached the dependency, recorded once (FAC-2).
+
+    Args:
+        breaker: the breaker that admitted the call.
+        permit: its permit (``permit.trial`` makes the sequence one attempt).
+        policy: the retry policy.
+        start: monotonic seconds when the sequence began: the budget counts from here
+            (read only when the policy has a budget).
+        first: the outcome of a first attempt already made (it passed the gate: no cooldown
+            at *start*), or None to gate and make the first attempt through the plan.
+
+    Yields:
+        :data:`ATTEMPT`, :class:`Sleep`, then one :class:`Refuse` or :class:`Done`.
+    """
+    now = breaker._clock.monotonic
+    deadline = None if policy.budget_seconds is None else start + policy.budget_seconds
+    limit = 1 if permit.trial else policy.max_attempts
+    attempts = 0
+    # The last attempt that reached the dependency. While the sequence goes on it is a
+    # failure (a success ends it), so that is what ending the sequence records (FAC-2).
+    last_error: BaseException | None = None
+    last_value: Any = None
+    last_rate_limited = False
+    outcome = first
+    while True:
+        if outcome is None:
+            # ---- the gate before an attempt (RL-6), read again after every wait
+            while True:
+                if attempts and permit.generation != breaker._gen:
+                    # the breaker changed state since admission (a trip): no further attempt
+                    yield _give_up(breaker, permit, last_rate_limited, last_error, last_value)
+                    return
+                remaining = breaker.cooldown_remaining()
+                if remaining <= 0:
+                    break
+                config = breaker.config
+                allowed = config.max_cooldown_wait if deadline is None else max(0.0, deadline - now())
+                if remaining <= allowed:
+                    yield Sleep(remaining)
+                    continue
+                if config.dry_run:
+                    breaker.note_dry_run_refusal(remaining)  # OP-5: counted and logged, never refused
+                    break
+                # the refused attempt is recorded nowhere; the last one made is final
+                refusal = RateLimitCooldownError(breaker.name, remaining)
+                if attempts:
+                    breaker.record_failure(permit, rate_limited=last_rate_limited, count_attempt=False)
+                    if last_error is not None:
+                        refusal.__cause__ = last_error  # chained from the last attempt's exception
+                else:
+                    breaker.record_ignored(permit)  # nothing reached the dependency (a trial's slot comes back)
+                yield Refuse(refusal)
+                return
+            outcome = yield ATTEMPT
+            if outcome is None:
+                raise TypeError("retry_plan: send the outcome of the attempt (Raised or Returned)")
+        attempts += 1
+        # ---- judge the attempt
+        if isinstance(outcome, Raised):
+            error = outcome.error
+            counted, rate_limited = exception_outcome(breaker.config, error, breaker.name)
+            if not counted:
+                breaker.record_ignored(permit)  # CB-10: neither success nor failure, never retried
+                yield Done(error=error, fallback=False)
+                return
+            retried = isinstance(error, policy.retry_on) and not isinstance(error, _NEVER_RETRIED)
+            retry_after = retry_after_of(error) if rate_limited else None
+            last_error, last_value = error, None
+        else:
+            value = outcome.value
+            if settled(breaker, permit, value):
+                yield Done(value=value)
+                return
+            rate_limited = result_kind(breaker.config, value) == RATE_LIMITED
+            retried = True  # returned failure and rate-limit responses are always retried
+            retry_after = retry_after_of(value) if rate_limited else None
+            last_error, last_value = None, value
+        last_rate_limited = rate_limited
+        breaker.note_attempt(rate_limited=rate_limited, retry_after=retry_after)  # RL-5; a 429 starts the cooldown
+        # ---- another attempt?
+        wait: float | None = None
+        if retried and permit.generation == breaker._gen and attempts < limit:
+            wait = policy.backoff(attempts)
+            if deadline is not None and now() + wait >= deadline:
+                wait = None
+        if wait is None:
+            yield _give_up(breaker, permit, rate_limited, last_error, last_value)
+            return
+        if wait > 0:
+            yield Sleep(wait)
+        outcome = None
+
+
+def _give_up(breaker: CircuitBreaker, permit: Permit, rate_limited: bool, error: BaseException | None, value: Any) -> Done:
+    """Record the last (failed) attempt as the final outcome (FAC-2) and build the Done step:
+    its exception, which a fallback may replace (FAC-4), or its response, returned unchanged (FAC-3)."""
+    breaker.record_failure(permit, rate_limited=rate_limited, count_attempt=False)
+    if error is None:
+        return Done(value=value)
+    return Done(error=error, fallback=True)
