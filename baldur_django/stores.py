@@ -12,7 +12,37 @@ from typing import Any
 from .conf import baldur_settings
 from .core.errors import ConfigError
 
-__all__ = ["build_store", "install_store"]
+__all__ = ["build_store", "install_store", "redis_client"]
+
+
+def redis_client() -> Any:
+    """The redis-py client the Redis settings name: ``BALDUR_REDIS_URL`` (with the package's
+    timeouts and pool size), else the django-redis cache ``BALDUR_REDIS_CACHE_ALIAS``.
+
+    Used by the redis state backend and by Emergency Mode's redis backend (EM-1).
+
+    Raises:
+        ConfigError: neither a URL nor a usable django-redis alias.
+    """
+    from .core.stores.redis import connect
+
+    url = baldur_settings.get("BALDUR_REDIS_URL")
+    if url:
+        return connect(
+            url,
+            socket_timeout=baldur_settings.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
+            max_connections=baldur_settings.get("BALDUR_REDIS_MAX_CONNECTIONS"),
+        )
+    alias = baldur_settings.get("BALDUR_REDIS_CACHE_ALIAS")
+    try:
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(alias)
+    except Exception as exc:
+        raise ConfigError(
+            f"BALDUR_STATE_BACKEND='redis' needs BALDUR_REDIS_URL or a django-redis cache "
+            f"BALDUR_REDIS_CACHE_ALIAS={alias!r}: {exc}"
+        ) from exc
 
 
 def build_store() -> Any:
@@ -28,27 +58,9 @@ def build_store() -> Any:
         from .store_database import DatabaseStore
 
         return DatabaseStore()
-    from .core.stores.redis import RedisStore, connect
+    from .core.stores.redis import RedisStore
 
-    url = baldur_settings.get("BALDUR_REDIS_URL")
-    if url:
-        client = connect(
-            url,
-            socket_timeout=baldur_settings.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
-            max_connections=baldur_settings.get("BALDUR_REDIS_MAX_CONNECTIONS"),
-        )
-        return RedisStore(client)
-    alias = baldur_settings.get("BALDUR_REDIS_CACHE_ALIAS")
-    try:
-        from django_redis import get_redis_connection
-
-        client = get_redis_connection(alias)
-    except Exception as exc:
-        raise ConfigError(
-            f"BALDUR_STATE_BACKEND='redis' needs BALDUR_REDIS_URL or a django-redis cache "
-            f"BALDUR_REDIS_CACHE_ALIAS={alias!r}: {exc}"
-        ) from exc
-    return RedisStore(client)
+    return RedisStore(redis_client())
 
 
 def install_store() -> None:

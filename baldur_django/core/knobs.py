@@ -383,6 +383,7 @@ _ROWS: list[Knob] = [
     Knob("BALDUR_TASK_RECOVERY_SWEEP_SECONDS", 10, _num(minimum=0, exclusive=True), "recovery_sweep interval, seconds"),
     Knob("BALDUR_TASK_STATE_SYNC_SECONDS", 30, _num(minimum=0, exclusive=True), "sync_state interval, seconds"),
     Knob("BALDUR_TASK_EMERGENCY_CHECK_SECONDS", 10, _num(minimum=0, exclusive=True), "emergency_check interval, seconds"),
+    Knob("BALDUR_TASK_META_WATCHDOG_SECONDS", 60, _num(minimum=0, exclusive=True), "meta_watchdog interval, seconds"),
     Knob("BALDUR_DRY_RUN", False, _bool, "observe only: never reject"),
     Knob("BALDUR_EVENT_LOGGING_CB_LOG_LEVEL", "WARNING", _log_level, "level of transition, force, release and lapse lines"),
     Knob("BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL", None, _http_url, "Slack incoming webhook for open/close posts"),
