@@ -40,7 +40,7 @@ __all__ = ["set_level", "get_level", "step_down", "status", "check_auto_activati
 def _django_redis_client() -> Any:
     from .stores import redis_client
 
-    return redis_client()
+    return redis_client("BALDUR_EMERGENCY_BACKEND='redis'")
 
 
 _core.set_redis_client_factory(_django_redis_client)

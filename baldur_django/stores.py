@@ -15,11 +15,14 @@ from .core.errors import ConfigError
 __all__ = ["build_store", "install_store", "redis_client"]
 
 
-def redis_client() -> Any:
+def redis_client(purpose: str = "BALDUR_STATE_BACKEND='redis'") -> Any:
     """The redis-py client the Redis settings name: ``BALDUR_REDIS_URL`` (with the package's
     timeouts and pool size), else the django-redis cache ``BALDUR_REDIS_CACHE_ALIAS``.
 
     Used by the redis state backend and by Emergency Mode's redis backend (EM-1).
+
+    Args:
+        purpose: what needs Redis, for the error message.
 
     Raises:
         ConfigError: neither a URL nor a usable django-redis alias.
@@ -40,7 +43,7 @@ def redis_client() -> Any:
         return get_redis_connection(alias)
     except Exception as exc:
         raise ConfigError(
-            f"BALDUR_STATE_BACKEND='redis' needs BALDUR_REDIS_URL or a django-redis cache "
+            f"{purpose} needs BALDUR_REDIS_URL or a django-redis cache "
             f"BALDUR_REDIS_CACHE_ALIAS={alias!r}: {exc}"
         ) from exc
 
