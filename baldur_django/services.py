@@ -48,6 +48,8 @@ __all__ = [
     "status_rows",
     "config_report",
     "emergency_status",
+    "describe_emergency",
+    "LEVEL_MEANINGS",
     "set_emergency_level",
     "step_down_emergency",
     "audit_listener",
@@ -354,6 +356,32 @@ def step_down_emergency(actor: str | None = None, source: str = "api") -> dict[s
     return result
 
 
+#: What each emergency level means, for operator surfaces.
+LEVEL_MEANINGS = {
+    0: "normal operation",
+    1: "recorded, no breaker behaviour changes",
+    2: "recorded, no breaker behaviour changes",
+    3: "freeze: no breaker trips, probes or closes on its own; forces still work",
+}
+
+
+def describe_emergency(status: dict[str, Any]) -> str:
+    """One line for operators: ``"emergency level 3 (freeze: ...) until 2026-01-01 10:00:00 UTC,
+    set by alice (manual): reason"``; ``"emergency level 0 (normal operation)"`` at 0."""
+    level = int(status.get("level") or 0)
+    text = f"emergency level {level} ({LEVEL_MEANINGS.get(level, '?')})"
+    if level:
+        expires = status.get("expires_at")
+        if expires is not None:
+            when = dt.datetime.fromtimestamp(expires, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            text += f" until {when}"
+        who = status.get("actor") or "?"
+        text += f", set by {who} ({status.get('source', 'manual')})"
+        if status.get("reason"):
+            text += f": {status['reason']}"
+    return text
+
+
 # ---------------------------------------------------------------------------- config
 _HIDDEN = {"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"}
 _URLS_WITH_PASSWORDS = {"BALDUR_REDIS_URL"}
@@ -446,7 +474,7 @@ def _emergency_row(event: EmergencyLevelChanged, context: dict[str, str]) -> dic
         "service": "",
         "ttl_minutes": event.minutes,
         "expires_at": expires,
-        "reason": event.reason or "",
+        "reason": (context.get("reason", "") if event.action == "step_down" else event.reason) or "",
         "source": source,
         "from_state": f"level {event.previous}",
         "to_state": f"level {event.level}",
