@@ -276,7 +276,8 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             self.message_user(
                 request,
                 _("Emergency level %(level)d is in force until %(until)s.")
-                % {"level": status["level"], "until": _when(status["expires_at"]).strftime("%Y-%m-%d %H:%M:%S UTC")},
+                % {"level": status["level"],
+                   "until": timezone.localtime(_when(status["expires_at"])).strftime("%Y-%m-%d %H:%M:%S %Z")},
                 messages.SUCCESS,
             )
         else:
