@@ -112,6 +112,7 @@ KNOB_IDS: dict[str, str] = {
     "BALDUR_EMERGENCY_AUTO_ACTIVATION_MIN_BREAKERS": "baldur.E063",
     "BALDUR_EMERGENCY_AUTO_ACTIVATION_MINUTES": "baldur.E064",
     "BALDUR_EMERGENCY_STABILIZATION_SECONDS": "baldur.E065",
+    "BALDUR_TASK_META_WATCHDOG_SECONDS": "baldur.E066",
 }
 
 # What a valid value looks like, for knobs where the table's one-line help is not enough.
