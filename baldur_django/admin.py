@@ -9,6 +9,10 @@ reason; confirming calls :func:`baldur_django.services.force` or
 :func:`~baldur_django.services.release` with ``source="admin"`` and the user name as actor.
 Acting needs ``baldur_django.force_circuit``; seeing the list needs ``view_breaker`` or
 that permission. On the memory backend the page says it acts on its own process only.
+
+While an Emergency Mode level is in force the page shows it with its expiry; holders of
+``baldur_django.force_circuit`` can set the level or step it down on a confirmation page
+(``admin/baldur_django/breaker/emergency/``), audited like a force (EM-1, EM-3).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from django.utils.translation import ngettext
 from . import services
 from .core.errors import BaldurError, ConfigError
 from .core.registry import registry
-from .forms import ForceForm, ReleaseForm
+from .forms import EmergencyLevelForm, ForceForm, ReleaseForm, StepDownForm
 from .models import FORCE_PERMISSION, Breaker, BreakerAudit
 
 __all__ = ["BreakerAdmin", "BreakerAuditAdmin", "BREAKER_ACTIONS"]
@@ -108,7 +112,25 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     # ------------------------------------------------------------------------- urls
     def get_urls(self):
         name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
-        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+        return [
+            path("emergency/", self.admin_site.admin_view(self.emergency_view),
+                 name=f"{self.opts.app_label}_{self.opts.model_name}_emergency"),
+            path("", self.admin_site.admin_view(self.changelist_view), name=name),
+        ]
+
+    def _emergency_url(self) -> str:
+        return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_emergency")
+
+    @staticmethod
+    def _emergency_context() -> dict[str, Any]:
+        status = services.emergency_status()
+        expires = status.get("expires_at")
+        return {
+            "emergency": status,
+            "emergency_meaning": services.LEVEL_MEANINGS.get(status["level"], ""),
+            "emergency_expires_dt": _when(expires) if status["level"] else None,
+            "emergency_left": _duration(expires - registry.clock.wall()) if status["level"] and expires else None,
+        }
 
     def _list_url(self) -> str:
         return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist")
@@ -139,6 +161,8 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "action_choices": [(key, label) for key, (_mode, label, _button) in BREAKER_ACTIONS.items()],
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "audit_url": reverse(f"{self.admin_site.name}:baldur_django_breakeraudit_changelist"),
+            "emergency_url": self._emergency_url(),
+            **self._emergency_context(),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
@@ -191,6 +215,73 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.confirm_template, context)
+
+    def emergency_view(self, request: HttpRequest) -> HttpResponse:
+        """Set or step down the Emergency Mode level on a confirmation page (EM-1, EM-3).
+
+        ``?action=set`` (default) asks for the level, a lifetime in minutes and a reason;
+        ``?action=step_down`` asks for a confirmation. Needs ``baldur_django.force_circuit``;
+        the change is audited with source ``admin`` and the user name as actor.
+        """
+        if not self.has_force_circuit_permission(request):
+            raise PermissionDenied
+        action = request.POST.get("action") or request.GET.get("action") or "set"
+        if action not in ("set", "step_down"):
+            action = "set"
+        form_class = StepDownForm if action == "step_down" else EmergencyLevelForm
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            form = form_class(request.POST)
+            if form.is_valid():
+                self._perform_emergency(request, action, form.cleaned_data)
+                return HttpResponseRedirect(self._list_url())
+        else:
+            form = form_class()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Step down the emergency level") if action == "step_down" else _("Set the emergency level"),
+            "subtitle": None,
+            "opts": self.opts,
+            "action": action,
+            "form": form,
+            "button": _("Yes, step down") if action == "step_down" else _("Yes, set the level"),
+            "backend": services.backend_name(),
+            "shared_backend": services.is_shared_backend(),
+            **self._emergency_context(),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/baldur_django/breaker/confirm_emergency.html", context)
+
+    def _perform_emergency(self, request: HttpRequest, action: str, data: dict[str, Any]) -> None:
+        actor = request.user.get_username()
+        try:
+            if action == "step_down":
+                status = services.step_down_emergency(actor=actor, source="admin")
+                if not status["changed"]:
+                    self.message_user(request, _("The emergency level is 0: nothing to step down."), messages.INFO)
+                    return
+                self.message_user(
+                    request,
+                    _("Emergency level stepped down from %(previous)d to %(level)d.")
+                    % {"previous": status["previous"], "level": status["level"]},
+                    messages.SUCCESS,
+                )
+                return
+            status = services.set_emergency_level(
+                data["level"], data.get("minutes"), reason=data.get("reason", ""), actor=actor, source="admin"
+            )
+        except BaldurError as exc:
+            self.message_user(request, _("The emergency level was not changed: %(error)s") % {"error": exc}, messages.ERROR)
+            return
+        if status["level"]:
+            self.message_user(
+                request,
+                _("Emergency level %(level)d is in force until %(until)s.")
+                % {"level": status["level"],
+                   "until": timezone.localtime(_when(status["expires_at"])).strftime("%Y-%m-%d %H:%M:%S %Z")},
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(request, _("The emergency level is cleared (0)."), messages.SUCCESS)
 
     def _perform(self, request: HttpRequest, selected: list[str], mode: str | None, data: dict[str, Any]) -> None:
         actor = request.user.get_username()

@@ -1,4 +1,5 @@
-"""Forms of the admin's confirmation page: lifetime and reason of a force (OP-1, OP-6)."""
+"""Forms of the admin's confirmation pages: lifetime and reason of a force (OP-1, OP-6), and
+the Emergency Mode level (EM-1, EM-3)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 from . import services
 from .core.errors import ConfigError
 
-__all__ = ["ForceForm", "ReleaseForm"]
+__all__ = ["ForceForm", "ReleaseForm", "EmergencyLevelForm", "StepDownForm"]
 
 
 class ReleaseForm(forms.Form):
@@ -57,3 +58,49 @@ class ForceForm(ReleaseForm):
             return services.validate_lifetime(value)
         except ConfigError as exc:  # pragma: no cover - same bounds as above
             raise forms.ValidationError(str(exc), code="ttl_range") from None
+
+
+class EmergencyLevelForm(forms.Form):
+    """Level (0..3), lifetime in minutes (0 < x <= 1440, blank = the default lifetime) and
+    reason for setting the Emergency Mode level (EM-1). ``cleaned_data["level"]`` is an int,
+    ``cleaned_data["minutes"]`` a float or None."""
+
+    level = forms.TypedChoiceField(
+        label=_("Level"),
+        coerce=int,
+        choices=[
+            (0, _("0 - normal operation (clears the emergency)")),
+            (1, _("1 - recorded, no breaker behaviour changes")),
+            (2, _("2 - recorded, no breaker behaviour changes")),
+            (3, _("3 - freeze: no breaker trips, probes or closes on its own")),
+        ],
+    )
+    minutes = forms.FloatField(
+        label=_("Lifetime (minutes)"),
+        required=False,
+        help_text=_("The level lapses on its own after this many minutes: more than 0, at most 1440 (24 hours)."),
+        widget=forms.NumberInput(attrs={"step": "any", "min": "0", "max": "1440"}),
+    )
+    reason = ReleaseForm.base_fields["reason"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            default = services.default_ttl_minutes()
+            self.initial.setdefault("minutes", int(default) if float(default).is_integer() else default)
+
+    def clean_minutes(self) -> float | None:
+        value = self.cleaned_data.get("minutes")
+        if value is None:
+            return None
+        if not math.isfinite(value) or value <= 0 or value > 1440:
+            raise forms.ValidationError(
+                _("The lifetime must be more than 0 and at most 1440 minutes (you gave %(value)s)."),
+                code="minutes_range",
+                params={"value": value},
+            )
+        return float(value)
+
+
+class StepDownForm(forms.Form):
+    """Stepping the level down has nothing to ask: the form only carries the confirmation (EM-3)."""

@@ -4,7 +4,8 @@
   in the admin (``/admin/baldur_django/breaker/``) and carries the permission
   ``baldur_django.force_circuit`` that gates every force and release from the admin.
 * :class:`BreakerAudit` is the audit trail: one row per breaker per operator action
-  (force open, force closed, release), whatever surface it came from. Rows are written
+  (force open, force closed, release), and one per Emergency Mode level change, whatever
+  surface it came from. Rows are written
   by the bus listener of :func:`baldur_django.services.install_audit_listener`.
 """
 
@@ -50,13 +51,16 @@ class BreakerAudit(models.Model):
         at: when the action took effect (aware datetime).
         actor: who did it: the admin user name, ``command:<OS user>``, or what an API
             caller passed as ``actor`` (empty when none was given).
-        action: ``open`` (force open), ``close`` (force closed) or ``release``.
-        service: the breaker's name.
-        ttl_minutes: lifetime of a force in minutes (None for a release).
-        expires_at: when the force lapses on its own (None for a release).
+        action: ``open`` (force open), ``close`` (force closed), ``release``, or for Emergency
+            Mode ``level_set`` / ``level_step_down`` (EM-1).
+        service: the breaker's name (empty for an emergency level change: it concerns all).
+        ttl_minutes: lifetime of a force or level in minutes (None for a release).
+        expires_at: when the force or level lapses on its own (None for a release).
         reason: free text given with the action.
-        source: ``admin``, ``command`` or ``api``.
-        from_state / to_state: the breaker's state before and after.
+        source: ``admin``, ``command``, ``api``, or ``task`` (the meta-watchdog and the
+            auto-activation).
+        from_state / to_state: the breaker's state before and after (``"level N"`` for
+            Emergency Mode).
         dry_run: the action happened while ``BALDUR_DRY_RUN`` was on (OP-5).
     """
 
@@ -64,11 +68,14 @@ class BreakerAudit(models.Model):
         OPEN = "open", _("force open")
         CLOSE = "close", _("force closed")
         RELEASE = "release", _("release")
+        LEVEL_SET = "level_set", _("set emergency level")
+        LEVEL_STEP_DOWN = "level_step_down", _("step down emergency level")
 
     class Source(models.TextChoices):
         ADMIN = "admin", _("admin")
         COMMAND = "command", _("management command")
         API = "api", _("API")
+        TASK = "task", _("background task")
 
     at = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
     actor = models.CharField(_("who"), max_length=150, blank=True, default="")

@@ -7,8 +7,11 @@ one function here and formats the answer. Nothing here knows about HTTP or argpa
   hand it back to automatic judgement (OP-1..OP-4), tagging the audit row with its source.
 * :func:`status_rows` -- one snapshot dict per known breaker (OP-6, OP-7).
 * :func:`config_report` -- every effective ``BALDUR_*`` value and where it came from (CFG-4).
+* :func:`emergency_status` / :func:`set_emergency_level` / :func:`step_down_emergency` --
+  Emergency Mode's level for the admin and ``baldur_emergency`` (EM-1, EM-3).
 * :func:`install_audit_listener` -- the bus listener that writes :class:`BreakerAudit`
-  rows for every force and release, from any source (OP-6).
+  rows for every force and release, and every emergency level change, from any source
+  (OP-6, EM-1).
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from . import emergency as emergency_facade
+from .core import emergency as emergency_core
 from .core import registry as registry_module
 from .core.breaker import validate_ttl
 from .core.config import settings
 from .core.errors import BaldurError, ConfigError
-from .core.events import Event, Forced, Released, bus
+from .core.events import EmergencyLevelChanged, Event, Forced, Released, bus
 from .core.knobs import SECRETS
+from .core.maintenance import WATCHDOG_ACTOR
 
 __all__ = [
     "UnknownServiceError",
@@ -42,6 +48,11 @@ __all__ = [
     "release",
     "status_rows",
     "config_report",
+    "emergency_status",
+    "describe_emergency",
+    "LEVEL_MEANINGS",
+    "set_emergency_level",
+    "step_down_emergency",
     "audit_listener",
     "install_audit_listener",
     "uninstall_audit_listener",
@@ -51,6 +62,9 @@ _log = logging.getLogger("baldur.audit")
 
 #: Where an operator action came from; stored in ``BreakerAudit.source``.
 SOURCES = ("admin", "command", "api")
+#: The source of audit rows written for the package's own background tasks (meta-watchdog,
+#: auto-activation).
+TASK_SOURCE = "task"
 
 #: Longest reason accepted with a force or release, in characters.
 MAX_REASON_LENGTH = 1000
@@ -273,6 +287,102 @@ def status_rows(service: str | None = None) -> list[dict[str, Any]]:
     return [registry.get(name).snapshot() for name in sorted(names)]
 
 
+# ------------------------------------------------------------------------- emergency
+def emergency_status(strict: bool = False) -> dict[str, Any]:
+    """The Emergency Mode level after a fresh read (EM-1).
+
+    Args:
+        strict: raise when the level cannot be read (commands) instead of returning the
+            last level read with ``error`` set (pages).
+
+    Returns:
+        dict: as :func:`baldur_django.emergency.status` (``level``, ``expires_at``, ``reason``,
+        ``actor``, ``source``, ``backend``, ``set_at``, ``frozen``, ``error``).
+
+    Raises:
+        BaldurError: only with *strict*, when the state could not be read.
+    """
+    return emergency_core.status(strict=strict)
+
+
+def set_emergency_level(
+    level: Any, minutes: Any = None, reason: str = "", actor: str | None = None, source: str = "api"
+) -> dict[str, Any]:
+    """Set the Emergency Mode level, audited with its *source* (EM-1, OP-6).
+
+    Args:
+        level: 0..3 (an int); 0 clears.
+        minutes: lifetime in **minutes**, > 0 and <= 1440; None uses
+            ``BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES``.
+        reason: free text (at most :data:`MAX_REASON_LENGTH` characters).
+        actor: who asked.
+        source: ``"admin"``, ``"command"`` or ``"api"``; stored in the audit row.
+
+    Returns:
+        dict: the status after the change.
+
+    Raises:
+        ConfigError: a bad argument; nothing written.
+        BaldurError: the level could not be stored.
+    """
+    reason = _check_reason(reason)
+    actor = _check_actor(actor)
+    token = _context.set({"source": _check_source(source), "reason": reason})
+    try:
+        return emergency_facade.set_level(level, minutes, reason=reason, actor=actor)
+    finally:
+        _context.reset(token)
+
+
+def step_down_emergency(actor: str | None = None, source: str = "api") -> dict[str, Any]:
+    """Lower the Emergency Mode level by one, audited with its *source* (EM-3, OP-6).
+
+    Returns:
+        dict: the status after the step, plus ``previous`` (the level before) and
+        ``changed`` (False when the level was already 0: nothing written, no audit row).
+
+    Raises:
+        ConfigError: a bad actor or source.
+        BaldurError: the state is unreadable or could not be stored.
+    """
+    actor = _check_actor(actor)
+    token = _context.set({"source": _check_source(source), "reason": ""})
+    try:
+        previous = emergency_core.refresh()
+        new = emergency_facade.step_down(actor=actor)
+    finally:
+        _context.reset(token)
+    result = emergency_core.status()
+    result.update(previous=previous, changed=new != previous)
+    return result
+
+
+#: What each emergency level means, for operator surfaces.
+LEVEL_MEANINGS = {
+    0: "normal operation",
+    1: "recorded, no breaker behaviour changes",
+    2: "recorded, no breaker behaviour changes",
+    3: "freeze: no breaker trips, probes or closes on its own; forces still work",
+}
+
+
+def describe_emergency(status: dict[str, Any]) -> str:
+    """One line for operators: ``"emergency level 3 (freeze: ...) until 2026-01-01 10:00:00 UTC,
+    set by alice (manual): reason"``; ``"emergency level 0 (normal operation)"`` at 0."""
+    level = int(status.get("level") or 0)
+    text = f"emergency level {level} ({LEVEL_MEANINGS.get(level, '?')})"
+    if level:
+        expires = status.get("expires_at")
+        if expires is not None:
+            when = dt.datetime.fromtimestamp(expires, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            text += f" until {when}"
+        who = status.get("actor") or "?"
+        text += f", set by {who} ({status.get('source', 'manual')})"
+        if status.get("reason"):
+            text += f": {status['reason']}"
+    return text
+
+
 # ---------------------------------------------------------------------------- config
 _HIDDEN = SECRETS  # knobs marked secret in the knobs table
 _URLS_WITH_PASSWORDS = {"BALDUR_REDIS_URL"}
@@ -336,6 +446,8 @@ def _row_for(event: Event) -> dict[str, Any] | None:
     elif isinstance(event, Released):
         action, ttl, expires = "release", None, None
         reason = event.reason or context.get("reason", "")
+    elif isinstance(event, EmergencyLevelChanged):
+        return _emergency_row(event, context)
     else:
         return None
     return {
@@ -346,10 +458,28 @@ def _row_for(event: Event) -> dict[str, Any] | None:
         "ttl_minutes": ttl,
         "expires_at": expires,
         "reason": reason or "",
-        "source": context.get("source", "api"),
+        "source": context.get("source") or (TASK_SOURCE if event.actor == WATCHDOG_ACTOR else "api"),
         "from_state": event.from_state,
         "to_state": event.to_state,
         "dry_run": bool(getattr(event, "dry_run", False)),
+    }
+
+
+def _emergency_row(event: EmergencyLevelChanged, context: dict[str, str]) -> dict[str, Any]:
+    expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.timezone.utc) if event.expires_at else None
+    source = context.get("source") or (TASK_SOURCE if event.source == "auto" else "api")
+    return {
+        "at": dt.datetime.fromtimestamp(event.at, tz=dt.timezone.utc),
+        "actor": (event.actor or "")[:_ACTOR_MAX],
+        "action": "level_step_down" if event.action == "step_down" else "level_set",
+        "service": "",
+        "ttl_minutes": event.minutes,
+        "expires_at": expires,
+        "reason": (context.get("reason", "") if event.action == "step_down" else event.reason) or "",
+        "source": source,
+        "from_state": f"level {event.previous}",
+        "to_state": f"level {event.level}",
+        "dry_run": False,
     }
 
 
@@ -386,8 +516,8 @@ def _save_in_thread(row: dict[str, Any]) -> None:
 
 
 def audit_listener(event: Event) -> None:
-    """Bus listener: one :class:`~baldur_django.models.BreakerAudit` row per force and per
-    release that changed something, from any source (OP-6).
+    """Bus listener: one :class:`~baldur_django.models.BreakerAudit` row per force, per
+    release that changed something and per emergency level change, from any source (OP-6).
 
     The ``source`` and a release's ``reason`` come from :func:`force`/:func:`release`;
     a call of the public API outside them is recorded as ``"api"``. Never raises: a

@@ -9,6 +9,7 @@ signal                   sent when
 ``circuit_forced``       an operator forced a breaker open or closed
 ``circuit_released``     a force was released by an operator or lapsed at the end of its TTL
 ``call_rejected``        a call was refused (or, under dry-run, would have been)
+``emergency_level_...``  ``emergency_level_changed``: the Emergency Mode level changed (EM-1)
 =======================  ===================================================================
 
 Every receiver gets ``sender`` (the :class:`~baldur_django.core.breaker.CircuitBreaker`
@@ -24,6 +25,12 @@ class), ``service`` (the breaker's name) and ``event`` (the core event object), 
   ``"force_lapsed"``), ``reason``, ``previous`` (the force that ended), ``actor``;
 * ``call_rejected``: ``reason`` (``"open"``, ``"half_open_full"`` or ``"frozen"``),
   ``state`` (the breaker's state) and ``dry_run``.
+
+``emergency_level_changed`` is about every breaker at once: its ``sender`` is the
+:class:`~baldur_django.core.events.EmergencyLevelChanged` class and it carries ``level``,
+``previous`` (the level in force before), ``source`` (``"manual"`` or ``"auto"``),
+``actor``, plus ``reason``, ``expires_at`` (Unix seconds or None), ``action`` (``"set"``,
+``"step_down"`` or ``"auto"``) and ``event``.
 
 A force and a release are announced on ``circuit_forced`` / ``circuit_released`` only
 (with their ``from_state`` and ``to_state``), not again on the state signals.
@@ -46,7 +53,7 @@ from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 
 from .core.breaker import CircuitBreaker
-from .core.events import CallRejected, Event, ForceLapsed, Forced, Released, StateChanged
+from .core.events import CallRejected, EmergencyLevelChanged, Event, ForceLapsed, Forced, Released, StateChanged
 
 __all__ = [
     "circuit_opened",
@@ -55,6 +62,7 @@ __all__ = [
     "circuit_forced",
     "circuit_released",
     "call_rejected",
+    "emergency_level_changed",
     "bridge",
 ]
 
@@ -72,6 +80,8 @@ circuit_forced = Signal()
 circuit_released = Signal()
 #: A call was rejected, or would have been under dry-run (CB-4, CB-6, OP-5, CB-14).
 call_rejected = Signal()
+#: The Emergency Mode level changed: kwargs ``level``, ``previous``, ``source``, ``actor`` (EM-1).
+emergency_level_changed = Signal()
 
 _BY_STATE = {"open": circuit_opened, "half_open": circuit_half_opened, "closed": circuit_closed}
 
@@ -151,6 +161,32 @@ def bridge(event: Event) -> None:
         )
     elif isinstance(event, CallRejected):
         _send(call_rejected, event, reason=event.reason, state=event.state, dry_run=event.dry_run)
+    elif isinstance(event, EmergencyLevelChanged):
+        _send_emergency(event)
+
+
+def _send_emergency(event: EmergencyLevelChanged) -> None:
+    responses = emergency_level_changed.send_robust(
+        sender=EmergencyLevelChanged,
+        event=event,
+        level=event.level,
+        previous=event.previous,
+        source=event.source,
+        actor=event.actor,
+        reason=event.reason,
+        expires_at=event.expires_at,
+        action=event.action,
+    )
+    for handler, result in responses:
+        if isinstance(result, Exception):
+            _log.error(
+                "baldur_django signal receiver %s raised %s for emergency level %d; the other receivers ran",
+                getattr(handler, "__qualname__", repr(handler)),
+                type(result).__name__,
+                event.level,
+                exc_info=(type(result), result, result.__traceback__),
+                extra={"receiver": repr(handler)},
+            )
 
 
 # The OPEN hot path builds a rejection event only while someone listens for it.

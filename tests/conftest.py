@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from baldur_django.core import emergency as emergency_module
 from baldur_django.core import registry as registry_module
 from baldur_django.core.clock import SYSTEM_CLOCK
 from baldur_django.core.config import settings as baldur_settings
@@ -58,3 +59,15 @@ def events():
     listener = RecordingListener(bus)
     yield listener
     bus.unsubscribe(listener)
+
+
+@pytest.fixture(autouse=True)
+def emergency_state_file(tmp_path_factory, monkeypatch):
+    """Every test gets its own Emergency Mode state file (EM-1), also inherited by the
+    processes it starts, and a process cache that has read nothing yet."""
+    path = tmp_path_factory.mktemp("emergency") / "level.json"
+    monkeypatch.setenv("BALDUR_EMERGENCY_STATE_FILE", str(path))
+    baldur_settings.reset()
+    emergency_module.reset()
+    yield path
+    emergency_module.reset()

@@ -24,7 +24,7 @@ from typing import Any
 from ..core.config import settings as baldur_settings
 from ..core.errors import ConfigError
 
-__all__ = ["STORE_SETTINGS", "build_store", "install_store", "store_changed"]
+__all__ = ["STORE_SETTINGS", "build_store", "install_store", "redis_client", "store_changed"]
 
 #: The knobs that decide which shared store the breakers use (ST-2).
 STORE_SETTINGS = (
@@ -55,27 +55,41 @@ def build_store() -> Any:
         from .database import DatabaseStore
 
         return DatabaseStore()
-    from ..core.stores.redis import RedisStore, connect
+    from ..core.stores.redis import RedisStore
+
+    return RedisStore(redis_client())
+
+
+def redis_client(purpose: str = "BALDUR_STATE_BACKEND='redis'") -> Any:
+    """The redis-py client the Redis settings name: ``BALDUR_REDIS_URL`` (with the package's
+    timeouts and pool size), else the django-redis cache ``BALDUR_REDIS_CACHE_ALIAS``.
+
+    Used by the redis state backend and by Emergency Mode's redis backend (EM-1).
+
+    Args:
+        purpose (str): what needs Redis, for the error message.
+
+    Raises:
+        ConfigError: neither a URL nor a usable django-redis alias.
+    """
+    from ..core.stores.redis import connect
 
     url = baldur_settings.get("BALDUR_REDIS_URL")
     if url:
-        client = connect(
+        return connect(
             url,
             socket_timeout=baldur_settings.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
             max_connections=baldur_settings.get("BALDUR_REDIS_MAX_CONNECTIONS"),
         )
-        return RedisStore(client)
     alias = baldur_settings.get("BALDUR_REDIS_CACHE_ALIAS")
     try:
         from django_redis import get_redis_connection
 
-        client = get_redis_connection(alias)
+        return get_redis_connection(alias)
     except Exception as exc:
         raise ConfigError(
-            f"BALDUR_STATE_BACKEND='redis' needs BALDUR_REDIS_URL or a django-redis cache "
-            f"BALDUR_REDIS_CACHE_ALIAS={alias!r}: {exc}"
+            f"{purpose} needs BALDUR_REDIS_URL or a django-redis cache BALDUR_REDIS_CACHE_ALIAS={alias!r}: {exc}"
         ) from exc
-    return RedisStore(client)
 
 
 def _signature() -> tuple[Any, ...]:

@@ -206,6 +206,21 @@ class DatabaseStore:
 
         return self._guarded("lock", work)
 
+    def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
+        from .models import BreakerLock
+
+        def work() -> bool:
+            with transaction.atomic(using=self.alias):
+                now = db_now(self.alias)
+                updated = (
+                    BreakerLock.objects.using(self.alias)
+                    .filter(name=name, token=token, expires_at__gt=now)
+                    .update(expires_at=now + ttl_seconds)
+                )
+            return updated > 0
+
+        return self._guarded("lock extend", work)
+
     def unlock(self, name: str, token: str) -> bool:
         from .models import BreakerLock
 

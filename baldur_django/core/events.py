@@ -22,6 +22,7 @@ __all__ = [
     "TripBlocked",
     "RateLimitStorm",
     "StoreProblem",
+    "EmergencyLevelChanged",
     "EventBus",
     "bus",
 ]
@@ -122,6 +123,26 @@ class StoreProblem(Event):
     recovered: bool = False
     error: str = ""
     kind: str = field(init=False, default="store_problem")
+
+
+@dataclass(frozen=True)
+class EmergencyLevelChanged(Event):
+    """The Emergency Mode level changed (EM-1, EM-4). ``service`` is ``""``: it concerns every breaker.
+
+    ``action`` is ``"set"`` (an operator set it), ``"step_down"`` (one level lower) or
+    ``"auto"`` (auto-activation); ``source`` is ``"manual"`` or ``"auto"``;
+    ``expires_at`` is Unix seconds (None for level 0); ``minutes`` the lifetime given.
+    """
+
+    level: int = 0
+    previous: int = 0
+    source: str = "manual"
+    actor: str | None = None
+    reason: str = ""
+    expires_at: float | None = None
+    minutes: float | None = None
+    action: str = "set"
+    kind: str = field(init=False, default="emergency_level_changed")
 
 
 Listener = Callable[[Event], Any]

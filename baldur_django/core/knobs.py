@@ -541,6 +541,8 @@ _ROWS: list[Knob] = [
          "sync_state interval, seconds", "baldur.E050"),
     Knob("BALDUR_TASK_EMERGENCY_CHECK_SECONDS", 10, _num(minimum=0, exclusive=True, unit=_SECONDS),
          "emergency_check interval, seconds", "baldur.E051"),
+    Knob("BALDUR_TASK_META_WATCHDOG_SECONDS", 60, _num(minimum=0, exclusive=True, unit=_SECONDS),
+         "meta_watchdog interval, seconds", "baldur.E067"),
     # ------------------------------------------------------------ operators, logging, notifications
     Knob("BALDUR_DRY_RUN", False, _bool, "observe only: never reject", "baldur.E052", accepts=_BOOL_ACCEPTS),
     Knob("BALDUR_EVENT_LOGGING_CB_LOG_LEVEL", "WARNING", _log_level,

@@ -154,3 +154,22 @@ class AdminBrowserTest(StaticLiveServerTestCase):
         assert (snap["state"], snap["forced"], snap["force_actor"]) == ("open", "open", "admin")
         audit = BreakerAudit.objects.get(service="payments")
         assert (audit.service, audit.action, audit.ttl_minutes, audit.source) == ("payments", "open", 45.0, "admin")
+
+        # EM-1: the emergency level banner, set through its confirmation page
+        from baldur_django.core import emergency
+
+        driver.get(f"{self.live_server_url}/admin/baldur_django/breaker/")
+        self.wait_for(By.ID, "baldur-emergency-set").click()
+        Select(self.wait_for(By.NAME, "level")).select_by_value("3")
+        minutes = driver.find_element(By.NAME, "minutes")
+        minutes.clear()
+        minutes.send_keys("20")
+        driver.find_element(By.NAME, "reason").send_keys("payments and search down")
+        assert emergency.status()["level"] == 0  # nothing happens before confirming
+        driver.find_element(By.ID, "baldur-emergency-confirm").click()
+        banner = self.wait_for(By.ID, "baldur-emergency")
+        assert banner.get_attribute("data-level") == "3"
+        assert "Emergency level 3" in banner.text and "payments and search down" in banner.text
+        assert "in 19 min" in banner.text or "in 20 min" in banner.text
+        self.shoot("admin-emergency-banner.png")
+        assert emergency.status()["actor"] == "admin"

@@ -1,4 +1,4 @@
-"""ST-5: the three fleet tasks run by real Celery workers (Redis broker), on the Redis store.
+"""ST-5, EM-4: the fleet tasks run by real Celery workers (Redis broker), on the Redis store.
 
 Two worker processes are started for the module (``celery -A tests.stores.celery_app
 worker --pool=solo``), each on a queue of its own, with Redis DB 10 as broker and result
@@ -17,8 +17,10 @@ at teardown.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -44,7 +46,7 @@ TASK = "baldur_django.tasks."
 class Worker:
     """One ``celery worker`` subprocess; its output is collected by a reader thread."""
 
-    def __init__(self, queue: str, prefix: str) -> None:
+    def __init__(self, queue: str, prefix: str, emergency_file: str) -> None:
         self.queue = queue
         self.lines: list[str] = []
         self.ready = threading.Event()
@@ -54,6 +56,8 @@ class Worker:
             BALDUR_TEST_STORE_PREFIX=prefix,
             BALDUR_TEST_STORE_URL=STORE_URL,
             BALDUR_TEST_BROKER_URL=BROKER_URL,
+            BALDUR_EMERGENCY_STATE_FILE=emergency_file,
+            BALDUR_EMERGENCY_AUTO_ACTIVATION_ENABLED="true",
             PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
         )
         self.process = subprocess.Popen(
@@ -130,8 +134,11 @@ def fleet():
     prefix = f"celerytest-{run}"
     queues = (f"baldur-test-{run}-a", f"baldur-test-{run}-b")
     started = time.monotonic()
-    workers = [Worker(queue, prefix) for queue in queues]
+    state_dir = tempfile.mkdtemp(prefix="baldur-celery-emergency-")
+    emergency_file = os.path.join(state_dir, "level.json")
+    workers = [Worker(queue, prefix, emergency_file) for queue in queues]
     fleet = Fleet(prefix, queues)
+    fleet.emergency_file = emergency_file
     try:
         for worker in workers:
             worker.wait_ready()
@@ -148,6 +155,7 @@ def fleet():
         for queue in queues:
             broker.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
         fleet.app.close()
+        shutil.rmtree(state_dir, ignore_errors=True)
     assert time.monotonic() - started < 30.0, "ST-5 celery group over its 30 s budget"
 
 
@@ -234,3 +242,29 @@ def test_st5_lock_of_a_crashed_run_blocks_until_it_expires(fleet):
     assert fleet.client.get(key) == b"crashed-run"  # a skipping run never touches another's lock
     wait_for(lambda: not fleet.client.exists(key), timeout=5, what="the crashed run's lock to expire")
     assert fleet.run("sync_state", worker=1)["skipped"] is None
+
+
+def test_em4_emergency_check_declares_level_3_in_a_real_worker(fleet):
+    """EM-4: a real worker runs tasks.emergency_check once; the shared emergency record already
+    holds one check over the threshold (an earlier run, 10 s ago), the store now has at least
+    70 % of its breakers OPEN: this run is the second consecutive check and declares Level 3
+    (source "auto") in the shared state file."""
+    from baldur_django.core import emergency
+
+    store = fleet.store
+    names = store.names()
+    open_now = sum(store.inspect(name).record.state == "open" for name in names)
+    extra = max(3, -(-(7 * len(names) - 10 * open_now) // 3) + 1)  # enough new OPEN breakers for >= 70 %
+    for i in range(extra):
+        name = f"em4-down-{i}"
+        store.load(name)
+        store.trip(name, "consecutive_failures", 3600.0)
+    backend = emergency.FileLevelBackend(fleet.emergency_file)
+    backend.update(lambda current: emergency.LevelState(check_at=time.time() - 10.0, check_streak=1))
+    summary = fleet.run("emergency_check")
+    assert summary["skipped"] is None, summary
+    assert summary["emergency"]["over"] and summary["emergency"]["declared"], summary
+    state = backend.read()
+    assert state.level == 3 and state.source == "auto" and state.actor == "auto-activation"
+    assert state.expires_at == pytest.approx(time.time() + 30 * 60, abs=60)
+    backend.update(lambda current: emergency.LevelState())  # leave the workers unfrozen

@@ -1,4 +1,4 @@
-"""ST-5: the fleet jobs behind the Celery tasks, their lock, and the beat schedule."""
+"""ST-5: the fleet jobs behind the Celery tasks (baldur_django.core.maintenance), their lock, and the beat schedule."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from baldur_django import fleet
+from baldur_django.core import maintenance
 from baldur_django.core.events import bus
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.testing import FakeClock, RecordingListener
@@ -27,7 +27,7 @@ def test_st5_memory_backend_has_nothing_to_act_on(caplog, fresh_registry):
     """ST-5: on the memory backend every job logs that it has nothing shared and returns."""
     fresh_registry.set_store(None)
     with caplog.at_level("INFO", logger="baldur.tasks"):
-        for job in (fleet.recovery_sweep, fleet.sync_state, fleet.emergency_check):
+        for job in (maintenance.recovery_sweep, maintenance.sync_state, maintenance.emergency_check):
             assert job().skipped == "memory backend"
     assert sum("nothing shared" in r.getMessage() for r in caplog.records) == 3
 
@@ -39,11 +39,11 @@ def test_st5_recovery_sweep_moves_due_records_once(shared):
     store.trip("b", "failure_rate", 100.0)
     store.force("c", "open", 600.0, "maintenance", None)
     clock.advance(11.0)
-    report = fleet.recovery_sweep()
+    report = maintenance.recovery_sweep()
     assert report.moved == ["a"] and report.breakers == 3
     assert store.raw("a").state == "half_open" and store.raw("b").state == "open" and store.raw("c").state == "open"
     assert events.transitions() == [("open", "half_open", "recovery_timeout")]
-    assert fleet.recovery_sweep().moved == []
+    assert maintenance.recovery_sweep().moved == []
 
 
 def test_st5_sync_state_lapses_forces_once_and_prunes(shared):
@@ -56,15 +56,15 @@ def test_st5_sync_state_lapses_forces_once_and_prunes(shared):
     clock.advance(8 * 86400.0)  # past the 7-day registry TTL for all three
     store.load("recent")
     store.force("lapsing", "open", 60.0, "", None)
-    report = fleet.sync_state()
+    report = maintenance.sync_state()
     assert report.pruned == ["ancient"]
     assert set(store.names()) == {"ancient-but-open", "held", "recent", "lapsing"}
     assert report.lapsed == []
     clock.advance(61.0)
-    report = fleet.sync_state()
+    report = maintenance.sync_state()
     assert report.lapsed == ["lapsing"] and store.raw("lapsing").state == "half_open"
     assert [e.kind for e in events.events].count("force_lapsed") == 1
-    assert fleet.sync_state().lapsed == []
+    assert maintenance.sync_state().lapsed == []
 
 
 def test_st5_task_reads_do_not_keep_entries_alive(shared):
@@ -73,8 +73,8 @@ def test_st5_task_reads_do_not_keep_entries_alive(shared):
     store.load("idle")
     for _ in range(3):
         clock.advance(3 * 86400.0)
-        fleet.sync_state()
-        fleet.recovery_sweep()
+        maintenance.sync_state()
+        maintenance.recovery_sweep()
     assert "idle" not in store.names()
 
 
@@ -93,25 +93,25 @@ def test_st5_overlapping_runs_one_skips(shared):
 
     store.names = slow_names
     result = {}
-    first = threading.Thread(target=lambda: result.setdefault("first", fleet.recovery_sweep()))
+    first = threading.Thread(target=lambda: result.setdefault("first", maintenance.recovery_sweep()))
     first.start()
     assert inside.wait(10)
     store.names = real_names
-    second = fleet.recovery_sweep()
+    second = maintenance.recovery_sweep()
     release.set()
     first.join(10)
     assert second.skipped == "locked"
     assert result["first"].skipped is None and result["first"].moved == ["a"]
-    assert fleet.recovery_sweep().skipped is None  # the lock was released
+    assert maintenance.recovery_sweep().skipped is None  # the lock was released
 
 
 def test_st5_lock_left_by_a_crashed_run_expires(shared):
     """ST-5: a lock whose holder crashed blocks runs only until it expires."""
     store, clock, events = shared
     assert store.lock("task:recovery_sweep", 10.0)  # a run that never unlocks
-    assert fleet.recovery_sweep().skipped == "locked"
+    assert maintenance.recovery_sweep().skipped == "locked"
     clock.advance(10.0)
-    assert fleet.recovery_sweep().skipped is None
+    assert maintenance.recovery_sweep().skipped is None
 
 
 def test_st5_beat_schedule_intervals_and_expiry(settings):
@@ -119,7 +119,7 @@ def test_st5_beat_schedule_intervals_and_expiry(settings):
     settings.BALDUR_TASK_RECOVERY_SWEEP_SECONDS = 7
     from baldur_django.tasks import BEAT_SCHEDULE
 
-    assert set(BEAT_SCHEDULE) == {"baldur-recovery-sweep", "baldur-sync-state", "baldur-emergency-check"}
+    assert set(BEAT_SCHEDULE) == {"baldur-recovery-sweep", "baldur-sync-state", "baldur-emergency-check", "baldur-meta-watchdog"}
     sweep = BEAT_SCHEDULE["baldur-recovery-sweep"]
     assert sweep["task"] == "baldur_django.tasks.recovery_sweep"
     assert sweep["schedule"] == 7.0 and sweep["options"]["expires"] == 7.0
@@ -132,6 +132,6 @@ def test_st5_emergency_check_counts(shared, caplog):
     store.trip("a", "consecutive_failures", 100.0)
     store.load("b")
     with caplog.at_level("DEBUG", logger="baldur.circuit_breaker"):
-        report = fleet.emergency_check()
+        report = maintenance.emergency_check()
     assert (report.breakers, report.open) == (2, 1)
     assert any(r.event == "circuit_breaker.emergency_check" and r.levelname == "DEBUG" for r in caplog.records)

@@ -117,8 +117,9 @@ def decode(raw: Any) -> Record:
             return Record()
         if not isinstance(record.probes, dict):
             record.probes = {}
-        if not isinstance(record.opens, int) or isinstance(record.opens, bool):
-            record.opens = int(record.opens) if isinstance(record.opens, float) and record.opens.is_integer() else 0
+        opens: Any = record.opens
+        whole = isinstance(opens, int) or (isinstance(opens, float) and opens.is_integer())
+        record.opens = int(opens) if whole and not isinstance(opens, bool) and opens >= 0 else 0
         return record
     except (TypeError, ValueError):
         return Record()
@@ -179,10 +180,14 @@ class StateStore(Protocol):
         time) whose record is CLOSED and unforced; returns the names forgotten."""
 
     def lock(self, name: str, ttl_seconds: float) -> str | None:
-        """Take the expiring lock *name*; returns a token, or None when it is held."""
+        """Take the expiring lock *name*; returns its owner token, or None when it is held (ST-5)."""
+
+    def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
+        """Renew the lock for *ttl_seconds* from now if *token* still owns it; False when it
+        expired or another owner holds it (the caller has lost it and must stop, ST-5)."""
 
     def unlock(self, name: str, token: str) -> bool:
-        """Release the lock if *token* still holds it."""
+        """Release the lock only if *token* still owns it (compare-and-delete)."""
 
     def reset(self, name: str) -> None:
         """Delete the record of *name* (operators and tests)."""

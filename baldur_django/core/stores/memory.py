@@ -101,6 +101,15 @@ class MemoryStore:
             self._locks[name] = (token, now + ttl_seconds)
             return token
 
+    def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
+        with self._lock:
+            now = self._now()
+            held = self._locks.get(name)
+            if held is None or held[0] != token or held[1] <= now:
+                return False
+            self._locks[name] = (token, now + ttl_seconds)
+            return True
+
     def unlock(self, name: str, token: str) -> bool:
         with self._lock:
             held = self._locks.get(name)

@@ -68,6 +68,7 @@ class RedisStore:
         self._scripts = {name: client.register_script(prelude + "\n" + _read(name)) for name in _SCRIPTS}
         self._touch = client.register_script(_read("registry_touch"))
         self._unlock = client.register_script(_read("unlock"))
+        self._extend = client.register_script(_read("extend"))
         self._prune = client.register_script(_read("prune"))
         self.registry_key = f"{prefix}:registry"
 
@@ -183,6 +184,15 @@ class RedisStore:
         except (redis.RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis lock failed: {exc}") from exc
         return token if ok else None
+
+    def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
+        import redis
+
+        try:
+            key = f"{self.prefix}:lock:{{{safe_key(name)}}}"
+            return bool(self._extend(keys=[key], args=[token, max(1, int(ttl_seconds * 1000))]))
+        except (redis.RedisError, OSError) as exc:
+            raise StoreUnavailable(f"redis lock extend failed: {exc}") from exc
 
     def unlock(self, name: str, token: str) -> bool:
         import redis

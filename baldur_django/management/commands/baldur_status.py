@@ -1,7 +1,8 @@
 """``manage.py baldur_status [--json] [--service NAME] [--config]`` (OP-7, CFG-4).
 
 Lists the known breakers with state, counts and force, or (``--config``) every effective
-``BALDUR_*`` value with where it came from. ``--json`` prints one JSON document and
+``BALDUR_*`` value with where it came from. While an Emergency Mode level is in force it is
+shown after the table (and as ``"emergency"`` in the JSON document). ``--json`` prints one JSON document and
 nothing else on stdout; notices go to stderr. Output is UTF-8 whatever the locale. On the
 memory backend it says on stderr that it shows only its own process. An unknown
 ``--service`` or an invalid setting is a :class:`CommandError` (exit status 1).
@@ -98,16 +99,27 @@ class Command(Utf8OutputMixin, BaseCommand):
         except services.UnknownServiceError as exc:
             hint = "" if shared else " (the memory backend shows only this command's own process)"
             raise CommandError(f"{exc}{hint}") from None
+        emergency = services.emergency_status()
+        if emergency.get("error"):
+            self.stderr.write(f"Note: the emergency level could not be read ({emergency['error']}).")
         if as_json:
-            document = {
+            document: dict[str, Any] = {
                 "backend": backend,
                 "shared": shared,
                 "scope": "shared store" if shared else f"this process only (pid {os.getpid()})",
                 "breakers": rows,
             }
+            if emergency["level"] or emergency.get("error"):
+                document["emergency"] = emergency  # EM-1: present while a level is in force
             self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))
             return
         self.stdout.write(f"backend: {backend}" + ("" if shared else " (this process only)"))
+        self._rows(rows)
+        if emergency["level"]:
+            line = services.describe_emergency(emergency)
+            self.stdout.write(line[0].upper() + line[1:] + ".")
+
+    def _rows(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             self.stdout.write("No circuit breakers known.")
             return
