@@ -26,7 +26,7 @@ def hammer(location: str, rules: list, path: str, attempts: int, barrier, result
         from django.test import RequestFactory
 
         from baldur_django import conf
-        from baldur_django.inbound import RateLimiter
+        from baldur_django.limiter import RateLimiter
         from baldur_django.middleware import RateLimitMiddleware
 
         conf.install()  # read BALDUR_* from these settings, as the app config does

@@ -15,9 +15,9 @@ from django.test import AsyncClient, Client, RequestFactory
 import baldur_django as baldur
 from baldur_django.core.errors import CircuitOpenError
 from baldur_django.core.registry import registry
-from baldur_django.inbound import SHED_HEADER, is_marked
+from baldur_django.core.marks import is_marked
 from baldur_django import middleware as middleware_module
-from baldur_django.middleware import CircuitBreakerMiddleware, RateLimitMiddleware, domain_for, record_response
+from baldur_django.middleware import SHED_HEADER, CircuitBreakerMiddleware, RateLimitMiddleware, domain_for, record_response
 
 from . import views
 from .conftest import CB, MAPPING, RL

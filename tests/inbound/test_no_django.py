@@ -15,7 +15,7 @@ SCRIPT = textwrap.dedent(
     import asyncio, sys, warnings
 
     import baldur_django
-    import baldur_django.inbound  # mark_rate_limited's home imports no Django either
+    import baldur_django.core.marks  # mark_rate_limited's home imports no Django either
     from baldur_django.contrib.asgi import BaldurASGIMiddleware
     from baldur_django.contrib.flask import BaldurFlask
     from flask import Flask

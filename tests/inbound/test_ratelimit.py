@@ -15,7 +15,8 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
 from baldur_django.core.errors import ConfigError
-from baldur_django.inbound import RateLimiter, client_ip, compile_rules, is_marked, normalise_ip
+from baldur_django.core.marks import is_marked
+from baldur_django.limiter import RateLimiter, client_ip, compile_rules, normalise_ip
 from baldur_django.middleware import RateLimitMiddleware
 
 from . import views
