@@ -294,19 +294,33 @@ class _Counter:
     ttl: int  # seconds the counter lives: to the window's end, plus one
 
 
+_django_redis: tuple[Any, Any, tuple[type, ...]] | None = None
+
+
+def _django_redis_parts() -> tuple[Any, Any, tuple[type, ...]] | None:
+    """(RedisCache, get_redis_connection, client classes left to the generic protocol), or
+    None without django-redis; imported once, on the first request that needs them."""
+    global _django_redis
+    if _django_redis is None:
+        try:
+            from django_redis import get_redis_connection
+            from django_redis.cache import RedisCache
+            from django_redis.client.herd import HerdClient
+            from django_redis.client.sharded import ShardClient
+        except ImportError:  # django-redis not installed: the generic protocol it is
+            return None
+        _django_redis = (RedisCache, get_redis_connection, (ShardClient, HerdClient))
+    return _django_redis
+
+
 def _script_client(cache: Any) -> bool:
     """True for a django-redis cache whose client can run one script over several keys."""
-    try:
-        from django_redis.cache import RedisCache
-        from django_redis.client.herd import HerdClient
-        from django_redis.client.sharded import ShardClient
-    except ImportError:  # django-redis not installed: the generic protocol it is
-        return False
-    if not isinstance(cache, RedisCache):
+    parts = _django_redis_parts()
+    if parts is None or not isinstance(cache, parts[0]):
         return False
     # A sharded client spreads the keys of one request over servers (one script cannot
     # reach them all) and the herd client wraps values: both get the generic protocol.
-    return not isinstance(cache.client, (ShardClient, HerdClient))
+    return not isinstance(cache.client, parts[2])
 
 
 class RateLimiter:
@@ -469,9 +483,9 @@ class RateLimiter:
     def _count_script(self, cache: Any, entries: list[_Counter]) -> list[int] | None:
         """One EVALSHA of :data:`COUNT_SCRIPT` on the cache's own Redis connection."""
         try:
-            from django_redis import get_redis_connection
-
-            connection = get_redis_connection(self.cache_alias())
+            parts = _django_redis_parts()
+            assert parts is not None  # _script_client() chose this path
+            connection = parts[1](self.cache_alias())  # django_redis.get_redis_connection
             script = self._script
             if script is None:
                 script = self._script = connection.register_script(COUNT_SCRIPT)

@@ -9,14 +9,15 @@ def fixed_now() -> float:
     return FIXED_NOW
 
 
-def hammer(location: str, rules: list, path: str, attempts: int, barrier, results) -> None:
-    """Configure Django with a django-redis cache, wait at the barrier, send *attempts* requests."""
+def hammer(location: str, rules: list, path: str, attempts: int, barrier, results, prefix: str = "") -> None:
+    """Configure Django with a django-redis cache (keys under *prefix*), wait at the barrier,
+    send *attempts* requests."""
     try:
         import django
         from django.conf import settings
 
         settings.configure(
-            CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location}},
+            CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location, "KEY_PREFIX": prefix}},
             INSTALLED_APPS=[],
             USE_TZ=True,
             BALDUR_RATE_LIMIT_RULES=rules,
