@@ -11,7 +11,7 @@ from .core.errors import BaldurError, CircuitOpenError, ConfigError, RateLimitCo
 from .core.registry import force_close_circuit, force_open_circuit, get_breaker, record_rate_limit, release_circuit
 from .core.retry import RetryPolicy
 from .core.states import CircuitState
-from .inbound import mark_rate_limited
+from .core.marks import mark_rate_limited
 
 __version__ = "0.1.0"
 

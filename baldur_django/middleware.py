@@ -22,12 +22,26 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from .conf import baldur_settings
 from .core.breaker import CircuitBreaker, Permit
 from .core.classify import RATE_LIMITED, SUCCESS, retry_after_of
-from .core.runner import settle_status
 from .core.errors import CircuitOpenError
+from .core.marks import is_marked, mark_rate_limited
 from .core.registry import registry
-from .inbound import SHED_HEADER, RateLimiter, is_shed, own_rate_limit, rate_limited_response
+from .core.runner import settle_status
+from .limiter import LIMIT_HEADER, MODE_HEADER, RateLimiter, rate_limited_response
 
-__all__ = ["CircuitBreakerMiddleware", "RateLimitMiddleware", "domain_for", "record_response", "shed_response"]
+__all__ = [
+    "CircuitBreakerMiddleware",
+    "RateLimitMiddleware",
+    "SHED_HEADER",
+    "domain_for",
+    "is_shed",
+    "own_rate_limit",
+    "record_response",
+    "shed_response",
+]
+
+#: Header on the 503 the circuit-breaker middleware answers with while shedding load;
+#: its value is the denial reason (``open``, ``half_open_full``, ``frozen``).
+SHED_HEADER = "X-Baldur-Shed"
 
 
 # ------------------------------------------------------------------ domain mapping
@@ -93,6 +107,54 @@ def domain_for(path: str) -> str:
 
 
 # ------------------------------------------------------------- recording outcomes
+def _header(response: Any, name: str) -> Any:
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    try:
+        return headers.get(name)
+    except Exception:
+        return None
+
+
+def own_rate_limit(request: Any, response: Any, *, mode_only: bool = False) -> bool:
+    """Whether a rate-limit answer came from the application itself. Implements IN-3, IN-6.
+
+    Call it only for a response whose status is a rate-limit status; it does not look
+    at the status.
+
+    Args:
+        request: the request (None outside Django); a marked request counts as own
+            (:func:`baldur_django.mark_rate_limited`).
+        response: any object with a ``headers`` mapping.
+        mode_only: look only at ``X-RateLimit-Mode`` (the Flask and ASGI middlewares),
+            not at ``X-RateLimit-Limit`` or the request mark.
+
+    Returns:
+        bool: True when the answer carries ``X-RateLimit-Mode`` (or, unless *mode_only*,
+        ``X-RateLimit-Limit`` or the request is marked).
+    """
+    if _header(response, MODE_HEADER) is not None:
+        return True
+    if mode_only:
+        return False
+    if _header(response, LIMIT_HEADER) is not None:
+        return True
+    return request is not None and is_marked(request)
+
+
+def is_shed(response: Any) -> bool:
+    """Whether *response* is the 503 this middleware answers with while shedding load (IN-1).
+
+    Args:
+        response: any object with a ``headers`` mapping.
+
+    Returns:
+        bool: True when it carries ``X-Baldur-Shed``.
+    """
+    return _header(response, SHED_HEADER) is not None
+
+
 def record_response(breaker: CircuitBreaker, permit: Permit, request: Any, response: Any) -> str:
     """Classify *response* and record it on *breaker* against *permit* (IN-1..IN-3).
 
@@ -113,6 +175,15 @@ def record_response(breaker: CircuitBreaker, permit: Permit, request: Any, respo
         return (kind == RATE_LIMITED or status == 429) and own_rate_limit(request, response)
 
     status = getattr(response, "status_code", None)
+    # Fast lane for the common answer: a plain int status on neither list, and neither 429
+    # nor 503 (the two statuses whose own-answer headers are looked at), is a success.
+    # settle_status() reaches the same record_success() after classifying the status and
+    # asking own(); this skips that detour (and building its two closures) per request.
+    if status.__class__ is int and status != 429 and status != 503:
+        config = breaker.config
+        if status not in config.failure_codes and status not in config.rate_limit_codes:
+            breaker.record_success(permit)
+            return "success"
     return settle_status(breaker, permit, status, lambda: retry_after_of(response), own)
 
 
@@ -215,7 +286,7 @@ class CircuitBreakerMiddleware:
 
 # ---------------------------------------------------------------------- limiter
 class RateLimitMiddleware:
-    """The package's own inbound rate limiter (IN-4), see :class:`~baldur_django.inbound.RateLimiter`.
+    """The package's own inbound rate limiter (IN-4), see :class:`~baldur_django.limiter.RateLimiter`.
 
     Rules come from ``BALDUR_RATE_LIMIT_RULES`` (``{"path": substring, "rate": "N/s|m|h",
     "key": "ip" | "user" | dotted path}``); counters live in the cache
@@ -247,8 +318,6 @@ class RateLimitMiddleware:
             markcoroutinefunction(self)
 
     def _refuse(self, request: Any, refusal: Any) -> Any:
-        from .inbound import mark_rate_limited
-
         mark_rate_limited(request)
         return rate_limited_response(refusal)
 

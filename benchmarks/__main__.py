@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--json FILE] [--stores]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--json FILE] [--stores] [--inbound]``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="FILE", default=None, help="also write every figure as JSON to FILE")
     # --- shared-store benchmark hook (benchmarks/stores.py) ---
     parser.add_argument("--stores", action="store_true", help="run the shared-store benchmark instead (benchmarks/stores.py; needs Redis)")
-    parser.add_argument("--redis-url", default=None, help="with --stores: the Redis server and database to use")
+    parser.add_argument("--redis-url", default=None, help="with --stores or --inbound: the Redis server and database to use")
+    # --- inbound-side benchmark hook (benchmarks/inbound.py) ---
+    parser.add_argument("--inbound", action="store_true",
+                        help="run the inbound-side benchmark instead (benchmarks/inbound.py: middlewares, rate limiters; needs Redis)")
     return parser
 
 
@@ -33,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         from .stores import main as stores_main
 
         return stores_main(["--redis-url", args.redis_url] if args.redis_url else [], quick=args.quick, json_file=args.json)
+    if args.inbound:  # --- inbound-side benchmark hook ---
+        from .inbound import main as inbound_main
+
+        return inbound_main([], quick=args.quick, json_file=args.json, redis_url=args.redis_url)
     # The OPEN scenario trips breakers on purpose: keep their state-change lines off stderr
     # (and give the logger its level back afterwards: tests call main() in-process).
     quiet = logging.getLogger("baldur")

@@ -35,7 +35,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Header on the package's own load-shedding 503 (see ``baldur_django.middleware``).
 SHED_HEADER = "x-baldur-shed"
-#: Header on the package's own 429s (see ``baldur_django.inbound``).
+#: Header on the package's own 429s (see ``baldur_django.limiter``).
 MODE_HEADER = "x-ratelimit-mode"
 
 

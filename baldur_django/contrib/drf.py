@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without DRF inst
         "pip install 'baldur-django[drf]' (or pip install djangorestframework)"
     ) from exc
 
-from ..inbound import mark_rate_limited
+from ..core.marks import mark_rate_limited
 
 __all__ = ["BaldurThrottleMixin", "BaldurUserRateThrottle", "BaldurAnonRateThrottle", "BaldurScopedRateThrottle"]
 

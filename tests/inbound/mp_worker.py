@@ -9,14 +9,15 @@ def fixed_now() -> float:
     return FIXED_NOW
 
 
-def hammer(location: str, rules: list, path: str, attempts: int, barrier, results) -> None:
-    """Configure Django with a django-redis cache, wait at the barrier, send *attempts* requests."""
+def hammer(location: str, rules: list, path: str, attempts: int, barrier, results, prefix: str = "") -> None:
+    """Configure Django with a django-redis cache (keys under *prefix*), wait at the barrier,
+    send *attempts* requests."""
     try:
         import django
         from django.conf import settings
 
         settings.configure(
-            CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location}},
+            CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location, "KEY_PREFIX": prefix}},
             INSTALLED_APPS=[],
             USE_TZ=True,
             BALDUR_RATE_LIMIT_RULES=rules,
@@ -26,7 +27,7 @@ def hammer(location: str, rules: list, path: str, attempts: int, barrier, result
         from django.test import RequestFactory
 
         from baldur_django import conf
-        from baldur_django.inbound import RateLimiter
+        from baldur_django.limiter import RateLimiter
         from baldur_django.middleware import RateLimitMiddleware
 
         conf.install()  # read BALDUR_* from these settings, as the app config does

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 import logging
 import random
 import string
@@ -15,9 +16,9 @@ from django.test import AsyncClient, Client, RequestFactory
 import baldur_django as baldur
 from baldur_django.core.errors import CircuitOpenError
 from baldur_django.core.registry import registry
-from baldur_django.inbound import SHED_HEADER, is_marked
+from baldur_django.core.marks import is_marked
 from baldur_django import middleware as middleware_module
-from baldur_django.middleware import CircuitBreakerMiddleware, RateLimitMiddleware, domain_for, record_response
+from baldur_django.middleware import SHED_HEADER, CircuitBreakerMiddleware, RateLimitMiddleware, domain_for, record_response
 
 from . import views
 from .conftest import CB, MAPPING, RL
@@ -117,6 +118,46 @@ def test_in1_record_response_ignores_the_package_s_own_503():
     assert record_response(breaker, breaker.acquire(), request, own) == "ignored"
     assert record_response(breaker, breaker.acquire(), request, HttpResponse(status=503)) == "failure"
     assert breaker.snapshot()["window_calls"] == 1
+
+
+class _Answer:
+    """A response-like object: any ``status_code`` value, optional headers."""
+
+    def __init__(self, status_code, headers=None):
+        self.status_code = status_code
+        self.headers = headers or {}
+
+
+@pytest.mark.parametrize(
+    "status,headers,expected",
+    [
+        (200, {}, "success"),
+        (200, {"X-RateLimit-Mode": "enforce"}, "success"),  # own-answer headers matter on a 429 only
+        (404, {}, "success"),
+        (418, {}, "failure"),  # on the configured failure list
+        (420, {}, "rate_limited"),  # on the configured rate-limit list
+        (429, {}, "success"),  # taken off the rate-limit list: a 429 is then an ordinary status
+        (429, {"X-RateLimit-Limit": "5"}, "ignored"),  # ... unless it is the app's own answer
+        (503, {}, "success"),
+        (503, {SHED_HEADER: "open"}, "ignored"),
+        (HTTPStatus.IM_A_TEAPOT, {}, "failure"),  # an int subclass goes the general way
+        (True, {}, "success"),  # not a status
+        ("418", {}, "success"),  # not a status
+        (None, {}, "success"),
+    ],
+)
+def test_in1_record_response_outcomes_follow_the_lists(configure, status, headers, expected):
+    """IN-1..IN-3, CFG-2: record_response's outcome for each status follows the two lists as
+    configured now (its fast lane for plain successes included): failure list [418], rate-limit
+    list [420]; the package's and the app's own answers are ignored."""
+    configure(BALDUR_MIDDLEWARE_CB_STATUS_CODES=[418], BALDUR_MIDDLEWARE_RATE_LIMIT_CODES=[420])
+    breaker = baldur.get_breaker("default")
+    request = RequestFactory().get("/x/")
+    assert record_response(breaker, breaker.acquire(), request, _Answer(status, headers)) == expected
+    snap = breaker.snapshot()
+    assert (snap["window_calls"], snap["window_failures"]) == {
+        "success": (1, 0), "failure": (1, 1), "rate_limited": (1, 1), "ignored": (0, 0)
+    }[expected]
 
 
 # ------------------------------------------------------------------------ domains

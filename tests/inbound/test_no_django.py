@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ SCRIPT = textwrap.dedent(
     import asyncio, sys, warnings
 
     import baldur_django
-    import baldur_django.inbound  # mark_rate_limited's home imports no Django either
+    import baldur_django.core.marks  # mark_rate_limited's home imports no Django either
     from baldur_django.contrib.asgi import BaldurASGIMiddleware
     from baldur_django.contrib.flask import BaldurFlask
     from flask import Flask
@@ -65,3 +66,38 @@ def test_in6_flask_and_asgi_work_without_django_settings_or_imports():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "NO-DJANGO-OK" in done.stdout
+
+
+IMPORT_ONLY = textwrap.dedent(
+    """
+    import json, sys
+
+    before = set(sys.modules)
+    import baldur_django
+
+    added = sorted(set(sys.modules) - before)
+    outside = [
+        name for name in added
+        if not (name == "baldur_django" or name == "baldur_django.core" or name.startswith("baldur_django.core."))
+        and name.split(".")[0] not in sys.stdlib_module_names
+    ]
+    print(json.dumps({"outside": outside, "package": [n for n in added if n.startswith("baldur_django")]}))
+    """
+)
+
+
+def test_import_baldur_django_loads_only_the_core():
+    """Issue 9 item 4, section 0, CFG-1: ``import baldur_django`` in a fresh interpreter with no
+    DJANGO_SETTINGS_MODULE loads ``baldur_django``, ``baldur_django.core.*`` and the standard
+    library only: no Django layer module (``conf``, ``limiter``, ``middleware``...), no Django, no
+    third-party package. ``mark_rate_limited`` comes from ``baldur_django.core.marks``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and not k.startswith("BALDUR_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ONLY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["outside"] == []
+    assert "baldur_django.core.marks" in report["package"]
+    assert not {"baldur_django.conf", "baldur_django.limiter", "baldur_django.middleware"} & set(report["package"])

@@ -15,7 +15,8 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
 from baldur_django.core.errors import ConfigError
-from baldur_django.inbound import RateLimiter, client_ip, compile_rules, is_marked, normalise_ip
+from baldur_django.core.marks import is_marked
+from baldur_django.limiter import RateLimiter, client_ip, compile_rules, normalise_ip
 from baldur_django.middleware import RateLimitMiddleware
 
 from . import views
@@ -354,3 +355,102 @@ def test_in4_threads_sharing_the_cache_admit_exactly_the_rate(limited):
     assert sum(admitted) == 100
     rule = get.limiter.rules()[0]
     assert caches["default"].get(get.limiter.key(rule, 500, "ip:127.0.0.1")) == 100
+
+
+# ----------------------------------------------------------- rates changed at run time
+LOWERED = [{"path": "/limited/", "rate": "5/m", "key": "ip"}]
+
+
+def test_in4_lowered_rate_applies_at_once_to_the_hits_already_counted(limited, configure):
+    """IN-4, CFG-2: a client at 8 hits of 10/m, the rate lowered to 5/m with override_settings:
+    the next request is refused with X-RateLimit-Remaining 0 (the counter carries on, it does not
+    start afresh), refusals keep no hit, and raising the rate again gives back exactly the room left."""
+    now = Now(1_200_000.0 + 10)  # 10 s into a minute window
+    get = limited([{"path": "/limited/", "rate": "10/m", "key": "ip"}], now)
+    assert statuses(get, 8) == [200] * 8
+    before = get.limiter.key(get.limiter.rules()[0], int(now.t // 60), "ip:127.0.0.1")
+    configure(BALDUR_RATE_LIMIT_RULES=LOWERED)
+    after = get.limiter.key(get.limiter.rules()[0], int(now.t // 60), "ip:127.0.0.1")
+    assert after == before  # the key names path, key and period, not the count
+    refused = get()
+    assert refused.status_code == 429
+    assert refused.headers["X-RateLimit-Limit"] == "5"
+    assert refused.headers["X-RateLimit-Remaining"] == "0"
+    assert refused.headers["Retry-After"] == "50"
+    assert statuses(get, 3) == [429] * 3
+    assert caches["default"].get(after) == 8  # refusals took nothing
+    configure(BALDUR_RATE_LIMIT_RULES=[{"path": "/limited/", "rate": "10/m", "key": "ip"}])
+    assert statuses(get, 3) == [200, 200, 429]  # 8 + 2 = 10: the old budget, not a new one
+    now.t += 50  # the next window
+    configure(BALDUR_RATE_LIMIT_RULES=LOWERED)
+    assert statuses(get, 6) == [200] * 5 + [429]
+
+
+def test_in4_counter_key_ignores_the_count_and_the_rule_position(limited):
+    """IN-4: the counter of a rule is named by its path, key and period: a changed count or a
+    rule inserted before it keeps the counter; another period or key or path is another counter."""
+    rules = compile_rules([{"path": "/a/", "rate": "10/m", "key": "ip"}])
+    same = compile_rules([{"path": "/b/", "rate": "1/s"}, {"path": "/a/", "rate": "3/m", "key": "ip"}])
+    assert rules[0].ident == same[1].ident
+    others = compile_rules(
+        [
+            {"path": "/a/", "rate": "10/h", "key": "ip"},
+            {"path": "/a/", "rate": "10/m", "key": "user"},
+            {"path": "/a/x", "rate": "10/m", "key": "ip"},
+        ]
+    )
+    assert len({rules[0].ident, *(rule.ident for rule in others)}) == 4
+
+
+def test_in4_rules_sharing_path_key_and_period_share_one_counter_the_stricter_limit_applies(limited):
+    """IN-4: two rules with one path, key and period count each request once; the smaller count rules."""
+    now = Now()
+    get = limited([{"path": "/limited/", "rate": "5/m", "key": "ip"}, {"path": "/limited/", "rate": "3/m", "key": "ip"}], now)
+    assert statuses(get, 4) == [200, 200, 200, 429]
+    assert get().headers["X-RateLimit-Limit"] == "3"
+    key = get.limiter.key(get.limiter.rules()[0], int(now.t // 60), "ip:127.0.0.1")
+    assert caches["default"].get(key) == 3
+
+
+# ------------------------------------------------------------------ honest Retry-After
+@pytest.mark.parametrize("offset", [0.0, 0.3, 17.5, 59.0, 59.999])
+def test_in4_a_request_made_retry_after_seconds_later_is_admitted(limited, offset):
+    """IN-4: Retry-After is honest: the window that refused has ended that many seconds later,
+    wherever in the window the refusal happened (fractional clock included), and not a second
+    sooner is promised than needed (one second earlier the client would still be refused)."""
+    now = Now(1_200_000.0 + offset)
+    get = limited([RULE], now)
+    assert statuses(get, 3) == [200] * 3
+    refused = get()
+    wait = int(refused.headers["Retry-After"])
+    assert 1 <= wait <= 60
+    if wait > 1:
+        now.t += wait - 1
+        assert get().status_code == 429
+        now.t -= wait - 1
+    now.t += wait
+    assert get().status_code == 200
+
+
+def test_in4_retry_after_waits_for_every_rule_that_refused(limited):
+    """IN-4: when a minute rule and an hour rule both refuse a request, Retry-After is the hour's
+    end (the minute's end would promise a request the hour rule still refuses); a request made then
+    is admitted. A rule that admitted the request (its hit given back) does not lengthen the wait."""
+    now = Now(3600.0 * 500 + 30)  # 30 s into an hour, and into a minute
+    get = limited(
+        [{"path": "/limited/", "rate": "2/m", "key": "ip"}, {"path": "/limited/", "rate": "4/h", "key": "ip"}],
+        now,
+    )
+    assert statuses(get, 2) == [200, 200]
+    refused = get()  # minute rule over, hour rule at 3 of 4: only the minute refuses
+    assert (refused.status_code, refused.headers["Retry-After"], refused.headers["X-RateLimit-Limit"]) == (429, "30", "2")
+    now.t += 30
+    assert statuses(get, 2) == [200, 200]  # minute 2 of 2; hour 4 of 4
+    refused = get()  # both rules over now
+    assert (refused.status_code, refused.headers["X-RateLimit-Limit"]) == (429, "4")
+    wait = int(refused.headers["Retry-After"])
+    assert wait == 3600 - 60
+    now.t += 60  # the minute rule's next window: the hour rule still refuses
+    assert get().status_code == 429
+    now.t += wait - 60
+    assert get().status_code == 200

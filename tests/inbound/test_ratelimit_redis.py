@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import uuid
 
 import pytest
 
@@ -17,7 +18,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.multiprocess]
 
 @pytest.fixture
 def redis15():
-    """The real Redis, DB 15, flushed before and after."""
+    """The real Redis, DB 15, and a key prefix of this test's own (``client.test_prefix``):
+    other suites may use the server at the same time, so its keys, not the database, are
+    deleted afterwards."""
     import redis
 
     client = redis.Redis.from_url(LOCATION, socket_timeout=2)
@@ -27,18 +30,19 @@ def redis15():
     except Exception as exc:  # connection refused, timeout
         reachable, detail = False, repr(exc)
     need_server("Redis at 127.0.0.1:6379", reachable, detail)
-    client.flushdb()
+    client.test_prefix = f"rlmp-{uuid.uuid4().hex[:12]}"
     yield client
-    client.flushdb()
+    for key in client.scan_iter(f"{client.test_prefix}:*"):
+        client.delete(key)
     client.close()
 
 
-def run_processes(rules, path, processes, attempts):
+def run_processes(rules, path, processes, attempts, prefix=""):
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(processes)
     results = ctx.Queue()
     workers = [
-        ctx.Process(target=mp_worker.hammer, args=(LOCATION, rules, path, attempts, barrier, results))
+        ctx.Process(target=mp_worker.hammer, args=(LOCATION, rules, path, attempts, barrier, results, prefix))
         for _ in range(processes)
     ]
     for worker in workers:
@@ -58,9 +62,9 @@ def run_processes(rules, path, processes, attempts):
 def test_in4_processes_sharing_redis_admit_exactly_the_rate(redis15):
     """IN-4: 4 processes x 75 attempts against a 100/h rule admit exactly 100; refusals leave no hits."""
     rules = [{"path": "/api/", "rate": "100/h", "key": "ip"}]
-    admitted, refused = run_processes(rules, "/api/orders/", processes=4, attempts=75)
+    admitted, refused = run_processes(rules, "/api/orders/", processes=4, attempts=75, prefix=redis15.test_prefix)
     assert (admitted, refused) == (100, 200)
-    keys = [k for k in redis15.keys("*") if b"baldur:rl:" in k]
+    keys = [k for k in redis15.scan_iter(f"{redis15.test_prefix}:*") if b"baldur:rl:" in k]
     assert len(keys) == 1, keys
     assert int(redis15.get(keys[0])) == 100  # every refused hit was given back
     assert redis15.ttl(keys[0]) > 0  # counters expire

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import sqlite3
 import subprocess
@@ -18,6 +19,7 @@ import baldur_django as baldur
 from baldur_django.core import registry as registry_module
 from baldur_django.core.errors import StoreError
 from baldur_django.core.knobs import KNOBS
+from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.models import BreakerAudit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,6 +93,40 @@ def test_status_on_a_shared_backend_has_no_process_notice(some_breakers, shared)
     """OP-7: with a shared backend there is no 'this process only' notice."""
     out, err = run("baldur_status", "--json")
     assert json.loads(out)["shared"] is True and err == ""
+
+
+class _RegistryUnreadable(MemoryStore):
+    """A shared store whose registry of names cannot be read (the server is down)."""
+
+    def names(self):
+        raise ConnectionError("store down")
+
+
+def test_status_json_notices_go_to_stderr_not_through_logging(some_breakers, shared):
+    """OP-7: with the store unreadable, baldur_status --json writes its notice to its own stderr; the
+    project's handlers on the ``baldur`` loggers get nothing while it runs and are back afterwards."""
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    keep = Keep()
+    family = logging.getLogger("baldur")
+    child = logging.getLogger("baldur.services")
+    family.addHandler(keep)
+    child.addHandler(keep)
+    registry_module.registry.set_store(_RegistryUnreadable())
+    try:
+        out, err = run("baldur_status", "--json")
+        assert json.loads(out)["shared"] is True
+        assert "status_store_unavailable" in err and "could not be read" in err
+        assert seen == []
+        logging.getLogger("baldur.services").warning("after the command")
+        assert seen == ["after the command", "after the command"]  # both handlers are back
+    finally:
+        family.removeHandler(keep)
+        child.removeHandler(keep)
 
 
 def test_status_config_lists_every_setting_with_source(settings, monkeypatch):
@@ -315,3 +351,70 @@ def test_process_force_is_audited(project):
                   BALDUR_STATE_BACKEND="database")
     assert done.returncode == 0, done.stderr
     assert audit_in(project)[before:] == [("proc-audited", "close", "command", 3.0, "audit me")]
+
+
+# ------------------------------------------- --json with LOGGING sending baldur to stdout
+LOGGING_TO_STDOUT = """
+from tests.settings import *  # noqa: F401,F403
+import os
+
+LOGGING_CONFIG = "logging.config.dictConfig"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "LOG %(name)s %(levelname)s %(message)s"}},
+    "handlers": {"out": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "plain"}},
+    "loggers": {"baldur": {"handlers": ["out"], "level": "DEBUG", "propagate": False}},
+}
+BALDUR_STATE_BACKEND = "redis"
+BALDUR_REDIS_URL = os.environ["OP7_REDIS_URL"]
+BALDUR_REDIS_SOCKET_TIMEOUT = 0.5
+"""
+
+
+@pytest.fixture(scope="module")
+def logging_project(tmp_path_factory):
+    """A settings module whose LOGGING sends ``baldur`` (DEBUG and up) to stdout, on the Redis
+    backend pointed at a closed local port (nothing listens: the store is down)."""
+    import socket
+
+    root = tmp_path_factory.mktemp("op7log")
+    (root / "op7_settings.py").write_text(LOGGING_TO_STDOUT)
+    with socket.socket() as sock:  # a port nothing listens on once this socket is closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BALDUR_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="op7_settings",
+        PYTHONPATH=os.pathsep.join([str(REPO), str(root)]),
+        OP7_REDIS_URL=f"redis://127.0.0.1:{port}/12",
+        LC_ALL="C",
+        LANG="C",
+        PYTHONIOENCODING="ascii",
+        PYTHONUTF8="0",
+    )
+    return root, env
+
+
+@pytest.mark.multiprocess
+def test_process_status_json_stdout_is_clean_when_logging_sends_baldur_to_stdout(logging_project):
+    """OP-7: a project whose LOGGING sends ``baldur`` to stdout, the Redis store down (a closed
+    port), LC_ALL=C: ``baldur_status --json`` exits 0, stdout is exactly one JSON document, and the
+    command's notice that the shared registry could not be read is on stderr, written by the command."""
+    sanity = manage(logging_project, "shell", "-c", "import logging; logging.getLogger('baldur.x').warning('routed')")
+    assert sanity.returncode == 0, sanity.stderr
+    assert b"LOG baldur.x WARNING routed" in sanity.stdout  # this LOGGING really writes baldur to stdout
+
+    done = manage(logging_project, "baldur_status", "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout.decode("utf-8"))
+    assert document == {"backend": "redis", "shared": True, "scope": "shared store", "breakers": []}
+    assert b"status_store_unavailable" in done.stderr and b"LOG " not in done.stderr
+
+    done = manage(logging_project, "baldur_status", "--json", "--service", "nope")
+    assert done.returncode != 0 and done.stdout == b""
+    assert b"'nope'" in done.stderr
+
+    done = manage(logging_project, "baldur_status", "--config", "--json")
+    assert done.returncode == 0, done.stderr
+    assert {row["name"] for row in json.loads(done.stdout.decode("utf-8"))["settings"]} >= {"BALDUR_STATE_BACKEND"}

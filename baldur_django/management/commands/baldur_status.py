@@ -6,22 +6,29 @@ shown after the table (and as ``"emergency"`` in the JSON document). ``--json`` 
 nothing else on stdout; notices go to stderr. Output is UTF-8 whatever the locale. On the
 memory backend it says on stderr that it shows only its own process. An unknown
 ``--service`` or an invalid setting is a :class:`CommandError` (exit status 1).
+
+While it runs, the log records of the ``baldur`` loggers are the command's notices: the
+command writes them to its own stderr (:func:`command_notices`) instead of handing them to
+the project's ``LOGGING``, so a project that sends ``baldur`` to stdout still gets one clean
+JSON document there (OP-7).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import sys
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 from django.core.management.base import BaseCommand, CommandError
 
 from baldur_django import services
 from baldur_django.core.errors import ConfigError
 
-__all__ = ["Command", "utf8_streams", "format_time", "format_table"]
+__all__ = ["Command", "utf8_streams", "format_time", "format_table", "command_notices", "NoticesToStderrMixin"]
 
 
 def utf8_streams(*streams: Any) -> None:
@@ -52,6 +59,82 @@ class Utf8OutputMixin:
         return super().execute(*args, **options)  # type: ignore[misc]
 
 
+class _Notices(logging.Handler):
+    """Hands every record it gets to the command's own ``write`` as one line of text."""
+
+    def __init__(self, write: Callable[[str], Any]) -> None:
+        super().__init__(logging.NOTSET)
+        self._write = write
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:
+                text += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+            self._write(f"{record.levelname.lower()}: {text}")
+        except Exception:  # a notice must never break the command
+            pass
+
+
+@contextmanager
+def command_notices(write: Callable[[str], Any], logger_name: str = "baldur") -> Iterator[None]:
+    """Make the package's log records the command's own notices while the block runs (OP-7).
+
+    Every logger of the *logger_name* family (``baldur`` and ``baldur.*``) loses its
+    handlers for the duration and propagates to ``baldur``, whose only handler passes each
+    record to *write*; nothing reaches the project's ``LOGGING`` handlers (one of which may
+    write to stdout) or the root logger. ``baldur`` lets warnings through even when the
+    project set it quieter. Everything is put back afterwards, also on an exception.
+
+    Args:
+        write: called with one line of text per record (the command's stderr writer).
+        logger_name: the family's top logger.
+
+    Returns:
+        A context manager.
+    """
+    top = logging.getLogger(logger_name)
+    family = [top] + [
+        logger
+        for name, logger in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith(logger_name + ".") and isinstance(logger, logging.Logger)
+    ]
+    saved = [(logger, logger.handlers[:], logger.propagate, logger.level, logger.disabled) for logger in family]
+    try:
+        for logger in family:
+            logger.handlers = []
+            logger.propagate = True
+            logger.disabled = False
+        top.handlers = [_Notices(write)]
+        top.propagate = False
+        if top.getEffectiveLevel() > logging.WARNING:
+            top.setLevel(logging.WARNING)
+        yield
+    finally:
+        for logger, handlers, propagate, level, disabled in saved:
+            logger.handlers = handlers
+            logger.propagate = propagate
+            logger.setLevel(level)
+            logger.disabled = disabled
+
+
+class NoticesToStderrMixin:
+    """Commands whose notices are written to their own stderr, never through logging (OP-7).
+
+    Wraps the whole of ``execute()`` (system checks included) in :func:`command_notices`
+    writing to the command's stderr (``call_command(stderr=...)`` or ``sys.stderr``).
+    """
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        def write(line: str) -> None:
+            stream = options.get("stderr") or sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+
+        with command_notices(write):
+            return super().execute(*args, **options)  # type: ignore[misc]
+
+
 def format_time(timestamp: float | None) -> str:
     """Unix seconds -> ``"YYYY-MM-DD HH:MM:SS UTC"``; None -> ``"-"``."""
     if timestamp is None:
@@ -67,7 +150,7 @@ def format_table(header: list[str], rows: Iterable[list[str]]) -> str:
     return "\n".join(lines)
 
 
-class Command(Utf8OutputMixin, BaseCommand):
+class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
     help = (
         "Show every known circuit breaker (state, counts, force and expiry), or with --config every "
         "effective BALDUR_* setting and its source. --json prints only JSON on stdout."

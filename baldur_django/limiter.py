@@ -1,20 +1,21 @@
-"""The inbound side's building blocks: request marks, client keys and the fixed-window limiter.
+"""The package's own inbound rate limiter behind ``RateLimitMiddleware`` (IN-4).
 
-Three things live here and are shared by :mod:`baldur_django.middleware` and
-:mod:`baldur_django.contrib.drf`:
+Rules come from ``BALDUR_RATE_LIMIT_RULES``; every matching rule counts the request in
+a fixed window of its own, in the Django cache ``BALDUR_RATE_LIMIT_CACHE_ALIAS``.
 
-* :func:`mark_rate_limited` / :func:`is_marked`: an app-side limiter (the DRF throttle
-  bridge, a hand-written check) marks the request it refused, so the circuit-breaker
-  middleware leaves that 429 out (IN-3).
-* :func:`own_rate_limit` / :func:`is_shed`: recognise the answers the package produced
-  itself, which never count against a breaker (IN-1, IN-3).
-* :class:`RateLimiter`: the package's own inbound limiter behind ``RateLimitMiddleware``
-  (IN-4): rules from ``BALDUR_RATE_LIMIT_RULES``, fixed windows, atomic counting in a
-  Django cache, client keys by IP, user or a function of your own.
+* A counter's cache key names its rule by path, key and period, never by the count, so
+  a rate lowered at run time (``override_settings``, CFG-2) applies at once to the hits
+  already counted in the current window.
+* A request is admitted only when every matching rule has room; a refused request keeps
+  no hit in any counter.
+* On django-redis (``django_redis.cache.RedisCache`` with its default or Sentinel client)
+  one Lua script counts every matching rule of a request: one round trip, atomic across
+  processes, the refusal's hits never visible to anyone. Every other cache (local
+  memory, database, memcached, Django's own Redis backend) is driven through the
+  generic cache protocol: ``add`` + ``incr`` per rule, ``decr`` to give hits back.
 
-This module imports Django only inside the functions that need it, so
-``import baldur_django`` (which re-exports :func:`mark_rate_limited`) still works in a
-process without Django.
+Client keys (``ip``, ``user``, a dotted path) and the 429 the middleware answers with
+live here too.
 """
 
 from __future__ import annotations
@@ -34,29 +35,24 @@ from .conf import baldur_settings
 from .core.errors import ConfigError
 
 __all__ = [
-    "MARK_ATTRIBUTE",
     "MODE_HEADER",
     "LIMIT_HEADER",
     "REMAINING_HEADER",
-    "SHED_HEADER",
     "MODE_VALUE",
-    "mark_rate_limited",
-    "is_marked",
-    "own_rate_limit",
-    "is_shed",
     "normalise_ip",
     "client_ip",
     "Rule",
     "compile_rules",
     "Refusal",
     "RateLimiter",
+    "COUNT_SCRIPT",
     "rate_limited_response",
 ]
 
+# The logger keeps the name it had when the limiter lived in ``baldur_django.inbound``:
+# projects filter on it (docs/inbound.md).
 _log = logging.getLogger("baldur.inbound")
 
-#: Attribute set on the underlying ``HttpRequest`` by :func:`mark_rate_limited`.
-MARK_ATTRIBUTE = "baldur_rate_limited"
 #: Header every 429 of the package's own limiter carries; its presence on a 429 means
 #: "this limit was imposed by our own app" (IN-3, IN-6).
 MODE_HEADER = "X-RateLimit-Mode"
@@ -64,92 +60,23 @@ LIMIT_HEADER = "X-RateLimit-Limit"
 REMAINING_HEADER = "X-RateLimit-Remaining"
 #: Value of :data:`MODE_HEADER` on the limiter's refusals: the rules were enforced.
 MODE_VALUE = "enforce"
-#: Header on the 503 the circuit-breaker middleware answers with while shedding load;
-#: its value is the denial reason (``open``, ``half_open_full``, ``frozen``).
-SHED_HEADER = "X-Baldur-Shed"
 
 _PERIODS = {"s": 1, "m": 60, "h": 3600}
 
 
-# --------------------------------------------------------------------------- marks
-def _underlying(request: Any) -> Any:
-    # DRF's Request forwards attribute reads to the HttpRequest but keeps writes on
-    # itself, and middleware only ever sees the HttpRequest: always use the inner one.
-    inner = getattr(request, "_request", None)
-    return inner if inner is not None else request
-
-
-def mark_rate_limited(request: Any) -> None:
-    """Mark *request* as refused by the application's own rate limiter (IN-3).
-
-    The circuit-breaker middleware then leaves the request's 429 out of every count.
-
-    Args:
-        request: a Django ``HttpRequest`` or a DRF ``Request`` (the mark is set on the
-            underlying ``HttpRequest``, the object middleware sees).
-
-    Returns:
-        None.
-    """
-    setattr(_underlying(request), MARK_ATTRIBUTE, True)
-
-
-def is_marked(request: Any) -> bool:
-    """True when :func:`mark_rate_limited` was called for *request* (IN-3).
-
-    Args:
-        request: a Django ``HttpRequest`` or a DRF ``Request``.
-    """
-    return getattr(_underlying(request), MARK_ATTRIBUTE, False) is True
-
-
-def _header(response: Any, name: str) -> Any:
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    try:
-        return headers.get(name)
-    except Exception:
-        return None
-
-
-def own_rate_limit(request: Any, response: Any, *, mode_only: bool = False) -> bool:
-    """True when a rate-limit answer came from the application itself (IN-3, IN-6).
-
-    Call it only for a response whose status is a rate-limit status; it does not look
-    at the status.
-
-    Args:
-        request: the request (None outside Django); a marked request counts as own.
-        response: any object with a ``headers`` mapping.
-        mode_only: look only at ``X-RateLimit-Mode`` (the Flask and ASGI middlewares),
-            not at ``X-RateLimit-Limit`` or the request mark.
-    """
-    if _header(response, MODE_HEADER) is not None:
-        return True
-    if mode_only:
-        return False
-    if _header(response, LIMIT_HEADER) is not None:
-        return True
-    return request is not None and is_marked(request)
-
-
-def is_shed(response: Any) -> bool:
-    """True for the 503 the circuit-breaker middleware answers with while shedding load."""
-    return _header(response, SHED_HEADER) is not None
-
-
 # ----------------------------------------------------------------------- client keys
 def normalise_ip(text: Any) -> str | None:
-    """Return the canonical text of an IP address, or None when *text* is not one.
+    """Return the canonical text of an IP address, or None when *text* is not one (IN-4).
 
     Accepts the forms proxies write: surrounding spaces, ``[v6]:port``, ``v4:port`` and
     a ``%zone`` suffix. IPv6 is compressed and lower-cased; an IPv4-mapped IPv6 address
-    (``::ffff:192.0.2.1``) becomes the IPv4 address, so both spellings share a counter
-    (IN-4).
+    (``::ffff:192.0.2.1``) becomes the IPv4 address, so both spellings share a counter.
 
     Args:
         text: a string (anything else gives None).
+
+    Returns:
+        str | None: the address as :mod:`ipaddress` writes it, or None.
     """
     if not isinstance(text, str):
         return None
@@ -187,8 +114,8 @@ def client_ip(request: Any, *, trust_forwarded_for: bool | None = None, trusted_
         trusted_proxies: defaults to ``BALDUR_RATE_LIMIT_TRUSTED_PROXIES`` (>= 1).
 
     Returns:
-        The normalised address, or the raw ``REMOTE_ADDR`` text (possibly ``""``) when it
-        is not an IP address (a Unix socket, a test).
+        str: the normalised address, or the raw ``REMOTE_ADDR`` text (possibly ``""``)
+        when it is not an IP address (a Unix socket, a test).
     """
     if trust_forwarded_for is None:
         trust_forwarded_for = baldur_settings.get("BALDUR_RATE_LIMIT_TRUST_FORWARDED_FOR")
@@ -246,7 +173,9 @@ class Rule:
         period (int): window length in seconds (1, 60 or 3600).
         key (str): ``"ip"``, ``"user"`` or the dotted path as written.
         key_func (callable): ``request -> str | None``; None exempts the request.
-        ident (str): names the rule in cache keys, changes when the rule changes.
+        ident (str): names the rule's counters in cache keys. Built from the path, the key
+            and the period, never from the limit or the position (IN-4): a rate changed
+            at run time keeps counting on the same counters.
     """
 
     index: int
@@ -258,6 +187,7 @@ class Rule:
     ident: str
 
     def matches(self, path: str) -> bool:
+        """Whether the rule applies to a request path (substring match)."""
         return self.path in path
 
 
@@ -267,6 +197,9 @@ def compile_rules(raw: list[dict[str, Any]], setting: str = "BALDUR_RATE_LIMIT_R
     Args:
         raw: the parsed value of ``BALDUR_RATE_LIMIT_RULES``.
         setting: the setting name used in error messages.
+
+    Returns:
+        tuple[Rule, ...]: in the order of the setting.
 
     Raises:
         ConfigError: a rate that is not ``N/s``, ``N/m`` or ``N/h``, or a ``key`` dotted
@@ -287,8 +220,9 @@ def compile_rules(raw: list[dict[str, Any]], setting: str = "BALDUR_RATE_LIMIT_R
         else:
             func = _import_key(f"{where}['key']", key)
         path = entry.get("path", "")
-        digest = hashlib.sha1(f"{path}\0{rate}\0{key}".encode()).hexdigest()[:10]
-        rules.append(Rule(index, path, int(count), _PERIODS[unit], key, func, f"{index}-{digest}"))
+        period = _PERIODS[unit]
+        digest = hashlib.sha1(f"{path}\0{key}".encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        rules.append(Rule(index, path, int(count), period, key, func, f"{period}s-{digest}"))
     return tuple(rules)
 
 
@@ -297,14 +231,20 @@ class Refusal:
     """Why a request was refused by :class:`RateLimiter`.
 
     Attributes:
-        rule (Rule): the rule whose budget is spent.
-        retry_after (int): whole seconds until that rule's window ends, at least 1.
-        limit (int): the rule's requests per window.
+        rule (Rule): the refusing rule whose window ends last (the one that decides when
+            the client may come back).
+        retry_after (int): whole seconds, at least 1, until every rule that refused the
+            request has started a new window: a request made that much later is
+            admitted unless other requests used the room first.
+        limit (int): that rule's requests per window (as configured now).
+        remaining (int): requests left in that rule's window, never negative (always 0
+            for a refusal, also when the rate was lowered below the hits already counted).
     """
 
     rule: Rule
     retry_after: int
     limit: int
+    remaining: int = 0
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9:._@-]{1,80}$")
@@ -317,18 +257,89 @@ def _cache_part(ident: str) -> str:
     return "h:" + hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
+#: The Lua script behind the django-redis path: one EVALSHA counts a request against every
+#: matching rule. KEYS[i] is rule i's counter (already through the cache's ``make_key``),
+#: ARGV[i] its limit, ARGV[n + i] its lifetime in seconds (set when the window's counter is
+#: created). Returns the hits of every counter with this request included; when any of them
+#: is over its limit every counter is taken back down before the script ends, so a refusal
+#: never counts and nobody sees its hit. INCR replies are integers, and a key holding
+#: something that is not one (another writer's value) aborts the script after giving back
+#: what it took, so the caller fails open on the error.
+COUNT_SCRIPT = """
+local n = #KEYS
+local hits = {}
+local over = false
+for i = 1, n do
+  local h = redis.pcall('INCR', KEYS[i])
+  if type(h) == 'table' and h.err then
+    for j = 1, i - 1 do redis.call('DECR', KEYS[j]) end
+    return redis.error_reply('baldur rate limit counter ' .. KEYS[i] .. ': ' .. h.err)
+  end
+  if h == 1 then redis.call('EXPIRE', KEYS[i], ARGV[n + i]) end
+  hits[i] = h
+  if h > tonumber(ARGV[i]) then over = true end
+end
+if over then
+  for i = 1, n do redis.call('DECR', KEYS[i]) end
+end
+return hits
+"""
+
+
+@dataclass(frozen=True)
+class _Counter:
+    key: str  # the cache key before the cache's own make_key
+    rule: Rule  # the strictest rule counting on this key
+    window_end: int  # Unix seconds
+    ttl: int  # seconds the counter lives: to the window's end, plus one
+
+
+_django_redis: tuple[Any, Any, tuple[type, ...]] | None = None
+
+
+def _django_redis_parts() -> tuple[Any, Any, tuple[type, ...]] | None:
+    """(RedisCache, get_redis_connection, client classes left to the generic protocol), or
+    None without django-redis; imported once, on the first request that needs them."""
+    global _django_redis
+    if _django_redis is None:
+        try:
+            from django_redis import get_redis_connection
+            from django_redis.cache import RedisCache
+            from django_redis.client.herd import HerdClient
+            from django_redis.client.sharded import ShardClient
+        except ImportError:  # django-redis not installed: the generic protocol it is
+            return None
+        _django_redis = (RedisCache, get_redis_connection, (ShardClient, HerdClient))
+    return _django_redis
+
+
+def _script_client(cache: Any) -> bool:
+    """True for a django-redis cache whose client can run one script over several keys."""
+    parts = _django_redis_parts()
+    if parts is None or not isinstance(cache, parts[0]):
+        return False
+    # A sharded client spreads the keys of one request over servers (one script cannot
+    # reach them all) and the herd client wraps values: both get the generic protocol.
+    return not isinstance(cache.client, parts[2])
+
+
 class RateLimiter:
-    """Fixed-window counting of ``BALDUR_RATE_LIMIT_RULES`` in a Django cache (IN-4).
+    """Fixed-window counting of ``BALDUR_RATE_LIMIT_RULES`` in a Django cache. Implements IN-4.
 
     Every rule whose path substring occurs in the request path applies with its own
-    counter. A request is admitted only when every matching rule has budget left; a
-    refused request takes its hits back from every counter it touched, so refusals never
-    use up budget. Counting is ``cache.add(key, 0)`` then ``cache.incr(key)``: atomic
-    across processes and threads with Redis (django-redis) and memcached, and within a
-    process with the local-memory cache.
+    counter, keyed by the rule's path, key and period, the window and the client. A
+    request is admitted only when every matching rule has budget left under its limit as
+    configured now; a refused request keeps no hit in any counter, so refusals never use
+    up budget.
 
-    A cache that fails (server down) admits the request and logs a warning at most
-    once a minute: the limiter never takes the site down with it.
+    Counting: on django-redis one Lua script per request (one round trip, atomic across
+    every process and host); on any other cache ``cache.add(key, 0)`` then
+    ``cache.incr(key)`` per rule and ``cache.decr`` to give a refusal's hits back, which
+    is atomic across processes with memcached and within a process with the local-memory
+    cache.
+
+    A cache that fails (server down) admits the request and logs a warning on
+    ``baldur.inbound`` at most once a minute: the limiter never takes the site down with it.
 
     Args:
         time_func: returns the current Unix time in seconds; windows are aligned to it,
@@ -338,7 +349,8 @@ class RateLimiter:
             same way).
 
     Raises:
-        ConfigError: from :meth:`rules` or :meth:`check` when the setting is invalid.
+        ConfigError: from the constructor (*rules*), :meth:`rules` or :meth:`check` when
+            the rules are invalid.
     """
 
     def __init__(
@@ -357,10 +369,14 @@ class RateLimiter:
         self._compiled: tuple[int, tuple[Rule, ...]] = (-1, ())
         self._lock = threading.Lock()
         self._last_warning = 0.0
+        self._script: Any = None  # redis-py Script, registered on first use
 
     # ------------------------------------------------------------------ config
     def rules(self) -> tuple[Rule, ...]:
         """The compiled rules, recompiled when Baldur settings change (CFG-2).
+
+        Returns:
+            tuple[Rule, ...]: the fixed rules, or those of ``BALDUR_RATE_LIMIT_RULES``.
 
         Raises:
             ConfigError: invalid ``BALDUR_RATE_LIMIT_RULES`` or a key path that does not import.
@@ -376,18 +392,40 @@ class RateLimiter:
         return rules
 
     def matching(self, path: str) -> tuple[Rule, ...]:
-        """The rules that apply to *path* (a cheap check callers make before counting)."""
+        """The rules that apply to *path* (a cheap check callers make before counting).
+
+        Args:
+            path: the request path.
+
+        Returns:
+            tuple[Rule, ...]: possibly empty.
+
+        Raises:
+            ConfigError: as :meth:`rules`.
+        """
         return tuple(rule for rule in self.rules() if rule.path in path)
 
+    def cache_alias(self) -> str:
+        """The alias of the Django cache the counters live in."""
+        return self._alias or baldur_settings.get("BALDUR_RATE_LIMIT_CACHE_ALIAS")
+
     def cache(self) -> Any:
-        """The Django cache the counters live in."""
+        """The Django cache the counters live in (``caches[alias]``)."""
         from django.core.cache import caches
 
-        alias = self._alias or baldur_settings.get("BALDUR_RATE_LIMIT_CACHE_ALIAS")
-        return caches[alias]
+        return caches[self.cache_alias()]
 
     def key(self, rule: Rule, window: int, ident: str) -> str:
-        """Cache key of one counter: names the rule, the window and the client."""
+        """Cache key of one counter, before the cache's own prefix and version.
+
+        Args:
+            rule: the rule (its :attr:`Rule.ident` names path, key and period).
+            window: the window number, ``int(unix_time // rule.period)``.
+            ident: the client key the rule's key function returned.
+
+        Returns:
+            str: ``baldur:rl:<rule>:<window>:<client>``, safe for memcached.
+        """
         return f"baldur:rl:{rule.ident}:{window}:{_cache_part(ident)}"
 
     # ---------------------------------------------------------------- counting
@@ -399,35 +437,86 @@ class RateLimiter:
             rules: the matching rules when the caller already has them.
 
         Returns:
-            None when the request is admitted (it used one hit of every matching rule),
-            else a :class:`Refusal` (no counter keeps a hit of it).
+            None when the request is admitted (it used one hit of every matching rule;
+            also when the cache failed), else a :class:`Refusal` (no counter keeps a hit).
+
+        Raises:
+            ConfigError: invalid rules (see :meth:`rules`).
         """
         if rules is None:
             rules = self.matching(request.path)
         if not rules:
             return None
         now = float(self.time_func())
-        cache = None
-        taken: list[str] = []
+        counters: dict[str, _Counter] = {}
         for rule in rules:
             ident = rule.key_func(request)
             if ident is None:
                 continue  # the key function exempts this request from this rule
             window = int(now // rule.period)
             window_end = (window + 1) * rule.period
-            timeout = max(1, math.ceil(window_end - now)) + 1
             key = self.key(rule, window, str(ident))
-            if cache is None:
-                cache = self.cache()
-            hits = self._incr(cache, key, timeout)
-            if hits is None:
-                continue  # cache trouble: fail open
-            taken.append(key)
-            if hits > rule.limit:
-                for done in taken:
-                    self._decr(cache, done)
-                return Refusal(rule, max(1, math.ceil(window_end - now)), rule.limit)
-        return None
+            known = counters.get(key)
+            # two rules with one path, key and period share their counter: the stricter counts
+            if known is None or rule.limit < known.rule.limit:
+                counters[key] = _Counter(key, rule, window_end, max(1, math.ceil(window_end - now)) + 1)
+        if not counters:
+            return None
+        entries = list(counters.values())
+        cache = self.cache()
+        if _script_client(cache):
+            hits = self._count_script(cache, entries)
+        else:
+            hits = self._count_generic(cache, entries)
+        if hits is None:
+            return None  # cache trouble: fail open
+        over = [(entry, hit) for entry, hit in zip(entries, hits) if hit > entry.rule.limit]
+        if not over:
+            return None
+        # The refusal is lifted once every refusing rule is in a new window (the others
+        # gave this request's hit back, so each has room for one more): the latest end.
+        entry, hit = max(over, key=lambda item: item[0].window_end)
+        retry_after = max(1, math.ceil(entry.window_end - now))
+        remaining = max(0, entry.rule.limit - (hit - 1))
+        return Refusal(entry.rule, retry_after, entry.rule.limit, remaining)
+
+    def _count_script(self, cache: Any, entries: list[_Counter]) -> list[int] | None:
+        """One EVALSHA of :data:`COUNT_SCRIPT` on the cache's own Redis connection."""
+        try:
+            parts = _django_redis_parts()
+            assert parts is not None  # _script_client() chose this path
+            connection = parts[1](self.cache_alias())  # django_redis.get_redis_connection
+            script = self._script
+            if script is None:
+                script = self._script = connection.register_script(COUNT_SCRIPT)
+            keys = [cache.make_key(entry.key) for entry in entries]
+            args = [entry.rule.limit for entry in entries] + [entry.ttl for entry in entries]
+            # EVALSHA; on a server that lost the script (restart, SCRIPT FLUSH) redis-py
+            # loads it and retries once
+            return [int(hit) for hit in script(keys=keys, args=args, client=connection)]
+        except Exception as exc:  # the server is down, or a key holds someone else's value
+            self._warn("the cache is unavailable", exc)
+            return None
+
+    def _count_generic(self, cache: Any, entries: list[_Counter]) -> list[int] | None:
+        """``add`` + ``incr`` per counter; ``decr`` every hit taken when one is over."""
+        hits: list[int] = []
+        taken: list[str] = []
+        over = False
+        for entry in entries:
+            hit = self._incr(cache, entry.key, entry.ttl)
+            if hit is None:
+                hits.append(0)  # this counter's cache trouble: not counted, not refusing
+                continue
+            taken.append(entry.key)
+            hits.append(hit)
+            over = over or hit > entry.rule.limit
+        if not taken:
+            return None
+        if over:
+            for key in taken:
+                self._decr(cache, key)
+        return hits
 
     def _incr(self, cache: Any, key: str, timeout: int) -> int | None:
         try:
@@ -461,9 +550,13 @@ class RateLimiter:
 def rate_limited_response(refusal: Refusal) -> Any:
     """The 429 ``HttpResponse`` for a :class:`Refusal` (IN-4).
 
-    Carries ``Retry-After`` (whole seconds, >= 1), ``X-RateLimit-Limit``,
-    ``X-RateLimit-Remaining`` (``0``) and ``X-RateLimit-Mode`` (``enforce``), which marks
-    it as the package's own answer (IN-3).
+    Args:
+        refusal: what :meth:`RateLimiter.check` returned.
+
+    Returns:
+        django.http.HttpResponse: status 429 with ``Retry-After`` (whole seconds, >= 1),
+        ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` (never negative: ``0``) and
+        ``X-RateLimit-Mode`` (``enforce``), which marks it as the package's own answer (IN-3).
     """
     from django.http import HttpResponse
 
@@ -475,7 +568,7 @@ def rate_limited_response(refusal: Refusal) -> Any:
     )
     response.headers["Retry-After"] = str(refusal.retry_after)
     response.headers[LIMIT_HEADER] = str(refusal.limit)
-    response.headers[REMAINING_HEADER] = "0"
+    response.headers[REMAINING_HEADER] = str(max(0, refusal.remaining))
     response.headers[MODE_HEADER] = MODE_VALUE
     return response
 
