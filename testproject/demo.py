@@ -415,7 +415,6 @@ class Demo:
         # server, and what became of it ("paid", "failed", "rejected", "error")
         self.requests: list[dict[str, Any]] = []
         self.record_lock = threading.Lock()
-        self.timeline_path: Path | None = None
 
     # -- setup ---------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
