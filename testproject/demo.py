@@ -1,12 +1,13 @@
-"""The scripted demo: a real shop server calling a real, misbehaving payments server.
+"""The scripted demo: real shop servers calling a real, misbehaving payments server.
 
-``python -m testproject.demo [--short] [--no-color] [--json-summary PATH] [--out-dir DIR]``
-(what ``./dev demo`` runs).
+``python -m testproject.demo [--short] [--no-color] [--no-plot] [--json-summary PATH]
+[--out-dir DIR]`` (what ``./dev demo`` runs).
 
-It starts two processes on free loopback ports: the payments stand-in
-(``testproject.upstream``) and the test project's Django server (``testproject.serve``,
-Django's threaded development server), waits until both answer, and drives them over
-HTTP through seven phases:
+It starts three processes on free loopback ports: the payments stand-in
+(``testproject.upstream``) and two instances of the test project's Django server
+(``testproject.serve``, Django's threaded development server), shop A and shop B, which
+share the breaker's state through the project's SQLite database. It waits until all
+answer, and drives them over HTTP through eight phases (the first seven on shop A):
 
 1. healthy traffic;
 2. the payments service answers 503: the ``payments`` breaker trips CLOSED -> OPEN and
@@ -17,13 +18,21 @@ HTTP through seven phases:
    running server reads the force from the shared database and stops calling the service;
 5. ``manage.py baldur_force release payments``: the server probes and closes again;
 6. the service hangs: the protected view's latency, with the breaker;
-7. the service still hangs: the same load on a view without the breaker.
+7. the service still hangs: the same load on a view without the breaker;
+8. a fleet of two: the service recovers while the breaker is HALF_OPEN, and both shops get
+   requests at once; the upstream's own counter shows the fleet sent exactly
+   ``half_open_max_calls`` trial calls between them (the shared store admits them
+   atomically), not that many per server. The upstream holds those trial calls until
+   every other request has been answered, so the count is exact, not a matter of timing.
 
 Each run uses a throwaway SQLite database in the output directory (``demo-out/`` by
 default, beside the servers' logs), so the breaker always starts CLOSED even though the
 test project keeps breaker state in its database. Every breaker transition is printed as
 the server records it (``/breakers/``). The run ends
-with a summary table; the exit status is 0 when the expected transitions and counts were
+with a summary table and, unless ``--no-plot``, a picture of the run drawn from what was
+recorded on the way (``timeline.png`` in the output directory: the breaker's state as a
+band, the requests per second by outcome, the phases labelled; see
+``testproject.timeline``); the exit status is 0 when the expected transitions and counts were
 observed, 1 when not, 2 when the servers could not be started, 130 on Ctrl-C. The child
 processes are always stopped, and they also exit by themselves if this process dies.
 """
@@ -264,6 +273,8 @@ class PhasePlan:
     extra: int = 0
     deadline: float = 30.0
     operator: str | None = None  # "open" / "release": run `manage.py baldur_force` first
+    label: str = ""  # short name in the picture ("\n" breaks the line)
+    fleet: bool = False  # the two-server phase (Demo.run_fleet), `count` requests per server
 
 
 @dataclass
@@ -281,6 +292,9 @@ class PhaseResult:
     latencies: list[float] = field(default_factory=list)
     transitions: list[dict[str, Any]] = field(default_factory=list)
     last_state: str = "?"
+    started: float = 0.0  # seconds since the demo started (the phase's span in the picture)
+    ended: float = 0.0
+    fleet: dict[str, Any] = field(default_factory=dict)  # the fleet phase's own figures
 
     @property
     def median_ms(self) -> float | None:
@@ -300,41 +314,53 @@ class PhaseResult:
             "median_ms": None if self.median_ms is None else round(self.median_ms, 1),
             "max_ms": round(max(self.latencies) * 1000, 1) if self.latencies else None,
             "transitions": [f"{t['from']}->{t['to']}" for t in self.transitions],
+            **({"fleet": self.fleet} if self.fleet else {}),
         }
 
 
 def plans(short: bool) -> list[PhasePlan]:
-    """The seven phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
+    """The eight phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
     protected = "/orders/{id}/charge/"
     unprotected = "/orders/{id}/charge-unprotected/"
     hang_count = 16 if short else 32
     return [
-        PhasePlan("healthy", "healthy traffic", protected, "ok", 10 if short else 30, concurrency=2 if short else 3, pace=0.02),
+        PhasePlan("healthy", "healthy traffic", protected, "ok", 10 if short else 30, concurrency=2 if short else 3, pace=0.02,
+                  label="healthy"),
         # the full run lasts longer than the recovery timeout here, so one probe meets the
         # failing service and the breaker reopens (HALF_OPEN -> OPEN)
-        PhasePlan("failing", "upstream fails (503)", protected, "fail", 10 if short else 40, pace=0.03 if short else 0.1),
-        PhasePlan("recovering", "upstream recovers", protected, "recover", None, pace=0.1, extra=3 if short else 10, deadline=20.0),
+        PhasePlan("failing", "upstream fails (503)", protected, "fail", 10 if short else 40, pace=0.03 if short else 0.1,
+                  label="upstream\nfails (503)"),
+        PhasePlan("recovering", "upstream recovers", protected, "recover", None, pace=0.1, extra=3 if short else 10, deadline=20.0,
+                  label="upstream\nrecovers"),
         # an operator in another process forces the breaker open, then releases it
         PhasePlan("operator_forced", "operator forces it open", protected, "ok", 6 if short else 12,
-                  pace=0.05, operator="open"),
+                  pace=0.05, operator="open", label="operator\nforces OPEN"),
         PhasePlan("operator_released", "operator releases it", protected, "ok", None, pace=0.1, extra=2,
-                  deadline=20.0, operator="release"),
-        PhasePlan("hang_protected", "upstream hangs, with breaker", protected, "hang", hang_count, concurrency=4, pace=0.02 if short else 0.05),
-        PhasePlan("hang_unprotected", "upstream hangs, no breaker", unprotected, "hang", hang_count, concurrency=4),
+                  deadline=20.0, operator="release", label="operator\nreleases it"),
+        PhasePlan("hang_protected", "upstream hangs, with breaker", protected, "hang", hang_count, concurrency=4, pace=0.02 if short else 0.05,
+                  label="upstream hangs\nwith breaker"),
+        PhasePlan("hang_unprotected", "upstream hangs, no breaker", unprotected, "hang", hang_count, concurrency=4,
+                  label="upstream hangs\nno breaker"),
+        # shop A and shop B at once while HALF_OPEN: the fleet sends half_open_max_calls
+        # trial calls in all; then a few more requests per server once it has closed
+        PhasePlan("fleet", "2 servers, upstream recovers", protected, "recover", 4, extra=2 if short else 4,
+                  label="2 shop servers,\nupstream recovers", fleet=True),
     ]
 
 
 class Monitor(threading.Thread):
     """Polls ``/breakers/`` every 0.1 s: current state, new transitions, rejection count."""
 
-    def __init__(self, base: str, service: str, on_transition: Callable[[dict[str, Any]], None]) -> None:
-        super().__init__(name="breaker-monitor", daemon=True)
+    def __init__(self, base: str, service: str, on_transition: Callable[[dict[str, Any]], None], label: str = "A") -> None:
+        super().__init__(name=f"breaker-monitor-{label}", daemon=True)
+        self.label = label  # which shop server: "A" or "B"
         self.base = base
         self.service = service
         self.on_transition = on_transition
         self.state = "?"
         self.seq = 0
         self.rejections = 0
+        self.rejections_by_reason: dict[str, int] = {}
         self.log: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.poll_lock = threading.Lock()
@@ -349,10 +375,11 @@ class Monitor(threading.Thread):
             snapshot = reply.data.get("breakers", {}).get(self.service, {})
             entries = reply.data.get("transitions", [])
             with self.lock:
-                fresh = [t for t in entries if t.get("service") == self.service and t["seq"] > self.seq]
+                fresh = [dict(t, server=self.label) for t in entries if t.get("service") == self.service and t["seq"] > self.seq]
                 self.seq = max([self.seq] + [t["seq"] for t in entries])
                 self.state = snapshot.get("state", self.state)
-                self.rejections = sum(reply.data.get("rejections", {}).get(self.service, {}).values())
+                self.rejections_by_reason = dict(reply.data.get("rejections", {}).get(self.service, {}))
+                self.rejections = sum(self.rejections_by_reason.values())
                 self.log.extend(fresh)
             for entry in fresh:
                 self.on_transition(entry)
@@ -374,6 +401,7 @@ class Demo:
         self.db: Path = args.out_dir / "demo.sqlite3"
         self.children: list[Child] = []
         self.t0 = time.monotonic()
+        self.wall0 = time.time()  # the same instant on the wall clock (the servers' event times)
         self.current: PhaseResult | None = None
         self.current_index = 0
         self.current_total: int | None = None
@@ -382,6 +410,11 @@ class Demo:
         self.order_lock = threading.Lock()
         self.phase_count = 0
         self.operator_states: list[str | None] = []
+        self.monitor_b: Monitor | None = None
+        # recorded for the picture: when each request was sent (seconds since t0), to which
+        # server, and what became of it ("paid", "failed", "rejected", "error")
+        self.requests: list[dict[str, Any]] = []
+        self.record_lock = threading.Lock()
 
     # -- setup ---------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
@@ -399,6 +432,7 @@ class Demo:
         # outlives the server, and the demo must start from a fresh CLOSED breaker
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{self.db}{suffix}").unlink(missing_ok=True)
+        (self.out_dir / "timeline.png").unlink(missing_ok=True)  # never show an older run's picture
         migrate = subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
             cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=120,
@@ -414,25 +448,56 @@ class Demo:
         self.children.append(upstream)
         self.upstream = upstream.wait_url(20)
         wait_ready(self.upstream + "/health", upstream, 20)
-        django = Child(
-            "django server",
-            [sys.executable, "-m", "testproject.serve", "--port", "0", "--exit-with-parent"],
-            self.out_dir / "django.log",
-            self.env(PAYMENTS_URL=self.upstream, BALDUR_CB_SYNC_INTERVAL_SECONDS="0.5"),
-        )
-        self.children.append(django)
-        self.base = django.wait_url(30)
-        wait_ready(self.base + "/breakers/", django, 30)
-        self.django = django
+        # shop A carries phases 1-7; shop B joins it for the fleet phase. Both start now,
+        # side by side, on the same database (so the same breaker store).
+        # Shop B waits up to 10 s for payments (A: the project's 1.5 s, which the hang phases
+        # show): in the fleet phase B's trial calls are held upstream while A gets requests.
+        shops = []
+        for name, log, timeout in (("django server", "django.log", None), ("django server B", "django-b.log", "10")):
+            extra = {"PAYMENTS_TIMEOUT": timeout} if timeout else {}
+            shop = Child(
+                name,
+                [sys.executable, "-m", "testproject.serve", "--port", "0", "--exit-with-parent"],
+                self.out_dir / log,
+                self.env(PAYMENTS_URL=self.upstream, BALDUR_CB_SYNC_INTERVAL_SECONDS="0.5", **extra),
+            )
+            self.children.append(shop)
+            shops.append(shop)
+        self.django, self.django_b = shops
+        self.base = self.django.wait_url(30)
+        self.base_b = self.django_b.wait_url(30)
+        wait_ready(self.base + "/breakers/", self.django, 30)
+        wait_ready(self.base_b + "/breakers/", self.django_b, 30)
 
     def stop(self) -> None:
-        if self.monitor is not None:
-            self.monitor.stopping.set()
+        for monitor in (self.monitor, self.monitor_b):
+            if monitor is not None:
+                monitor.stopping.set()
         for child in reversed(self.children):
             child.stop()
 
     def stamp(self) -> str:
         return f"{time.monotonic() - self.t0:6.2f}s"
+
+    def now(self) -> float:
+        """Seconds since the demo started."""
+        return time.monotonic() - self.t0
+
+    def record(self, sent: float, server: str, reply: Reply) -> str:
+        """Note one request for the picture; returns its outcome."""
+        data = reply.data if isinstance(reply.data, dict) else {}
+        served = data.get("served_by")
+        if reply.status == 200 and served == "upstream":
+            outcome = "paid"
+        elif reply.status == 202 and served == "fallback":
+            outcome = "rejected" if data.get("rejected") else "failed"
+        elif reply.status == 502 and served == "error":
+            outcome = "failed"  # the unprotected view: the upstream failed or timed out
+        else:
+            outcome = "error"
+        with self.record_lock:
+            self.requests.append({"t": round(sent, 3), "server": server, "outcome": outcome})
+        return outcome
 
     # -- helpers -------------------------------------------------------------------------
     def upstream_stats(self) -> dict[str, Any]:
@@ -486,7 +551,9 @@ class Demo:
         with self.monitor.lock:
             previous = self.monitor.log[-1]["to"] if self.monitor.log else "closed"
             entry = {"service": "payments", "from": previous, "to": self.monitor.state,
-                     "trigger": f"baldur_force {action}, another process", "seq": self.monitor.seq}
+                     "trigger": f"baldur_force {action}, another process", "seq": self.monitor.seq,
+                     "at": time.time(), "server": "operator",
+                     "band": "forced_open" if action == "open" else self.monitor.state}
             if entry["from"] != entry["to"]:
                 self.monitor.log.append(entry)
             else:
@@ -495,11 +562,15 @@ class Demo:
             self.on_transition(entry)
 
     def on_transition(self, entry: dict[str, Any]) -> None:
+        # when it happened, in seconds since t0: the server's event time when it has one
+        at = entry.get("at")
+        entry["t"] = round(at - self.wall0 if isinstance(at, (int, float)) else self.now(), 3)
         trigger = f"  ({entry['trigger']})" if entry.get("trigger") else ""
+        where = f"  [shop {entry['server']}]" if entry.get("server") in ("A", "B") and self.monitor_b is not None else ""
         if self.current is not None:
             self.current.transitions.append(entry)
         d = self.display
-        d.line(f"    {self.stamp()}  breaker {entry['service']}: {d.state(entry['from'])} -> {d.state(entry['to'])}{trigger}")
+        d.line(f"    {self.stamp()}  breaker {entry['service']}: {d.state(entry['from'])} -> {d.state(entry['to'])}{trigger}{where}")
         self.refresh()
 
     def refresh(self) -> None:
@@ -516,9 +587,33 @@ class Demo:
         d.progress(d.fit(text, (state or "?").upper(), d.state(state)))
 
     # -- phases --------------------------------------------------------------------------
+    def tally(self, result: PhaseResult, reply: Reply, sent: float, server: str = "A") -> str:
+        """Count one answered request into *result* and the picture; returns its outcome."""
+        outcome = self.record(sent, server, reply)
+        data = reply.data if isinstance(reply.data, dict) else {}
+        served = data.get("served_by")
+        with self.record_lock:
+            result.sent += 1
+            result.latencies.append(reply.seconds)
+            if reply.status == 200 and served == "upstream":
+                result.ok += 1
+            elif reply.status == 202 and served == "fallback":
+                result.fallback += 1
+                if data.get("rejected"):
+                    result.rejected += 1
+            else:
+                result.errors += 1
+            if data.get("breaker"):
+                result.last_state = data["breaker"]
+        self.refresh()
+        return outcome
+
     def run_phase(self, index: int, plan: PhasePlan) -> PhaseResult:
-        result = PhaseResult(plan.key, plan.title)
-        self.current, self.current_index, self.current_total = result, index, plan.count
+        result = PhaseResult(plan.key, plan.title, started=self.now())
+        total = 2 * ((plan.count or 0) + plan.extra) if plan.fleet else plan.count
+        self.current, self.current_index, self.current_total = result, index, total
+        if plan.fleet:
+            return self.run_fleet(index, plan, result)
         self.display.line(self.display.bold(f"Phase {index}/{self.phase_count}: {plan.title}") + f"  (upstream mode: {plan.upstream_mode})")
         if plan.operator:
             self.operator(plan.operator)
@@ -547,23 +642,9 @@ class Demo:
         def worker() -> None:
             while take():
                 order = self.next_order()
+                sent = self.now()
                 reply = http_call("POST", self.base + plan.path.format(id=order), timeout=20)
-                with lock:
-                    result.sent += 1
-                    result.latencies.append(reply.seconds)
-                    data = reply.data if isinstance(reply.data, dict) else {}
-                    served = data.get("served_by")
-                    if reply.status == 200 and served == "upstream":
-                        result.ok += 1
-                    elif reply.status == 202 and served == "fallback":
-                        result.fallback += 1
-                        if data.get("rejected"):
-                            result.rejected += 1
-                    else:
-                        result.errors += 1
-                    if data.get("breaker"):
-                        result.last_state = data["breaker"]
-                self.refresh()
+                self.tally(result, reply, sent)
                 if plan.pace:
                     time.sleep(plan.pace)  # pacing the load generator, not synchronisation
 
@@ -577,19 +658,165 @@ class Demo:
             self.monitor.poll()  # catch transitions from the last responses
         result.upstream_counted = self.upstream_stats()["charge_requests"] - before
         result.server_rejections = (self.monitor.rejections if self.monitor else 0) - rejections_before
+        result.ended = self.now()
         self.refresh()
         self.display.end_progress()
         self.current = None
         return result
 
+    def run_fleet(self, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseResult:
+        """Phase 8: shops A and B, one breaker store, the upstream recovering.
+
+        With the breaker HALF_OPEN and the upstream holding every charge that reaches it,
+        ``plan.count`` requests go to shop B at once: the shared store admits
+        ``half_open_max_calls`` of them as trial calls (held upstream) and B refuses the
+        rest. Then ``plan.count`` requests go to shop A at once, while those trial calls are
+        still in flight: the fleet's allowance is used up, so A refuses every one. Only then
+        does the upstream answer the held calls; they succeed and the breaker closes. The
+        upstream's own count over the round is how many trial calls the whole fleet made.
+        Nothing here races: each step waits for the previous one's answers, and shop B
+        (which never meets a hanging upstream) waits up to 10 s for payments, so a held
+        trial call cannot time out. Last, once both shops report CLOSED, ``plan.extra``
+        more requests per shop show the fleet serving again.
+        """
+        d = self.display
+        max_calls = self.config["half_open_max_calls"]
+        d.line(d.bold(f"Phase {index}/{self.phase_count}: {plan.title}")
+               + "  (shops A and B share the breaker through the database; upstream mode: recover)")
+        assert self.monitor is not None
+        self.monitor_b = Monitor(self.base_b, "payments", self.on_transition, label="B")
+        self.monitor_b.poll()
+        self.monitor_b.start()
+        monitors = (self.monitor, self.monitor_b)
+        rejections_before = sum(m.rejections for m in monitors)
+        reasons_before = [dict(m.rejections_by_reason) for m in monitors]
+        before = self.upstream_stats()["charge_requests"]
+        self.set_control("hold")
+        self.set_mode(plan.upstream_mode)
+        started = time.monotonic()
+        # the hang phase left the breaker OPEN; its recovery timeout has passed or soon will
+        state = self.wait_state(self.monitor, {"half_open"}, 15)
+        if state != "half_open":
+            self.set_control("release")
+            raise SetupError(f"fleet phase: the breaker is {state!r}, not HALF_OPEN, so there is nothing to probe")
+        d.line(f"    {self.stamp()}  breaker HALF_OPEN for the whole fleet (half_open_max_calls = {max_calls}); "
+               f"the upstream holds each call it gets")
+
+        answered = threading.Condition()
+        outcomes: list[tuple[str, str]] = []  # (server, outcome)
+
+        def burst(server: str, base: str) -> list[threading.Thread]:
+            orders = [self.next_order() for _ in range(plan.count or 0)]
+            barrier = threading.Barrier(len(orders))
+
+            def one(order: int) -> None:
+                barrier.wait(timeout=30)
+                sent = self.now()
+                reply = http_call("POST", f"{base}{plan.path.format(id=order)}", timeout=30)
+                outcome = self.tally(result, reply, sent, server)
+                with answered:
+                    outcomes.append((server, outcome))
+                    answered.notify_all()
+
+            threads = [threading.Thread(target=one, args=(order,), daemon=True) for order in orders]
+            for thread in threads:
+                thread.start()
+            return threads
+
+        def wait_until(predicate: Callable[[], bool], seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while not predicate() and time.monotonic() < deadline:
+                with answered:
+                    answered.wait(timeout=0.05)
+
+        def answered_by(server: str) -> int:
+            with answered:
+                return sum(1 for s, _ in outcomes if s == server)
+
+        count = plan.count or 0
+        # shop B first: the store admits the round's trial calls, B refuses the rest
+        workers = burst("B", self.base_b)
+        wait_until(lambda: answered_by("B") >= count - max_calls and self.upstream_stats()["held"] >= max_calls, 15)
+        held = self.upstream_stats()["held"]
+        d.line(f"    {self.stamp()}  shop B got {count} requests at once: the upstream holds {held} trial call(s), "
+               f"B refused {answered_by('B')}")
+        # shop A while those are in flight: nothing left to admit for the fleet
+        workers += burst("A", self.base)
+        wait_until(lambda: answered_by("A") >= count, 15)
+        d.line(f"    {self.stamp()}  shop A got {count} requests at once: A refused {answered_by('A')}, "
+               f"the upstream still holds {self.upstream_stats()['held']}")
+        burst_upstream = self.upstream_stats()["charge_requests"] - before
+        released = self.set_control("release")
+        for thread in workers:
+            thread.join(timeout=40)
+        for monitor in monitors:
+            monitor.poll()
+        reasons = sorted({r for m, old in zip(monitors, reasons_before) for r, n in m.rejections_by_reason.items() if n > old.get(r, 0)})
+        trial_by_server = {name: sum(1 for s, o in outcomes if s == name and o != "rejected") for name in ("A", "B")}
+        d.line(f"    {self.stamp()}  released the {released.get('released', '?')} held call(s): for {2 * count} requests "
+               f"to two shops the upstream counted {burst_upstream} trial call(s); the rest were refused "
+               f"({', '.join(reasons) or '?'})")
+        # both shops must see the close (A learns it from the store at its next consult)
+        states = (self.wait_state(self.monitor, {"closed"}, 10), self.wait_state(self.monitor_b, {"closed"}, 10))
+        d.line(f"    {self.stamp()}  shop A reports {d.state(states[0])}, shop B reports {d.state(states[1])}; "
+               f"{plan.extra} more requests to each")
+        after = {"sent": 0, "paid": 0}
+        for _ in range(plan.extra):
+            for server, base in (("A", self.base), ("B", self.base_b)):
+                sent = self.now()
+                reply = http_call("POST", f"{base}{plan.path.format(id=self.next_order())}", timeout=20)
+                after["sent"] += 1
+                after["paid"] += self.tally(result, reply, sent, server) == "paid"
+        result.seconds = time.monotonic() - started
+        for monitor in monitors:
+            monitor.poll()
+        result.upstream_counted = self.upstream_stats()["charge_requests"] - before
+        result.server_rejections = sum(m.rejections for m in monitors) - rejections_before
+        result.fleet = {
+            "servers": 2,
+            "half_open_max_calls": max_calls,
+            "burst_sent": 2 * count,
+            "burst_sent_by_server": {"A": count, "B": count},
+            "burst_upstream": burst_upstream,
+            "burst_rejected": sum(1 for _, o in outcomes if o == "rejected"),
+            "burst_paid": sum(1 for _, o in outcomes if o == "paid"),
+            "trial_calls_by_server": trial_by_server,
+            "rejection_reasons": reasons,
+            "states_after": {"A": states[0], "B": states[1]},
+            "after_sent": after["sent"],
+            "after_paid": after["paid"],
+        }
+        result.ended = self.now()
+        self.refresh()
+        d.end_progress()
+        self.current = None
+        return result
+
+    def wait_state(self, monitor: Monitor, wanted: set[str], timeout: float) -> str:
+        """Poll *monitor* until its server reports a state in *wanted* (bounded); returns the last state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            monitor.poll()
+            if monitor.state in wanted or time.monotonic() >= deadline:
+                return monitor.state
+            time.sleep(0.05)  # polling the server's state, bounded
+
+    def set_control(self, action: str) -> dict[str, Any]:
+        """``POST /control/hold`` or ``/control/release`` on the upstream."""
+        reply = http_call("POST", f"{self.upstream}/control/{action}", timeout=5)
+        if reply.status != 200:
+            raise SetupError(f"upstream {action} failed: {reply.error or reply.data}")
+        return reply.data
+
     def run(self) -> tuple[int, dict[str, Any]]:
         d = self.display
         d.line(d.bold("baldur_django demo") + ": a Django shop calling a flaky payments service over real HTTP")
-        d.line(f"  starting the payments stand-in and the Django server (logs in {self.out_dir}) ...")
+        d.line(f"  starting the payments stand-in and two Django servers (logs in {self.out_dir}) ...")
         self.start()
         breaker = http_call("GET", self.base + "/breakers/").data["breakers"]["payments"]
-        config = breaker["config"]
-        d.line(f"  shop {self.base}  ->  payments {self.upstream}   (breaker state store: {breaker['backend']})")
+        config = self.config = breaker["config"]
+        d.line(f"  shop A {self.base}  ->  payments {self.upstream}   (breaker state store: {breaker['backend']})")
+        d.line(f"  shop B {self.base_b}  (same database: joins in phase {len(plans(self.args.short))})")
         d.line(
             f"  breaker 'payments': opens after {config['failure_threshold']} failures in a row, waits "
             f"{config['recovery_timeout']:g} s, closes after {config['half_open_max_calls']} successful probes"
@@ -597,12 +824,15 @@ class Demo:
         d.line()
         phase_plans = plans(self.args.short)
         self.phase_count = len(phase_plans)
-        self.create_orders(sum(p.count or 60 for p in phase_plans))
+        self.create_orders(sum(2 * ((p.count or 0) + p.extra) if p.fleet else (p.count or 60) for p in phase_plans))
         self.monitor = Monitor(self.base, "payments", self.on_transition)
         self.monitor.poll()
         self.monitor.start()
         results = [self.run_phase(i, plan) for i, plan in enumerate(phase_plans, 1)]
+        self.results, self.plans = results, phase_plans
         self.monitor.stopping.set()
+        if self.monitor_b is not None:
+            self.monitor_b.stopping.set()
         return self.report(results, breaker)
 
     # -- summary -------------------------------------------------------------------------
@@ -610,7 +840,12 @@ class Demo:
         d = self.display
         by_key = {r.key: r for r in results}
         problems: list[str] = []
+        # both shops' transitions, in the order they happened (each is published only by the
+        # server whose store operation made it)
         transitions = list(self.monitor.log) if self.monitor else []
+        if self.monitor_b is not None:
+            transitions = sorted(transitions + list(self.monitor_b.log), key=lambda t: t.get("t", 0.0))
+        self.transitions = transitions
         pairs = [(t["from"], t["to"]) for t in transitions]
 
         # expectation 1: CLOSED -> OPEN -> HALF_OPEN -> CLOSED, in that order, by the end of phase 3
@@ -647,6 +882,20 @@ class Demo:
         on_ms, off_ms = hang_on.median_ms, hang_off.median_ms
         if on_ms is None or off_ms is None or not on_ms < off_ms:
             problems.append(f"median latency while hanging: with breaker {on_ms} ms is not below without {off_ms} ms")
+        fleet = by_key["fleet"].fleet
+        if fleet["burst_upstream"] != fleet["half_open_max_calls"]:
+            problems.append(
+                f"fleet phase: the upstream counted {fleet['burst_upstream']} trial calls from two shops sharing the "
+                f"store, expected exactly half_open_max_calls = {fleet['half_open_max_calls']} for the whole fleet"
+            )
+        if fleet["burst_rejected"] != fleet["burst_sent"] - fleet["half_open_max_calls"]:
+            problems.append(f"fleet phase: {fleet['burst_rejected']} of {fleet['burst_sent']} requests were rejected fast "
+                            f"while HALF_OPEN, expected {fleet['burst_sent'] - fleet['half_open_max_calls']}")
+        if ("half_open", "closed") not in [(t["from"], t["to"]) for t in by_key["fleet"].transitions]:
+            problems.append("fleet phase: the trial calls did not close the breaker")
+        if fleet["states_after"] != {"A": "closed", "B": "closed"} or fleet["after_paid"] != fleet["after_sent"]:
+            problems.append(f"fleet phase: after the close the shops reported {fleet['states_after']} and "
+                            f"{fleet['after_paid']} of {fleet['after_sent']} requests were paid")
         log_lines = self.breaker_log_lines()
         if not any("circuit_breaker.opened" in line for line in log_lines):
             problems.append("no 'circuit_breaker.opened' line on the server's stderr")
@@ -674,6 +923,11 @@ class Demo:
             d.line(f"  median latency while the upstream hangs: {on_ms:.0f} ms with the breaker, {off_ms:.0f} ms without{factor}")
         d.line(f"  requests rejected fast by the open breaker: {total['rejected']} (server-side count: {sum(r.server_rejections for r in results)})")
         d.line(f"  fallbacks served: {total['fallback']}; upstream counted {total['upstream_counted']} charge requests for {total['sent']} sent")
+        d.line(
+            f"  fleet of two shops, breaker HALF_OPEN: {fleet['burst_sent']} requests, the upstream counted "
+            f"{fleet['burst_upstream']} trial calls (half_open_max_calls = {fleet['half_open_max_calls']} for the whole fleet, "
+            f"not per server: shop A sent {fleet['trial_calls_by_server']['A']}, shop B {fleet['trial_calls_by_server']['B']})"
+        )
         if log_lines:
             d.line(f"  breaker log lines on the server's stderr ({self.out_dir / 'django.log'}):")
             for line in log_lines[:12]:
@@ -686,7 +940,8 @@ class Demo:
             for problem in problems:
                 d.line("  - " + problem)
         else:
-            d.line(d.paint("RESULT: OK", "32;1") + " - the breaker tripped, served fallbacks, recovered, and kept latency low while the upstream hung")
+            d.line(d.paint("RESULT: OK", "32;1") + " - the breaker tripped, served fallbacks, recovered, kept latency low while the upstream"
+                   " hung, and two servers shared one round of trial calls")
         summary = {
             "ok": not problems,
             "problems": problems,
@@ -694,7 +949,8 @@ class Demo:
             "config": breaker["config"],
             "backend": breaker.get("backend"),
             "transitions": [
-                {"from": t["from"], "to": t["to"], "trigger": t.get("trigger"), "at": t.get("at")} for t in transitions
+                {"from": t["from"], "to": t["to"], "trigger": t.get("trigger"), "at": t.get("at"), "server": t.get("server")}
+                for t in transitions
             ],
             "phases": {r.key: r.as_dict() for r in results},
             "totals": {
@@ -711,6 +967,63 @@ class Demo:
         }
         return (1 if problems else 0), summary
 
+    def timeline_data(self) -> dict[str, Any]:
+        """What :func:`testproject.timeline.draw` needs, from what this run recorded; times
+        in seconds from the start of phase 1."""
+        origin = self.results[0].started
+        phases = [
+            {"label": plan.label or plan.title, "title": plan.title, "start": r.started - origin, "end": r.ended - origin}
+            for plan, r in zip(self.plans, self.results)
+        ]
+        states = [{"t": 0.0, "state": "closed"}]  # a fresh database: the breaker starts CLOSED
+        for t in self.transitions:
+            states.append({"t": t["t"] - origin, "state": t.get("band", t["to"]), "note": t.get("trigger", "")})
+        requests = [{"t": r["t"] - origin, "outcome": r["outcome"]} for r in self.requests]
+        by_key = {r.key: r for r in self.results}
+        config = self.config
+        notes = []
+        trip = next((t for t in self.transitions if (t["from"], t["to"]) == ("closed", "open")), None)
+        if trip is not None:
+            notes.append({"t": trip["t"] - origin, "text": f"{config['failure_threshold']} failures in a row:\nthe breaker opens"})
+        reopened = next((t for t in self.transitions if (t["from"], t["to"]) == ("half_open", "open")), None)
+        if reopened is not None:
+            notes.append({"t": reopened["t"] - origin, "text": "a trial call fails:\nOPEN again"})
+        recovered = next((t for t in by_key["recovering"].transitions if t["to"] == "closed"), None)
+        if recovered is not None:
+            notes.append({"t": recovered["t"] - origin, "text": f"{config['half_open_max_calls']} trial calls\nsucceed: CLOSED"})
+        hang_off = by_key["hang_unprotected"]
+        if hang_off.median_ms is not None:
+            notes.append({"t": (hang_off.started + hang_off.ended) / 2 - origin,
+                          "text": f"no breaker: every request\nwaits {hang_off.median_ms / 1000:.1f} s and fails"})
+        fleet = by_key["fleet"]
+        if fleet.fleet:
+            f = fleet.fleet
+            burst = min((r["t"] for r in self.requests if r["t"] >= fleet.started), default=fleet.started)
+            notes.append({"t": burst - origin,
+                          "text": f"{f['burst_sent']} requests to 2 shops while HALF_OPEN:\nthe upstream got exactly "
+                                  f"{f['burst_upstream']} trial calls"})
+        forced = by_key["operator_forced"]
+        notes.append({"t": (forced.started + forced.ended) / 2 - origin,
+                      "text": "baldur_force runs in another process;\nthe server obeys the force it finds in the database"})
+        return {
+            "title": "baldur_django demo: the 'payments' breaker over one run",
+            "subtitle": (
+                f"A Django shop calls a payments service that fails, recovers and hangs. Breaker: opens after "
+                f"{config['failure_threshold']} failures in a row, waits {config['recovery_timeout']:g} s, then closes after "
+                f"{config['half_open_max_calls']} successful trial calls. State shared in the database (phase 8: by two servers)."
+            ),
+            "phases": phases,
+            "states": states,
+            "requests": requests,
+            "notes": notes,
+        }
+
+    def draw_timeline(self) -> Path:
+        """Write ``timeline.png`` into the output directory and return its path."""
+        from testproject import timeline
+
+        return timeline.draw(self.out_dir / "timeline.png", self.timeline_data())
+
     def breaker_log_lines(self) -> list[str]:
         try:
             text = (self.out_dir / "django.log").read_text(encoding="utf-8", errors="replace")
@@ -724,6 +1037,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testproject.demo", description="Circuit-breaker demo against a real, misbehaving HTTP upstream.")
     parser.add_argument("--short", action="store_true", help="fewer requests and short hang phases (about 15 s)")
     parser.add_argument("--no-color", action="store_true", help="no ANSI colours")
+    parser.add_argument("--no-plot", action="store_true", help="do not draw timeline.png (needs matplotlib)")
     parser.add_argument("--json-summary", type=Path, metavar="PATH", help="also write the summary as JSON to PATH")
     parser.add_argument(
         "--out-dir", type=Path, default=REPO / "demo-out",
@@ -750,6 +1064,16 @@ def main(argv: list[str] | None = None) -> int:
         status = 130
     finally:
         demo.stop()
+        if status in (0, 1) and not args.no_plot:
+            try:
+                path = demo.draw_timeline()
+            except ImportError as exc:
+                display.line(f"demo: no picture ({exc}); install the dev extra, or pass --no-plot")
+                summary["timeline_png"] = None
+            else:
+                display.line(f"timeline of the run: {path}")
+                summary["timeline_png"] = str(path)
+            summary["timeline"] = demo.timeline_data()
         if args.json_summary:
             args.json_summary.parent.mkdir(parents=True, exist_ok=True)
             args.json_summary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

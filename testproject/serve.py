@@ -1,11 +1,15 @@
-"""Serve the test project with Django's threaded development server (used by the demo).
+"""Serve the test project with Django's development server.
 
-``python -m testproject.serve [--host H] [--port N] [--exit-with-parent]`` runs the
-same WSGI server as ``manage.py runserver --noreload``, but ``--port 0`` picks a free
-port and the line ``django listening on http://HOST:PORT`` is printed on stdout once
-connections are accepted, so a parent process knows where to go without guessing a
-free port. ``--exit-with-parent`` ends the server when stdin closes. For everyday use
-run ``./dev serve`` (``manage.py runserver``) instead.
+``python -m testproject.serve [--host H] [--port N] [--exit-with-parent]`` (what the demo
+runs) is the same threaded WSGI server as ``manage.py runserver --noreload``, but
+``--port 0`` picks a free port and the line ``django listening on http://HOST:PORT`` is
+printed on stdout once connections are accepted, so a parent process knows where to go
+without guessing a free port. ``--exit-with-parent`` ends the server when stdin closes.
+
+``python -m testproject.serve --reload [--port N]`` (what ``./dev serve`` runs) is
+``manage.py runserver`` with its autoreloader, made to stop on SIGINT: a shell without job
+control (a script, ``./dev serve &``) starts its children with SIGINT ignored, and then
+Ctrl-C or ``kill -INT`` reached neither the reloader nor the server it runs as a child.
 """
 
 from __future__ import annotations
@@ -24,9 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     parser.add_argument("--exit-with-parent", action="store_true", help="exit when stdin closes")
+    parser.add_argument("--reload", action="store_true", help="manage.py runserver with its autoreloader (./dev serve)")
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: expected 0..65535")
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    if args.reload:
+        return runserver(args.host, args.port or 8000)
     import django
 
     django.setup()
@@ -57,6 +66,21 @@ def main(argv: list[str] | None = None) -> int:
         server.serve_forever(poll_interval=0.1)
     finally:
         server.server_close()
+    return 0
+
+
+def runserver(host: str, port: int) -> int:
+    """``manage.py runserver HOST:PORT`` with the autoreloader; stops on SIGINT.
+
+    The reloader (this process) restarts the server as a child process running this same
+    module. SIGINT raises KeyboardInterrupt here whatever disposition we inherited, so a
+    SIGINT to this process ends it, and on its way out the reloader ends the child; a
+    Ctrl-C to the whole process group stops both directly.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(["manage.py", "runserver", f"{host}:{port}"])
     return 0
 
 

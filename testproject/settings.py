@@ -23,6 +23,9 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # serves the admin's CSS and JS under STATIC_URL while DEBUG is on (runserver, and
+    # testproject.serve through staticfiles_urlpatterns in urls.py)
+    "django.contrib.staticfiles",
     "baldur_django",
     "testproject.shop",
 ]

@@ -17,9 +17,15 @@ connections. Endpoints:
     bare mode as text). ``recover`` is ``ok`` after trouble; it is counted in the stats.
     ``hang_seconds`` (default 10, at most 60) bounds each hang. Answers 200 with the new
     mode, 400 naming what was wrong.
+``POST /control/hold`` and ``POST /control/release``
+    While held, each ``/charge`` is counted on arrival and then kept waiting (``held`` in
+    the stats) until the release, the hang limit (then 504) or shutdown; on release the
+    waiting charges are answered as the mode then says. The demo uses it to keep a fleet's
+    trial calls in flight until every other request has been answered.
 ``GET /control/stats``
-    ``{"charge_requests": int, "requests": int, "by_outcome": {...}, "mode": str, ...}``:
-    every request received is counted, control ones included (in ``requests``).
+    ``{"charge_requests": int, "requests": int, "by_outcome": {...}, "mode": str,
+    "holding": bool, "held": int, ...}``: every request received is counted, control ones
+    included (in ``requests``).
 ``POST /control/reset``
     Counters back to zero (the mode is kept).
 ``GET /health``
@@ -52,7 +58,9 @@ class UpstreamState:
 
     Attributes:
         mode (str): ``"ok"``, ``"fail"`` or ``"hang"`` (``"recover"`` is stored as ``"ok"``).
-        hang_seconds (float): longest hang of one request, seconds.
+        hang_seconds (float): longest hang (or hold) of one request, seconds.
+        holding (bool): True between :meth:`hold` and :meth:`release`.
+        held (int): charges waiting for the release right now.
         stopping (threading.Event): set on shutdown; ends every hang at once.
     """
 
@@ -61,6 +69,8 @@ class UpstreamState:
         self.changed = threading.Condition(self.lock)  # notified whenever a counter moves
         self.mode = "ok"
         self.hang_seconds = hang_seconds
+        self.holding = False
+        self.held = 0
         self.stopping = threading.Event()
         self.reset()
 
@@ -84,6 +94,35 @@ class UpstreamState:
                 self.hang_seconds = hang_seconds
             return previous
 
+    def shut_down(self) -> None:
+        """Set :attr:`stopping` and wake every held charge (they end as ``hang_shutdown``)."""
+        self.stopping.set()
+        with self.lock:
+            self.changed.notify_all()
+
+    def hold(self) -> None:
+        """Keep every ``/charge`` arriving from now on waiting until :meth:`release`."""
+        with self.lock:
+            self.holding = True
+
+    def release(self) -> int:
+        """End the hold; returns how many charges were waiting (they are answered now)."""
+        with self.lock:
+            self.holding = False
+            self.changed.notify_all()
+            return self.held
+
+    def wait_release(self, limit: float) -> bool:
+        """Wait (lock held by the caller's ``with self.changed``) until the hold ends,
+        *limit* seconds pass or shutdown; True when released."""
+        self.held += 1
+        self.changed.notify_all()
+        try:
+            self.changed.wait_for(lambda: not self.holding or self.stopping.is_set(), limit)
+        finally:
+            self.held -= 1
+        return not self.holding and not self.stopping.is_set()
+
     def stats(self) -> dict[str, Any]:
         with self.lock:
             return {
@@ -93,6 +132,8 @@ class UpstreamState:
                 "mode": self.mode,
                 "hang_seconds": self.hang_seconds,
                 "recoveries": self.recoveries,
+                "holding": self.holding,
+                "held": self.held,
             }
 
     def outcome(self, name: str) -> None:
@@ -197,6 +238,12 @@ class UpstreamHandler(BaseHTTPRequestHandler):
                 return
             previous = self.state.set_mode(mode, hang_seconds)
             self._json(200, {"mode": self.state.mode, "previous": previous, "hang_seconds": self.state.hang_seconds})
+        elif self.path == "/control/hold":
+            self.state.hold()
+            self._json(200, {"holding": True})
+        elif self.path == "/control/release":
+            released = self.state.release()
+            self._json(200, {"holding": False, "released": released})
         elif self.path == "/control/reset":
             self.state.reset()
             self._json(200, self.state.stats())
@@ -205,12 +252,20 @@ class UpstreamHandler(BaseHTTPRequestHandler):
 
     def _charge(self, body: bytes) -> None:
         state = self.state
-        with state.lock:
+        with state.changed:
             state.charge_requests += 1
             state.changed.notify_all()
             number = state.charge_requests
+            released = not state.holding or state.wait_release(state.hang_seconds)
             mode = state.mode
             hang_seconds = state.hang_seconds
+        if not released:
+            if state.stopping.is_set():
+                state.outcome("hang_shutdown")
+            else:
+                state.outcome("hang_timeout")
+                self._json(504, {"error": f"held for {hang_seconds:g} s"})
+            return
         if mode == "fail":
             state.outcome("fail")
             self._json(503, {"error": "payments temporarily unavailable"})
@@ -263,7 +318,7 @@ class UpstreamServer(ThreadingHTTPServer):
     def stop(self) -> None:
         """End every hang, stop serving and close the socket. Call from another thread
         than the one in ``serve_forever``."""
-        self.state.stopping.set()
+        self.state.shut_down()
         self.shutdown()
         self.server_close()
 
@@ -320,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         exit_with_parent()
 
     def stop(signum: int, frame: Any) -> None:
-        server.state.stopping.set()
+        server.state.shut_down()
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
@@ -329,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.serve_forever(poll_interval=0.1)
     finally:
-        server.state.stopping.set()
+        server.state.shut_down()
         server.server_close()
     return 0
 

@@ -1,6 +1,8 @@
-"""URLs of the test project: the shop at the root, Django's admin under ``/admin/``."""
+"""URLs of the test project: the shop at the root, Django's admin under ``/admin/``, and
+(with DEBUG on) the static files under ``/static/`` for servers other than runserver."""
 
 from django.contrib import admin
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 
 urlpatterns = [
@@ -8,3 +10,5 @@ urlpatterns = [
     path("api/", include("testproject.api.urls")),  # inbound-side demo API (docs/inbound.md)
     path("", include("testproject.shop.urls")),
 ]
+# empty unless DEBUG: what runserver serves itself, for testproject.serve (the demo's server)
+urlpatterns += staticfiles_urlpatterns()

@@ -96,8 +96,13 @@ def protected(
         fallback: called with the call's own arguments when the breaker rejects, the
             cooldown refuses, or the final outcome is a counted exception; a coroutine
             function is awaited in the async form.
-        failure_threshold ... ignore_exceptions: per-call overrides (recovery_timeout in
-            seconds, float allowed).
+        failure_threshold: per-call override: consecutive failures that open the breaker.
+        failure_rate_threshold: per-call override: failure percentage (0-100) that opens it.
+        sliding_window_size: per-call override: calls kept in the failure-rate window.
+        minimum_calls: per-call override: window calls needed before the rate counts.
+        recovery_timeout: per-call override: seconds (float allowed) OPEN waits before probing.
+        half_open_max_calls: per-call override: trial calls per probing round.
+        ignore_exceptions: per-call override: exception types counted as neither outcome.
 
     Returns:
         A decorator; the wrapped function returns what the call (or fallback) returns.
@@ -178,14 +183,17 @@ def protect(
     Args:
         service: breaker name.
         call: a zero-argument callable (a lambda around the real call).
-        retry / fallback / overrides: as for :func:`protected`; the fallback takes no arguments.
+        retry: as for :func:`protected`.
+        fallback: as for :func:`protected`, but it takes no arguments.
+        **overrides: breaker overrides, as for :func:`protected`.
 
     Returns:
         What ``call()`` (or the fallback) returned.
 
     Raises:
-        ConfigError: bad option; CircuitOpenError / RateLimitCooldownError / the call's
-        exception when no fallback applies.
+        ConfigError: bad option.
+        CircuitOpenError: the breaker rejects and no fallback applies (likewise
+            RateLimitCooldownError, and the call's own exception).
     """
     if _is_async(call):
         raise ConfigError(f"protect({service!r}) got a coroutine function; use aprotect() for async calls")

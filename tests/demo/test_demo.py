@@ -1,17 +1,21 @@
 """End to end: the short scripted demo (``python -m testproject.demo --short``) with its
-two real server processes, judged from the JSON summary it writes.
+real server processes (the payments stand-in and two shop servers), judged from the JSON
+summary and the timeline picture it writes.
 
-The demo runs once per module (about 15-20 s); each test checks one claim."""
+The demo runs once per module (about 20-30 s); each test checks one claim."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from testproject.timeline import BAND_STATES, OUTCOMES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,3 +149,60 @@ def test_op4_operator_force_from_another_process_reaches_the_server(demo_run):
     released = summary["phases"]["operator_released"]
     assert "half_open->closed" in released["transitions"]
     assert released["ok"] > 0
+
+
+def test_st2_fleet_of_two_sends_half_open_max_calls_trial_calls_in_all(demo_run):
+    """ST-2, CB-6: two shop server processes share the breaker through the database store.
+    While HALF_OPEN each gets more requests than ``half_open_max_calls``, yet the upstream's
+    own counter saw exactly ``half_open_max_calls`` trial calls from the whole fleet (a
+    per-worker allowance would have let that many through per server); every other request
+    was refused with reason ``half_open_full``; the trial calls closed the breaker and both
+    servers then served normally."""
+    _, summary = demo_run
+    max_calls = summary["config"]["half_open_max_calls"]
+    fleet = summary["phases"]["fleet"]["fleet"]
+    assert fleet["servers"] == 2
+    assert all(sent > max_calls for sent in fleet["burst_sent_by_server"].values()), fleet
+    assert fleet["burst_upstream"] == max_calls, fleet
+    assert sum(fleet["trial_calls_by_server"].values()) == max_calls
+    assert fleet["burst_paid"] == max_calls
+    assert fleet["burst_rejected"] == fleet["burst_sent"] - max_calls
+    assert fleet["rejection_reasons"] == ["half_open_full"]
+    assert "half_open->closed" in summary["phases"]["fleet"]["transitions"]
+    assert fleet["states_after"] == {"A": "closed", "B": "closed"}
+    assert fleet["after_paid"] == fleet["after_sent"] > 0
+    assert {t["server"] for t in summary["transitions"]} >= {"A", "operator"}
+
+
+def test_timeline_picture_is_written_and_shows_the_run(demo_run):
+    """The demo ends by drawing ``timeline.png`` in its output directory and printing its
+    path: a real PNG of a sensible size, whose pixels carry the band's colours for every
+    state the run went through (CLOSED, OPEN, HALF_OPEN, forced OPEN) and the bars'
+    colours for the three outcomes."""
+    from PIL import Image
+
+    result, summary = demo_run
+    path = Path(summary["timeline_png"])
+    assert path.name == "timeline.png" and path.exists()
+    assert f"timeline of the run: {path}" in result.stdout
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 20_000
+    with Image.open(path) as image:
+        assert image.size[0] >= 1200 and image.size[1] >= 700
+        pixels = Counter({colour: count for count, colour in image.convert("RGB").getcolors(maxcolors=1 << 24)})
+    assert len(pixels) > 50  # a picture, not a blank canvas
+
+    def rgb(colour: str) -> tuple[int, int, int]:
+        return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+
+    for state in ("closed", "open", "half_open", "forced_open"):
+        assert pixels[rgb(BAND_STATES[state][1])] > 200, f"no {state} in the band"
+    for outcome in ("paid", "failed", "rejected"):
+        assert pixels[rgb(OUTCOMES[outcome][1])] > 200, f"no {outcome} bars"
+    timeline = summary["timeline"]
+    assert len(timeline["phases"]) == 8
+    assert [s["state"] for s in timeline["states"]][:2] == ["closed", "open"]
+    assert "forced_open" in [s["state"] for s in timeline["states"]]
+    assert len(timeline["requests"]) == summary["totals"]["sent"]
+

@@ -155,3 +155,55 @@ def test_command_line_rejects_a_bad_hang_limit():
     )
     assert result.returncode == 2
     assert "--hang-seconds 0" in result.stderr
+
+
+def test_hold_keeps_charges_waiting_until_release(server):
+    """``/control/hold`` counts each charge on arrival and keeps it waiting (``held``)
+    until ``/control/release``, which answers it as the mode then says (the demo's fleet
+    phase keeps trial calls in flight this way)."""
+    assert call(server, "POST", "/control/hold") == (200, {"holding": True})
+    answers = []
+    clients = [threading.Thread(target=lambda: answers.append(call(server, "POST", "/charge", {"order": 1}, timeout=20))) for _ in range(2)]
+    for thread in clients:
+        thread.start()
+    assert server.state.wait_for(lambda s: s.held == 2, timeout=5)
+    stats = call(server, "GET", "/control/stats")[1]
+    assert (stats["charge_requests"], stats["held"], stats["holding"]) == (2, 2, True)
+    assert answers == []  # nothing answered while held
+    assert call(server, "POST", "/control/release") == (200, {"holding": False, "released": 2})
+    for thread in clients:
+        thread.join(timeout=10)
+    assert sorted(status for status, _ in answers) == [200, 200]
+    stats = call(server, "GET", "/control/stats")[1]
+    assert (stats["held"], stats["by_outcome"]["ok"]) == (0, 2)
+    assert call(server, "POST", "/charge", {})[0] == 200  # no longer held
+
+
+def test_hold_is_bounded_by_the_hang_limit_and_ends_on_shutdown():
+    """A held charge answers 504 once the hang limit passes, and stopping the server ends
+    a held charge at once."""
+    srv = upstream_module.start_in_thread()
+    try:
+        call(srv, "POST", "/control/mode", {"mode": "ok", "hang_seconds": 0.2})
+        call(srv, "POST", "/control/hold")
+        status, body = call(srv, "POST", "/charge", {})
+        assert status == 504 and "held for 0.2 s" in body["error"]
+        assert srv.state.by_outcome["hang_timeout"] == 1
+        call(srv, "POST", "/control/mode", {"mode": "ok", "hang_seconds": 30})
+        errors = []
+
+        def client():
+            try:
+                call(srv, "POST", "/charge", {}, timeout=20)
+            except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+                errors.append(exc)
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        assert srv.state.wait_for(lambda s: s.held == 1, timeout=5)
+    finally:
+        srv.stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert srv.state.by_outcome["hang_shutdown"] == 1
+    assert errors and isinstance(errors[0], (http.client.RemoteDisconnected, ConnectionError))
