@@ -20,6 +20,7 @@ from typing import Any, Callable, TypeVar
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
 
 from ..core.stores.base import Answer, StoreUnavailable, decode, encode, safe_key
+from ..core.emergency import frozen
 from ..core.stores.logic import prunable, run
 
 __all__ = ["DatabaseStore", "db_now"]
@@ -100,6 +101,7 @@ class DatabaseStore:
 
         key = safe_key(name)
         table = BreakerRecord._meta.db_table
+        held = frozen()  # Level 3 holds automatic steps (EM-2); read outside the transaction
 
         def work() -> Answer:
             for attempt in range(3):
@@ -110,10 +112,10 @@ class DatabaseStore:
                         now = db_now(self.alias)
                         row = BreakerRecord.objects.using(self.alias).select_for_update().filter(key=key).first()
                         if row is None and not touch:
-                            return run(op, decode(None), now, *args)  # a task's read registers nothing
+                            return run(op, decode(None), now, *args, frozen=held)  # a task's read registers nothing
                         if row is None:
                             row = BreakerRecord.objects.using(self.alias).create(key=key, name=name, record="", last_seen=now)
-                        answer = run(op, decode(row.record or None), now, *args)
+                        answer = run(op, decode(row.record or None), now, *args, frozen=held)
                         row.record = encode(answer.record)
                         if touch:
                             row.last_seen = now

@@ -42,6 +42,7 @@ from .events import (
     Released,
     StateChanged,
 )
+from .emergency import frozen
 from .events import bus as default_bus
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .states import CircuitState, Reason, Trigger
@@ -296,16 +297,20 @@ class CircuitBreaker:
             if state is CLOSED:
                 permit = self._closed_permit
             elif state is HALF_OPEN:
-                if self._sync.local_judgement() and self._trials < self.config.half_open_max_calls:
+                if frozen():
+                    reason = Reason.FROZEN  # EM-2: no probe while Level 3 holds
+                elif self._sync.local_judgement() and self._trials < self.config.half_open_max_calls:
                     self._trials += 1
                     permit = Permit(self._gen, trial=True)
                 else:
                     reason = Reason.HALF_OPEN_FULL
             else:
                 until = self._force_until if self._forced == "open" else self._open_until
-                retry_after = max(0.0, until - now)
-                if not self.config.dry_run:
-                    self._reject_until = until
+                if now >= until and self._forced is None and frozen():
+                    reason = Reason.FROZEN  # EM-2: held OPEN past its recovery timeout
+                else:
+                    retry_after = max(0.0, until - now)
+                    self._hold_open_until(until)
             if permit is None and self.config.dry_run:
                 self.dry_run_rejections += 1
                 permit = Permit(self._gen, dry_run=True)
@@ -437,7 +442,9 @@ class CircuitBreaker:
         events = self._outbox
         with self._lock:
             if permit.generation == self._gen and self._state is HALF_OPEN:
-                if ok:
+                if frozen():
+                    self._trials -= 1  # EM-2: no close, no reopen while frozen; the slot goes back
+                elif ok:
                     self._trial_successes += 1
                     if self._trial_successes >= self.config.half_open_max_calls:
                         self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
@@ -542,6 +549,8 @@ class CircuitBreaker:
         """An automatic trigger fired (lock held): open at once for this process's traffic;
         the strategy decides when the events are published (a shared store first asks
         the store who decided the trip)."""
+        if frozen():
+            return  # EM-2: Level 3 holds every automatic decision; the failure stays recorded
         held: list[Event] = []
         self._to_open(now, trigger, held)
         self._sync.trip_decided(self, trigger, held, events)  # type: ignore[arg-type]
@@ -621,13 +630,16 @@ class CircuitBreaker:
             before = self._state
             self._clear_force()
             if previous == "open":
-                self._to_half_open(Trigger.FORCE_LAPSED, None)
+                if frozen():  # EM-2: a lapsed forced open stays OPEN until the level drops
+                    self._open_until = now
+                else:
+                    self._to_half_open(Trigger.FORCE_LAPSED, None)
             else:
                 self._refresh_fast()
             events.append(
                 ForceLapsed(self.name, self._clock.wall(), previous=previous, from_state=before.value, to_state=self._state.value)
             )
-        if self._state is OPEN and self._forced is None and now >= self._open_until:
+        if self._state is OPEN and self._forced is None and now >= self._open_until and not frozen():
             self._to_half_open(Trigger.RECOVERY_TIMEOUT, events)
 
     def _clear_force(self) -> None:

@@ -42,6 +42,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
+from .emergency import frozen
 from .errors import StoreError
 from .events import Event, StoreProblem, TripBlocked
 from .states import CircuitState
@@ -236,7 +237,7 @@ class StoreSync:
 
     def probe_due(self, breaker: CircuitBreaker, now: float) -> bool:
         """True when the store must be asked for a probe slot (or to lapse a due force)."""
-        if self.guard.down:
+        if self.guard.down or frozen():  # EM-2: no probe while Level 3 holds
             return False
         state = breaker._state
         if state is _HALF_OPEN:
@@ -282,7 +283,7 @@ class StoreSync:
             self.consult(breaker, now)
         with breaker._lock:
             due = breaker._state is _OPEN and breaker._forced is None and now >= breaker._open_until
-        if due and not self.guard.down:
+        if due and not self.guard.down and not frozen():
             self._run(breaker, "sweep")
 
     def _run(self, breaker: CircuitBreaker, op: str, *args: Any) -> Answer | None:

@@ -60,8 +60,11 @@ def _open(record: Record, now: float, trigger: str, recovery_timeout: float, fac
     record.open_until = now + seconds
 
 
-def normalise(record: Record, now: float) -> str | None:
-    """Lapse an expired force and drop expired probe leases. Returns the lapsed force or None."""
+def normalise(record: Record, now: float, frozen: bool = False) -> str | None:
+    """Lapse an expired force and drop expired probe leases. Returns the lapsed force or None.
+
+    While Level 3 holds (*frozen*, EM-2) a lapsed forced open stays OPEN, due for a probe as
+    soon as the level drops."""
     lapsed = None
     if record.forced is not None and record.force_expires_at is not None and now >= record.force_expires_at:
         lapsed = record.forced
@@ -69,9 +72,12 @@ def normalise(record: Record, now: float) -> str | None:
         record.force_expires_at = None
         record.force_reason = ""
         record.force_actor = None
-        if lapsed == "open":
+        if lapsed == "open" and not frozen:
             _bump(record, "half_open", now, "force_lapsed")
         else:
+            if lapsed == "open":
+                record.version += 1
+                record.open_until = now
             record.updated_at = now
     if record.probes:
         record.probes = {token: until for token, until in record.probes.items() if until > now}
@@ -182,18 +188,25 @@ def prunable(record: Record) -> bool:
     return record.state == "closed" and record.forced is None
 
 
-def run(op: str, record: Record, now: float, *args: object) -> Answer:
-    """Normalise *record* then apply operation *op*; returns the :class:`Answer`."""
+def run(op: str, record: Record, now: float, *args: object, frozen: bool = False) -> Answer:
+    """Normalise *record* then apply operation *op*; returns the :class:`Answer`.
+
+    *frozen* (Level 3, EM-2) holds every automatic step: no trip (``ALREADY``), no probe, no
+    sweep, and a trial's outcome only gives its slot back."""
     before = record.state
-    lapsed = normalise(record, now)
+    lapsed = normalise(record, now, frozen)
     result: object = None
     if op in ("load", "inspect"):
         pass
+    elif frozen and op in ("trip", "acquire_probe", "sweep"):
+        result = ALREADY if op == "trip" else False
     elif op == "trip":
         result = op_trip(record, now, *args)  # type: ignore[arg-type]
     elif op == "acquire_probe":
         result, _ = op_acquire_probe(record, now, *args)  # type: ignore[arg-type]
     elif op == "finish_probe":
+        if frozen:
+            args = (*args[:2], "abandon", *args[3:])
         result = op_finish_probe(record, now, *args)  # type: ignore[arg-type]
     elif op == "force":
         op_force(record, now, *args)  # type: ignore[arg-type]

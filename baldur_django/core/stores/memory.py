@@ -11,6 +11,7 @@ import threading
 import uuid
 from typing import Callable
 
+from ..emergency import frozen
 from .base import Answer, Record, decode, encode
 from .logic import prunable, run
 
@@ -40,8 +41,8 @@ class MemoryStore:
             now = self._now()
             touch = op not in ("inspect", "sweep")
             if not touch and name not in self._records:
-                return run(op, decode(None), now, *args)  # a task's read registers nothing
-            answer = run(op, decode(self._records.get(name)), now, *args)
+                return run(op, decode(None), now, *args, frozen=frozen())  # a task's read registers nothing
+            answer = run(op, decode(self._records.get(name)), now, *args, frozen=frozen())
             self._records[name] = encode(answer.record)
             if touch:
                 self._seen[name] = now

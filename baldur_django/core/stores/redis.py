@@ -18,6 +18,7 @@ import uuid
 from importlib import resources
 from typing import Any
 
+from ..emergency import frozen
 from .base import Answer, StoreUnavailable, decode, safe_key
 
 __all__ = ["RedisStore", "connect"]
@@ -80,6 +81,7 @@ class RedisStore:
         import redis
 
         argv = ["" if a is None else a for a in args]
+        argv.append("1" if frozen() else "0")  # the last ARGV of every transition: Level 3 holds (EM-2)
         try:
             if touch:
                 raw = self._pipelined(self._scripts[op], name, argv)

@@ -67,12 +67,23 @@ local function clear_force(rec)
   rec.force_actor = NULL
 end
 
+-- The last ARGV of every transition says whether Level 3 holds (EM-2): no automatic step.
+local FROZEN = ARGV[#ARGV] == '1'
+
 local function normalise(rec, now)
   local lapsed = NULL
   if not isnull(rec.forced) and not isnull(rec.force_expires_at) and now >= rec.force_expires_at then
     lapsed = rec.forced
     clear_force(rec)
-    if lapsed == 'open' then bump(rec, 'half_open', now, 'force_lapsed') else rec.updated_at = now end
+    if lapsed == 'open' and not FROZEN then
+      bump(rec, 'half_open', now, 'force_lapsed')
+    else
+      if lapsed == 'open' then  -- held OPEN until the level drops, then due for a probe
+        rec.version = rec.version + 1
+        rec.open_until = now
+      end
+      rec.updated_at = now
+    end
   end
   local live = {}
   for token, untl in pairs(rec.probes) do
@@ -83,6 +94,7 @@ local function normalise(rec, now)
 end
 
 local function sweep(rec, now)
+  if FROZEN then return false end
   if rec.state == 'open' and isnull(rec.forced) and not isnull(rec.open_until) and now >= rec.open_until then
     bump(rec, 'half_open', now, 'recovery_timeout')
     return true

@@ -2,7 +2,7 @@
 local result
 if not isnull(rec.forced) then
   result = 'blocked'
-elseif rec.state ~= 'closed' then
+elseif rec.state ~= 'closed' or FROZEN then
   result = 'already'
 else
   open_for(rec, now, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]) or 1, tonumber(ARGV[4]) or 0)
