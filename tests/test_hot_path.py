@@ -50,10 +50,10 @@ class CheckedWindow:
         self.__dict__["_inner"] = inner
         self.__dict__["_breaker"] = breaker
 
-    def add(self, failed: bool) -> None:
-        if failed and self._breaker._healthy_permit is not None:
+    def add(self, failed: bool, slow: bool = False, now: float = 0.0) -> None:
+        if (failed or slow) and self._breaker._healthy_permit is not None:
             self._breaker.violations.append("window failure while healthy")
-        self._inner.add(failed)
+        self._inner.add(failed, slow, now)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

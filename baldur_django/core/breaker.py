@@ -48,7 +48,7 @@ from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .states import CircuitState, Reason, Trigger
 from .stores.base import Answer, Record
 from .stores.logic import next_open
-from .window import CountWindow, SecondBuckets
+from .window import CountWindow, SecondBuckets, TimeWindow
 
 __all__ = ["Permit", "CircuitBreaker", "validate_ttl"]
 
@@ -65,15 +65,22 @@ class Permit:
         trial (bool): True for a HALF_OPEN probe.
         dry_run (bool): True when dry-run let through a call it would have rejected; its
             outcome is never recorded (OP-5).
+        token (str | None): a shared store's probe lease, for trials.
+        started (float | None): monotonic admission time (seconds) while the slow-call
+            trigger is on: the outcome is slow when it comes that long after (CB-17).
     """
 
-    __slots__ = ("generation", "trial", "dry_run", "token")
+    __slots__ = ("generation", "trial", "dry_run", "token", "started")
 
-    def __init__(self, generation: int, trial: bool = False, dry_run: bool = False, token: str | None = None) -> None:
+    def __init__(
+        self, generation: int, trial: bool = False, dry_run: bool = False, token: str | None = None,
+        started: float | None = None,
+    ) -> None:
         self.generation = generation
         self.trial = trial
         self.dry_run = dry_run
         self.token = token  # a shared store's probe lease, for trials
+        self.started = started  # monotonic admission time, while the slow-call trigger is on (CB-17)
 
     def __repr__(self) -> str:
         kind = "trial" if self.trial else ("dry-run" if self.dry_run else "closed")
@@ -142,7 +149,14 @@ class CircuitBreaker:
         # locked paths drop the hot-path permit then (ST-3). inf = never (local breakers).
         self._sync_due = float("inf")
         self._consecutive = 0
-        self._window = CountWindow(config.sliding_window_size)
+        self._window: CountWindow | TimeWindow = _window_for(config)
+        # Successes may skip the window (lock-free healthy lane, locked clean-success lane)
+        # only with the count window and no call timing; see _configure_lanes().
+        self._lanes = True
+        # While the slow-call trigger is on (CB-17) every admitted call carries its own
+        # permit stamped with the admission time: this is the CLOSED permit to copy it
+        # from (lock-free, like _fast_permit, which is then None), else None.
+        self._timing_permit: Permit | None = None
         self._cascade = SecondBuckets(config.cascade_window)
         self._cooldown_until = 0.0
         self._opened_at: float | None = None  # wall clock
@@ -164,6 +178,8 @@ class CircuitBreaker:
         self._outbox: deque[Event] = deque()
         self._drain = threading.Lock()
         self._drainer: int | None = None  # thread delivering events right now
+        self._configure_lanes()
+        self._refresh_fast()
 
     # ------------------------------------------------------------------ reading
     def __repr__(self) -> str:
@@ -203,13 +219,16 @@ class CircuitBreaker:
         self.state  # noqa: B018 - consult, sweep and evaluate first
         events = self._outbox
         with self._lock:
-            self._evaluate(self._mono(), events)
+            now = self._mono()
+            self._evaluate(now, events)
+            self._window.advance(now)
             snap = {
                 "service": self.name,
                 "state": self._state.value,
                 "consecutive_failures": self._consecutive,
                 "window_calls": self._window.calls,
                 "window_failures": self._window.failures,
+                "window_slow_calls": self._window.slow,
                 "opened_at": self._opened_at,
                 "open_until": self._opened_at + self._open_seconds if self._state is OPEN and self._opened_at else None,
                 "open_duration": self._open_seconds if self._state is not CLOSED else None,
@@ -228,6 +247,12 @@ class CircuitBreaker:
                     "failure_threshold": self.config.failure_threshold,
                     "failure_rate_threshold": self.config.failure_rate_threshold,
                     "sliding_window_size": self.config.sliding_window_size,
+                    "sliding_window_type": self.config.sliding_window_type,
+                    "sliding_window_seconds": self.config.sliding_window_seconds,
+                    "recovery_backoff_factor": self.config.recovery_backoff_factor,
+                    "recovery_timeout_max": self.config.recovery_timeout_max,
+                    "slow_call_duration": self.config.slow_call_duration,
+                    "slow_call_rate_threshold": self.config.slow_call_rate_threshold,
                     "minimum_calls": self.config.minimum_calls,
                     "recovery_timeout": self.config.recovery_timeout,
                     "half_open_max_calls": self.config.half_open_max_calls,
@@ -264,6 +289,11 @@ class CircuitBreaker:
             A permit. Raises CircuitOpenError as :meth:`acquire` does.
         """
         now = self._mono()
+        base = self._timing_permit
+        if base is not None and now < self._sync_due:
+            # CB-17: CLOSED with the slow-call trigger on; lock-free for the same reason as
+            # the hot path's permit (a racing trip leaves this copy's generation stale, CB-8)
+            return Permit(base.generation, started=now)
         until = self._reject_until
         if now < until and now < self._sync_due:
             raise self._reject_fast(now, until)  # CB-4 and ST-3: no lock, no round trip
@@ -294,14 +324,15 @@ class CircuitBreaker:
         with self._lock:
             self._evaluate(now, events)
             state = self._state
+            timing = self.config.slow_call_duration > 0
             if state is CLOSED:
-                permit = self._closed_permit
+                permit = Permit(self._gen, started=now) if timing else self._closed_permit
             elif state is HALF_OPEN:
                 if frozen():
                     reason = Reason.FROZEN  # EM-2: no probe while Level 3 holds
                 elif self._sync.local_judgement() and self._trials < self.config.half_open_max_calls:
                     self._trials += 1
-                    permit = Permit(self._gen, trial=True)
+                    permit = Permit(self._gen, trial=True, started=now if timing else None)
                 else:
                     reason = Reason.HALF_OPEN_FULL
             else:
@@ -346,7 +377,7 @@ class CircuitBreaker:
             lock = self._lock
             lock.acquire()
             try:
-                if permit is self._closed_permit and not self._window.failures:
+                if permit is self._closed_permit and self._lanes and not self._window.marked:  # type: ignore[union-attr]
                     self._consecutive = 0
                     window = self._window
                     if window.calls < window.size:
@@ -401,11 +432,13 @@ class CircuitBreaker:
         if permit.dry_run:
             return
         now = self._mono()
+        started = permit.started
+        slow = started is not None and now - started >= self.config.slow_call_duration  # CB-17
         if permit.trial:
             if count_attempt:
                 with self._lock:
                     self._cascade.add(now, False)
-            self._record_trial(permit, ok, now)
+            self._record_trial(permit, ok and not slow, now, slow)
             return
         events = self._outbox
         with self._lock:
@@ -416,15 +449,18 @@ class CircuitBreaker:
             if permit.generation != self._gen:
                 pass  # CB-8: stale outcome, dropped
             elif self._state is CLOSED:
-                if ok:
+                if ok and not slow:
                     self._consecutive = 0
-                    self._window.add(False)
-                    if not self._window.failures and self._window.calls == self._window.size:
+                    self._window.add(False, False, now)
+                    if self._lanes and not self._window.marked and self._window.calls == self._window.size:  # type: ignore[union-attr]
                         self._healthy_permit = self._closed_permit
                 else:
                     self._invalidate()
-                    self._consecutive += 1
-                    self._window.add(True)
+                    if ok:
+                        self._consecutive = 0  # a slow success is still a success (CB-2)
+                    else:
+                        self._consecutive += 1
+                    self._window.add(not ok, slow, now)
                 if self._forced is None:
                     if not ok and self._consecutive >= self.config.failure_threshold:
                         self._trip(now, Trigger.CONSECUTIVE_FAILURES, events)
@@ -434,10 +470,11 @@ class CircuitBreaker:
                 self._check_cascade(now, events)
         self._settle(events)
 
-    def _record_trial(self, permit: Permit, ok: bool, now: float) -> None:
+    def _record_trial(self, permit: Permit, ok: bool, now: float, slow: bool = False) -> None:
         """A trial's outcome (CB-6): N successes close, one failure reopens; stale ones drop.
+        A slow trial is a failed one, reopening with trigger ``slow_call_rate`` (CB-17).
         With a shared store the fleet's round decides (one store operation)."""
-        if self._sync.finish_probe(self, permit, "success" if ok else "failure"):
+        if self._sync.finish_probe(self, permit, "slow" if slow else ("success" if ok else "failure")):
             return
         events = self._outbox
         with self._lock:
@@ -449,7 +486,7 @@ class CircuitBreaker:
                     if self._trial_successes >= self.config.half_open_max_calls:
                         self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
                 else:
-                    self._to_open(now, Trigger.HALF_OPEN_FAILURE, events)
+                    self._to_open(now, Trigger.SLOW_CALL_RATE if slow else Trigger.HALF_OPEN_FAILURE, events)
         self._settle(events)
 
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
@@ -513,9 +550,16 @@ class CircuitBreaker:
 
     # ------------------------------------------------------------------ triggers
     def _check_rate(self, now: float, events: MutableSequence[Event]) -> None:
+        """The rate triggers over the window (CB-3, CB-15): the failure rate first, so when both
+        cross on one outcome the trigger is ``failure_rate``; then the slow-call rate (CB-17),
+        gated by ``minimum_calls`` whatever the failure-rate setting."""
         cfg = self.config
-        if self._window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls):
+        window = self._window
+        window.advance(now)
+        if window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls):
             self._trip(now, Trigger.FAILURE_RATE, events)
+        elif cfg.slow_call_duration > 0 and window.slow_rate_reached(cfg.slow_call_rate_threshold, cfg.minimum_calls):
+            self._trip(now, Trigger.SLOW_CALL_RATE, events)
 
     def _check_cascade(self, now: float, events: MutableSequence[Event]) -> None:
         if self._forced is not None or self._state is not CLOSED:
@@ -532,18 +576,32 @@ class CircuitBreaker:
 
     # --------------------------------------------------------------- transitions
     def _refresh_fast(self) -> None:
-        """Recompute the hot-path permit after a state or force change (lock held)."""
-        self._fast_permit = (
+        """Recompute the hot-path permit after a state or force change (lock held). With the
+        slow-call trigger on, the CLOSED permit becomes the one admission copies (CB-17)."""
+        fast = (
             self._closed_permit
             if self._state is CLOSED and self._forced is None and (not self._timed or self._mono() < self._sync_due)
             else None
         )
+        if self.config.slow_call_duration > 0:
+            self._fast_permit, self._timing_permit = None, fast
+        else:
+            self._fast_permit, self._timing_permit = fast, None
+
+    def _configure_lanes(self) -> None:
+        """Whether successes may skip the window (lock held, or in __init__): only with the
+        count window and no call timing, where a success in a clean full window changes
+        nothing. A time window must count every success (CB-15)."""
+        self._lanes = self.config.sliding_window_type == "count" and self.config.slow_call_duration <= 0
+        if not self._lanes:
+            self._healthy_permit = None
 
     def _invalidate(self) -> None:
         """Clear what the lock-free paths read, before any failure is recorded or any state
         changes (lock held). Every mutating path calls this first; see the module docstring."""
         self._healthy_permit = None
         self._reject_until = 0.0
+        self._timing_permit = None
 
     def _trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
         """An automatic trigger fired (lock held): open at once for this process's traffic;
@@ -848,11 +906,16 @@ class CircuitBreaker:
         """Swap in a new configuration (CFG-2). A new window size restarts the window."""
         with self._lock:
             self._invalidate()  # re-derived by the next locked admission and success
-            if config.sliding_window_size != self._window.size:
-                self._window = CountWindow(config.sliding_window_size)
+            old = self.config
+            if (config.sliding_window_type, config.sliding_window_size, config.sliding_window_seconds) != (
+                old.sliding_window_type, old.sliding_window_size, old.sliding_window_seconds
+            ):
+                self._window = _window_for(config)
             if config.cascade_window != self._cascade.span:
                 self._cascade.span = config.cascade_window
             self.config = config
+            self._configure_lanes()
+            self._refresh_fast()
 
     def reset(self) -> None:
         """Return to a fresh CLOSED breaker: counts, cooldown and force cleared (for tests and operators)."""
@@ -898,3 +961,10 @@ class CircuitBreaker:
 
 
 _STATES = {"closed": CLOSED, "open": OPEN, "half_open": HALF_OPEN}
+
+
+def _window_for(config: BreakerConfig) -> CountWindow | TimeWindow:
+    """The sliding window *config* asks for: the last N outcomes, or the last N seconds (CB-15)."""
+    if config.sliding_window_type == "time":
+        return TimeWindow(config.sliding_window_seconds)
+    return CountWindow(config.sliding_window_size)

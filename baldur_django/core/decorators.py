@@ -87,6 +87,12 @@ def protected(
     recovery_timeout: float | None = None,
     half_open_max_calls: int | None = None,
     ignore_exceptions: tuple[type[BaseException], ...] | None = None,
+    sliding_window_type: str | None = None,
+    sliding_window_seconds: int | None = None,
+    recovery_backoff_factor: float | None = None,
+    recovery_timeout_max: float | None = None,
+    slow_call_duration: float | None = None,
+    slow_call_rate_threshold: float | None = None,
 ) -> Callable[[F], F]:
     """Decorate a ``def`` or ``async def`` with breaker, retry and fallback (FAC-1..FAC-4).
 
@@ -103,6 +109,13 @@ def protected(
         recovery_timeout: per-call override: seconds (float allowed) OPEN waits before probing.
         half_open_max_calls: per-call override: trial calls per probing round.
         ignore_exceptions: per-call override: exception types counted as neither outcome.
+        sliding_window_type: per-call override: ``"count"`` or ``"time"`` (CB-15).
+        sliding_window_seconds: per-call override: span of the time window, whole seconds (CB-15).
+        recovery_backoff_factor: per-call override: growth of the open duration per
+            consecutive open, 1.0 = off (CB-16).
+        recovery_timeout_max: per-call override: cap of the backed-off open duration, seconds (CB-16).
+        slow_call_duration: per-call override: seconds from which a call is slow, 0 = off (CB-17).
+        slow_call_rate_threshold: per-call override: slow percentage that opens (CB-17).
 
     Returns:
         A decorator; the wrapped function returns what the call (or fallback) returns.
@@ -122,6 +135,12 @@ def protected(
         recovery_timeout=recovery_timeout,
         half_open_max_calls=half_open_max_calls,
         ignore_exceptions=ignore_exceptions,
+        sliding_window_type=sliding_window_type,
+        sliding_window_seconds=sliding_window_seconds,
+        recovery_backoff_factor=recovery_backoff_factor,
+        recovery_timeout_max=recovery_timeout_max,
+        slow_call_duration=slow_call_duration,
+        slow_call_rate_threshold=slow_call_rate_threshold,
     )
     _breaker(service, overrides)  # validate and register now, not at first call
 

@@ -364,11 +364,12 @@ class StoreSync:
             if answer is not None:
                 with breaker._lock:
                     breaker._adopt(answer, breaker._mono(), events)
+                    started = now if cfg.slow_call_duration > 0 else None  # CB-17: timed calls
                     if answer.result:  # the adopted round already counts this probe
                         self._probe_versions[token] = answer.record.version
-                        permit = Permit(breaker._gen, trial=True, token=token)
+                        permit = Permit(breaker._gen, trial=True, token=token, started=started)
                     elif breaker._state is _CLOSED:
-                        permit = breaker._closed_permit
+                        permit = breaker._closed_permit if started is None else Permit(breaker._gen, started=started)
                     else:
                         self.next_probe = now + min(1.0, cfg.probe_lease)
         breaker._publish(events)

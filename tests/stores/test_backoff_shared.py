@@ -84,3 +84,30 @@ def test_cb16_k_is_fleet_wide(backend):
             worker.acquire()
         assert rejected.value.retry_after == pytest.approx(seconds, abs=1.0)
     assert backend.store.inspect(name).record.opens == 3
+
+
+def test_cb15_cb17_shared_breaker_slow_calls_trip_and_fail_the_fleet_round(backend):
+    """CB-15, CB-17, ST-2: on every store, slow calls over a time window trip the shared
+    record with trigger slow_call_rate, and a slow trial fails the fleet's round."""
+    name = f"slow-fleet-{backend.name}"
+    clock = FakeClock()
+    config = build_config(name, {"sliding_window_type": "time", "sliding_window_seconds": 30, "minimum_calls": 2,
+                                 "failure_rate_threshold": 0, "slow_call_duration": 1, "slow_call_rate_threshold": 100,
+                                 "recovery_timeout": 10, "half_open_max_calls": 1},
+                          SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "0"}))
+    breaker = CircuitBreaker(name, config, clock=clock, bus=EventBus())
+    breaker.use_store(StoreGuard(backend.store, lambda: 60.0, lambda e: None, clock.monotonic, clock.wall))
+    for _ in range(2):
+        permit = breaker.acquire()
+        clock.advance(2)
+        breaker.record_success(permit)
+    record = backend.store.inspect(name).record
+    assert (record.state, record.trigger) == ("open", "slow_call_rate")
+    clock.advance(1000)
+    backend.age(name, 1000)
+    trial = breaker.acquire()
+    assert trial.trial
+    clock.advance(3)
+    breaker.record_success(trial)
+    record = backend.store.inspect(name).record
+    assert (record.state, record.trigger) == ("open", "slow_call_rate")
