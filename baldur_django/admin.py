@@ -72,6 +72,9 @@ def _display_row(row: dict[str, Any]) -> dict[str, Any]:
     # measured on the breakers' own clock, so the countdown agrees with when the force lapses
     shown["force_left"] = _duration(expires - registry.clock.wall()) if expires is not None else None
     shown["state_label"] = str(row.get("state", "")).replace("_", "-")
+    # CB-16: how long the current open lasts (backed off on repeated opens)
+    duration = row.get("open_duration")
+    shown["open_for"] = _duration(duration) if row.get("state") == "open" and duration is not None else None
     return shown
 
 

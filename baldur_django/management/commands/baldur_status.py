@@ -220,10 +220,14 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
                     row["consecutive_failures"],
                     f"{row['window_calls']}/{row['window_failures']}",
                     format_time(row.get("opened_at")),
+                    _open_for(row),
                     row.get("last_trigger") or "-",
                 ]
             )
-        header = ["SERVICE", "STATE", "FORCED", "FORCE EXPIRES", "CONSECUTIVE", "WINDOW CALLS/FAILURES", "OPENED AT", "LAST TRIGGER"]
+        header = [
+            "SERVICE", "STATE", "FORCED", "FORCE EXPIRES", "CONSECUTIVE", "WINDOW CALLS/FAILURES", "OPENED AT",
+            "OPEN FOR", "LAST TRIGGER",
+        ]
         self.stdout.write(format_table(header, table))
 
     def _config(self, as_json: bool) -> None:
@@ -233,3 +237,11 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
             return
         table = [[row["name"], json.dumps(row["value"], ensure_ascii=False), row["source"]] for row in rows]
         self.stdout.write(format_table(["SETTING", "VALUE", "SOURCE"], table))
+
+
+def _open_for(row: dict[str, Any]) -> str:
+    """The current open's length in seconds and how many opens in a row (CB-16), or ``-``."""
+    duration = row.get("open_duration")
+    if row.get("state") != "open" or duration is None:
+        return "-"
+    return f"{duration:g}s (#{row.get('consecutive_opens') or 1})"
