@@ -25,6 +25,7 @@ from .core.classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .core.errors import CircuitOpenError
 from .core.marks import is_marked, mark_rate_limited
 from .core.registry import registry
+from .core.hotpath import aacquire, asettle
 from .core.runner import settle_status
 from .limiter import LIMIT_HEADER, MODE_HEADER, RateLimiter, rate_limited_response
 
@@ -247,9 +248,11 @@ class CircuitBreakerMiddleware:
         try:
             return breaker, breaker.acquire(), None
         except CircuitOpenError as exc:
-            if baldur_settings.get("BALDUR_MIDDLEWARE_SHED_LOAD"):
-                return breaker, None, shed_response(exc)
-            return breaker, None, None
+            return breaker, None, self._refused(exc)
+
+    @staticmethod
+    def _refused(error: CircuitOpenError) -> Any:
+        return shed_response(error) if baldur_settings.get("BALDUR_MIDDLEWARE_SHED_LOAD") else None
 
     def __call__(self, request: Any) -> Any:
         if self.async_mode:
@@ -270,17 +273,21 @@ class CircuitBreakerMiddleware:
         return response
 
     async def __acall__(self, request: Any) -> Any:
-        breaker, permit, early = self._admit(request)
-        if early is not None:
-            return early
-        if permit is None:
-            return await self.get_response(request)
+        # a shared store's round trips (a due consult, a probe, a trial's outcome) run in a
+        # worker thread: the event loop never waits on store I/O (ST-2)
+        breaker = registry.get(domain_for(request.path))
+        assert breaker is not None
+        try:
+            permit = await aacquire(breaker)
+        except CircuitOpenError as exc:
+            early = self._refused(exc)
+            return early if early is not None else await self.get_response(request)
         try:
             response = await self.get_response(request)
         except BaseException:  # CancelledError: the client went away
-            breaker.record_ignored(permit)
+            await asettle(breaker, permit, breaker.record_ignored, permit)
             raise
-        record_response(breaker, permit, request, response)
+        await asettle(breaker, permit, record_response, breaker, permit, request, response)
         return response
 
 

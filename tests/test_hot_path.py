@@ -141,8 +141,10 @@ class TracingBreaker(CircuitBreaker):
     tally: Tally
 
     def __getattribute__(self, name: str) -> Any:
-        if name.startswith("_") and not name.startswith("__") and name in HOT:
-            object.__getattribute__(self, "tally").steps.append(f"read {name}")
+        if name in HOT:
+            tally = object.__getattribute__(self, "__dict__").get("tally")
+            if tally is not None:  # None while __init__ runs
+                tally.steps.append(f"read {name}")
         return object.__getattribute__(self, name)
 
 

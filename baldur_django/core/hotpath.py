@@ -42,7 +42,7 @@ from .errors import CircuitOpenError
 from .retry import RetryPolicy
 from .runner import acall_fallback, call_fallback, run_async, run_sync, settle_exception, settle_result
 
-__all__ = ["sync_wrapper", "async_wrapper", "healthy_success", "off_loop"]
+__all__ = ["sync_wrapper", "async_wrapper", "healthy_success", "off_loop", "aacquire", "asettle"]
 
 
 def healthy_success(breaker: CircuitBreaker, permit: Permit) -> bool:
@@ -61,6 +61,32 @@ async def off_loop(breaker: CircuitBreaker, fn: Callable[..., Any], *args: Any) 
     in a worker thread for a shared breaker, inline for a process-local one (no I/O)."""
     if breaker._timed:
         return await asyncio.to_thread(fn, *args)
+    return fn(*args)
+
+
+async def aacquire(breaker: CircuitBreaker) -> Permit:
+    """:meth:`CircuitBreaker.acquire` for coroutines (the inbound async middleware): the
+    lock-free paths run inline; a shared breaker's admission that may reach its store runs in
+    a worker thread, so the event loop never waits on store I/O.
+
+    Returns:
+        A permit. Raises CircuitOpenError as ``acquire`` does.
+    """
+    permit = breaker._fast_permit
+    if permit is not None and not (breaker._timed and breaker._mono() >= breaker._sync_due):
+        return permit
+    if breaker._timed:
+        now = breaker._mono()
+        if not (now < breaker._reject_until and now < breaker._sync_due):  # else a lock-free rejection
+            return cast(Permit, await asyncio.to_thread(breaker.acquire_slow))
+    return breaker.acquire_slow()
+
+
+async def asettle(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
+    """Record an outcome from a coroutine: a shared breaker's trial outcome is a store write,
+    made from a worker thread; everything else inline (no I/O)."""
+    if permit.trial:
+        return await off_loop(breaker, fn, *args)
     return fn(*args)
 
 
@@ -86,7 +112,6 @@ def sync_wrapper(
     """
     cascade = breaker._cascade
     monotonic = breaker._mono
-    acquire_slow = breaker.acquire_slow
     record_success = breaker.record_success
     trial_policy = _trial_policy(policy)
 
@@ -132,26 +157,17 @@ def async_wrapper(
     """
     cascade = breaker._cascade
     monotonic = breaker._mono
-    acquire_slow = breaker.acquire_slow
     record_success = breaker.record_success
     trial_policy = _trial_policy(policy)
-
-    async def admit() -> Permit:
-        if breaker._timed:
-            now = monotonic()
-            until = breaker._reject_until
-            if not (now < until and now < breaker._sync_due):  # else a lock-free rejection, no I/O
-                return cast(Permit, await asyncio.to_thread(acquire_slow))
-        return acquire_slow()
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             if fallback is None:
-                permit = await admit()
+                permit = await aacquire(breaker)
             else:
                 try:
-                    permit = await admit()
+                    permit = await aacquire(breaker)
                 except CircuitOpenError as rejection:
                     return await acall_fallback(fallback, args, kwargs, rejection)
         if policy is not None and not permit.dry_run:

@@ -168,3 +168,35 @@ def test_st2_every_store_operation_of_async_calls_runs_off_the_loop(fresh_regist
     assert {"load", "trip", "acquire_probe", "finish_probe"} <= set(spy.ops)
     assert spy.on_loop == []
     assert baldur.get_breaker("off-loop").state is baldur.CircuitState.CLOSED
+
+
+def test_st2_async_middleware_never_touches_the_store_on_the_loop(fresh_registry, clock, settings):
+    """ST-2, IN-1: the async CircuitBreakerMiddleware's first-use consult, a trip, a probe and
+    its outcome all reach the shared store from worker threads, never from the loop."""
+    from django.http import HttpResponse
+    from django.test import AsyncRequestFactory
+
+    from baldur_django.middleware import CircuitBreakerMiddleware
+
+    settings.BALDUR_SERVICES = {"default": {"failure_threshold": 1, "recovery_timeout": 5, "half_open_max_calls": 1}}
+    spy = LoopSpy(MemoryStore(now=clock.wall))
+    fresh_registry.set_store(spy)
+    statuses = iter([503, 200])
+
+    async def view(request):
+        return HttpResponse(status=next(statuses))
+
+    middleware = CircuitBreakerMiddleware(view)
+    factory = AsyncRequestFactory()
+
+    async def scenario() -> list[int]:
+        first = await middleware(factory.get("/anything"))
+        assert await asyncio.to_thread(spy.wait_for, "trip")
+        clock.advance(5)
+        second = await middleware(factory.get("/anything"))
+        return [first.status_code, second.status_code]
+
+    assert asyncio.run(scenario()) == [503, 200]
+    assert {"load", "trip", "acquire_probe", "finish_probe"} <= set(spy.ops)
+    assert spy.on_loop == []
+    assert baldur.get_breaker("default").state is baldur.CircuitState.CLOSED
