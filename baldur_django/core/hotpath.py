@@ -112,6 +112,7 @@ def sync_wrapper(
     """
     cascade = breaker._cascade
     monotonic = breaker._mono
+    acquire_slow = breaker.acquire_slow
     record_success = breaker.record_success
     trial_policy = _trial_policy(policy)
 
