@@ -60,6 +60,49 @@ def _segments(states: list[dict[str, Any]], end: float) -> list[tuple[float, flo
     return runs
 
 
+def place_callouts(ax: Any, notes: list[dict[str, Any]], seconds: float, renderer: Any) -> list[Any]:
+    """Draw each note (``{"t": s, "text": str}``, in time order) as a framed call-out at
+    second ``t`` of *ax*, with a dotted line down to the time axis.
+
+    Each call-out goes as high as it can without covering one placed before it: it is
+    measured with *renderer* and, while it would cover some, moved just under the lowest
+    of those. Heights are fractions of the panel, so scaling the bars afterwards moves
+    nothing.
+
+    Args:
+        ax: the matplotlib Axes of the bars, its x limits already set (seconds).
+        notes: the call-outs, in time order.
+        seconds (float): the length of the time axis, seconds (notes near its ends are
+            aligned inwards).
+        renderer: the figure canvas's renderer, to measure the text.
+
+    Returns:
+        list of matplotlib ``Bbox``: each call-out's frame in display pixels, in order.
+    """
+    from matplotlib.transforms import blended_transform_factory
+
+    over = blended_transform_factory(ax.transData, ax.transAxes)  # x: seconds, y: 0..1 of the panel
+    to_axes = ax.transAxes.inverted()
+    placed: list[Any] = []
+    for note in notes:
+        align = "left" if note["t"] < 0.08 * seconds else "right" if note["t"] > 0.9 * seconds else "center"
+        y = 0.975
+        for attempt in range(len(notes) + 1):
+            callout = ax.text(
+                note["t"], y, note["text"], transform=over, ha=align, va="top", fontsize=8.3, zorder=3,
+                bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "#8792a2", "linewidth": 0.7},
+            )
+            box = callout.get_window_extent(renderer).padded(5)  # the text plus its rounded frame
+            clash = [other for other in placed if other.overlaps(box)]
+            if not clash or attempt == len(notes):
+                break
+            callout.remove()  # go just under the lowest call-out it would cover
+            y = to_axes.transform((0, min(other.y0 for other in clash) - 7))[1]
+        placed.append(box)
+        ax.plot([note["t"], note["t"]], [0, y], transform=over, color="#5d6878", linewidth=0.9, linestyle=":", zorder=1)
+    return placed
+
+
 def draw(path: Path, data: dict[str, Any]) -> Path:
     """Write the timeline picture of one demo run to *path* (PNG) and return *path*.
 
@@ -73,7 +116,6 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
-    from matplotlib.transforms import blended_transform_factory
 
     phases = data["phases"]
     if not phases:
@@ -99,6 +141,7 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
     ax_band = fig.add_subplot(grid[1], sharex=ax_phase)
     ax_bars = fig.add_subplot(grid[2], sharex=ax_phase)
     ax_bars.set_xlim(0, seconds)  # shared by the three panels; fixed first, the labels are measured against it
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's: measures text as it will be drawn
     fig.text(left, 0.975, data.get("title", "baldur_django demo"), ha="left", va="top", fontsize=16, fontweight="bold")
     if data.get("subtitle"):
         fig.text(left, 0.935, textwrap.fill(data["subtitle"], 150), ha="left", va="top", fontsize=10.5, color="#333333", linespacing=1.35)
@@ -136,7 +179,7 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
         for text in (name, name.replace(" ", "\n")) if stop - start > 0.5 else ():  # its name, where it fits inside
             label_text = ax_band.text((start + stop) / 2, 0.5, text, ha="center", va="center", fontsize=8.5, color="white",
                                       fontweight="bold", linespacing=1.0)
-            if label_text.get_window_extent(fig.canvas.get_renderer()).width + 8 <= run[1][0] - run[0][0]:
+            if label_text.get_window_extent(renderer).width + 8 <= run[1][0] - run[0][0]:
                 break
             label_text.remove()
     ax_band.set_ylim(0, 1)
@@ -170,32 +213,12 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
     for side in ("top", "right"):
         ax_bars.spines[side].set_visible(False)
 
-    # --- call-outs: what to look at, over the bars. Each goes as high as it can without
-    # covering one placed before it (measured on the canvas, heights in axes fractions);
-    # the bars are then scaled to stay under the lowest call-out
+    # --- call-outs: what to look at, over the bars; the bars are then scaled to stay under
+    # the lowest call-out
     notes = sorted(data.get("notes", []), key=lambda n: n["t"])
-    over = blended_transform_factory(ax_bars.transData, ax_bars.transAxes)  # x: seconds, y: 0..1 of the panel
-    renderer = fig.canvas.get_renderer()
+    boxes = place_callouts(ax_bars, notes, seconds, renderer)
     to_axes = ax_bars.transAxes.inverted()
-    placed: list[Any] = []
-    lowest = 1.0
-    for note in notes:
-        align = "left" if note["t"] < 0.08 * seconds else "right" if note["t"] > 0.9 * seconds else "center"
-        y = 0.975
-        for attempt in range(len(notes) + 1):
-            text = ax_bars.text(
-                note["t"], y, note["text"], transform=over, ha=align, va="top", fontsize=8.3, zorder=3,
-                bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "#8792a2", "linewidth": 0.7},
-            )
-            box = text.get_window_extent(renderer).padded(5)  # the text plus its rounded frame
-            clash = [other for other in placed if other.overlaps(box)]
-            if not clash or attempt == len(notes):
-                break
-            text.remove()  # go just under the lowest call-out it would cover
-            y = to_axes.transform((0, min(other.y0 for other in clash) - 7))[1]
-        placed.append(box)
-        lowest = min(lowest, to_axes.transform((0, box.y0))[1])
-        ax_bars.plot([note["t"], note["t"]], [0, y], transform=over, color="#5d6878", linewidth=0.9, linestyle=":", zorder=1)
+    lowest = min((to_axes.transform((0, box.y0))[1] for box in boxes), default=1.0)
     ax_bars.set_ylim(0, peak / max(0.3, lowest - 0.03) if notes else peak * 1.1 + 1)
 
     # --- legends under the picture: the band's states, then the bars' outcomes
