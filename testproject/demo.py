@@ -7,7 +7,7 @@ It starts three processes on free loopback ports: the payments stand-in
 (``testproject.upstream``) and two instances of the test project's Django server
 (``testproject.serve``, Django's threaded development server), shop A and shop B, which
 share the breaker's state through the project's SQLite database. It waits until all
-answer, and drives them over HTTP through eight phases (the first seven on shop A):
+answer, and drives them over HTTP through ten phases (the first nine on shop A):
 
 1. healthy traffic;
 2. the payments service answers 503: the ``payments`` breaker trips CLOSED -> OPEN and
@@ -17,9 +17,15 @@ answer, and drives them over HTTP through eight phases (the first seven on shop 
 4. an operator runs ``manage.py baldur_force open payments`` in another process: the
    running server reads the force from the shared database and stops calling the service;
 5. ``manage.py baldur_force release payments``: the server probes and closes again;
-6. the service hangs: the protected view's latency, with the breaker;
-7. the service still hangs: the same load on a view without the breaker;
-8. a fleet of two: the service recovers while the breaker is HALF_OPEN, and both shops get
+6. Emergency Mode: the service is down again and the breaker trips; an operator runs
+   ``manage.py baldur_emergency set 3`` in another process. At Level 3 the breaker stays
+   OPEN past its recovery timeout: the server rejects with reason ``frozen`` (counted in
+   its ``/breakers/``) and sends no trial call, even once the service is healthy again;
+7. ``manage.py baldur_emergency step-down`` (level 2 freezes nothing): the breaker probes
+   and closes; then ``baldur_emergency set 0`` ends the emergency;
+8. the service hangs: the protected view's latency, with the breaker;
+9. the service still hangs: the same load on a view without the breaker;
+10. a fleet of two: the service recovers while the breaker is HALF_OPEN, and both shops get
    requests at once; the upstream's own counter shows the fleet sent exactly
    ``half_open_max_calls`` trial calls between them (the shared store admits them
    atomically), not that many per server. The upstream holds those trial calls until
@@ -27,7 +33,10 @@ answer, and drives them over HTTP through eight phases (the first seven on shop 
 
 Each run uses a throwaway SQLite database in the output directory (``demo-out/`` by
 default, beside the servers' logs), so the breaker always starts CLOSED even though the
-test project keeps breaker state in its database. Every breaker transition is printed as
+test project keeps breaker state in its database. The servers and the commands share the
+Emergency Mode level through a state file there too (``emergency-level.json``, the
+``file`` backend, read through a 0.5 s cache), so the demo never touches the host's
+default level file. Every breaker transition is printed as
 the server records it (``/breakers/``). The run ends
 with a summary table and, unless ``--no-plot``, a picture of the run drawn from what was
 recorded on the way (``timeline.png`` in the output directory: the breaker's state as a
@@ -44,6 +53,7 @@ import http.client
 import json
 import os
 import select
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -66,7 +76,7 @@ class Display:
     Off a TTY the progress line is printed once, when the phase ends.
     """
 
-    STATE_COLORS = {"closed": "32", "open": "31", "half_open": "33"}
+    STATE_COLORS = {"closed": "32", "open": "31", "half_open": "33", "frozen": "36"}
 
     def __init__(self, color: bool, tty: bool, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
@@ -275,6 +285,10 @@ class PhasePlan:
     operator: str | None = None  # "open" / "release": run `manage.py baldur_force` first
     label: str = ""  # short name in the picture ("\n" breaks the line)
     fleet: bool = False  # the two-server phase (Demo.run_fleet), `count` requests per server
+    # Emergency Mode phases: "freeze" (Demo.run_freeze: `count` rejections with reason
+    # frozen wanted, then `extra` requests once the upstream is healthy again) or
+    # "step_down" (Demo.run_step_down: like the release phase, after a step-down)
+    emergency: str | None = None
 
 
 @dataclass
@@ -295,6 +309,8 @@ class PhaseResult:
     started: float = 0.0  # seconds since the demo started (the phase's span in the picture)
     ended: float = 0.0
     fleet: dict[str, Any] = field(default_factory=dict)  # the fleet phase's own figures
+    emergency: dict[str, Any] = field(default_factory=dict)  # the Emergency Mode phases' own figures
+    reasons: dict[str, int] = field(default_factory=dict)  # the server's rejections by reason
 
     @property
     def median_ms(self) -> float | None:
@@ -310,16 +326,18 @@ class PhaseResult:
             "errors": self.errors,
             "upstream_counted": self.upstream_counted,
             "server_rejections": self.server_rejections,
+            "server_rejections_by_reason": dict(self.reasons),
             "seconds": round(self.seconds, 3),
             "median_ms": None if self.median_ms is None else round(self.median_ms, 1),
             "max_ms": round(max(self.latencies) * 1000, 1) if self.latencies else None,
             "transitions": [f"{t['from']}->{t['to']}" for t in self.transitions],
             **({"fleet": self.fleet} if self.fleet else {}),
+            **({"emergency": self.emergency} if self.emergency else {}),
         }
 
 
 def plans(short: bool) -> list[PhasePlan]:
-    """The eight phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
+    """The ten phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
     protected = "/orders/{id}/charge/"
     unprotected = "/orders/{id}/charge-unprotected/"
     hang_count = 16 if short else 32
@@ -337,6 +355,14 @@ def plans(short: bool) -> list[PhasePlan]:
                   pace=0.05, operator="open", label="operator\nforces OPEN"),
         PhasePlan("operator_released", "operator releases it", protected, "ok", None, pace=0.1, extra=2,
                   deadline=20.0, operator="release", label="operator\nreleases it"),
+        # Emergency Mode (EM-2, EM-3): the upstream fails, the breaker trips, an operator in
+        # another process declares Level 3; the breaker is held OPEN past its recovery
+        # timeout (reason frozen), even once the upstream is healthy; a step-down lets it
+        # probe and close, then the operator clears the level
+        PhasePlan("emergency", "upstream down, Emergency Level 3", protected, "fail", 4 if short else 10, pace=0.1,
+                  extra=3 if short else 6, label="upstream down,\nLevel 3 freeze", emergency="freeze"),
+        PhasePlan("emergency_step_down", "operator steps the level down", protected, "recover", None, pace=0.1, extra=2,
+                  deadline=20.0, label="level stepped\ndown: recovers", emergency="step_down"),
         PhasePlan("hang_protected", "upstream hangs, with breaker", protected, "hang", hang_count, concurrency=4, pace=0.02 if short else 0.05,
                   label="upstream hangs\nwith breaker"),
         PhasePlan("hang_unprotected", "upstream hangs, no breaker", unprotected, "hang", hang_count, concurrency=4,
@@ -365,10 +391,25 @@ class Monitor(threading.Thread):
         self.lock = threading.Lock()
         self.poll_lock = threading.Lock()
         self.stopping = threading.Event()
+        self.paused = threading.Event()
 
-    def poll(self) -> None:
-        """Fetch once; report each new transition exactly once (callers may race)."""
+    def pause(self) -> None:
+        """Stop the background polls (explicit :meth:`poll` calls still go). Reading
+        ``/breakers/`` evaluates the breaker, which may move it (lazy transitions); while
+        paused, nothing but the caller's own requests touches it. Returns once no
+        background poll is in flight."""
         with self.poll_lock:
+            self.paused.set()
+
+    def resume(self) -> None:
+        self.paused.clear()
+
+    def poll(self, background: bool = False) -> None:
+        """Fetch once; report each new transition exactly once (callers may race).
+        A *background* poll does nothing while paused."""
+        with self.poll_lock:
+            if background and self.paused.is_set():
+                return
             reply = http_call("GET", f"{self.base}/breakers/?since={self.seq}", timeout=5.0)
             if reply.status != 200 or not isinstance(reply.data, dict):
                 return
@@ -386,7 +427,7 @@ class Monitor(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.wait(0.1):
-            self.poll()
+            self.poll(background=True)
 
     def closed_since(self, seq: int) -> bool:
         with self.lock:
@@ -397,8 +438,10 @@ class Demo:
     def __init__(self, args: argparse.Namespace, display: Display) -> None:
         self.args = args
         self.display = display
-        self.out_dir: Path = args.out_dir
-        self.db: Path = args.out_dir / "demo.sqlite3"
+        self.out_dir: Path = args.out_dir.resolve()  # the children run in REPO
+        self.db: Path = self.out_dir / "demo.sqlite3"
+        # the Emergency Mode level the demo's servers and commands share (EM-1 file backend)
+        self.level_file: Path = self.out_dir / "emergency-level.json"
         self.children: list[Child] = []
         self.t0 = time.monotonic()
         self.wall0 = time.time()  # the same instant on the wall clock (the servers' event times)
@@ -415,6 +458,11 @@ class Demo:
         # server, and what became of it ("paid", "failed", "rejected", "error")
         self.requests: list[dict[str, Any]] = []
         self.record_lock = threading.Lock()
+        # for the picture: what the band shows that no transition says (Emergency Mode
+        # holds the breaker OPEN: "frozen" from when the server sees Level 3 until it sees
+        # the step-down), as {"t": seconds since t0, "state": str, "note": str}
+        self.band_marks: list[dict[str, Any]] = []
+        self.emergency_commands: list[dict[str, Any]] = []  # each baldur_emergency run
 
     # -- setup ---------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
@@ -423,6 +471,12 @@ class Demo:
         env["PYTHONUNBUFFERED"] = "1"
         env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"  # whatever the caller had set
         env["TESTPROJECT_DB"] = str(self.db)
+        # every server and command of the demo shares this level file (never the host's
+        # default one, nor a Redis the caller may have configured); the servers re-read
+        # it at most 0.5 s after a change
+        env["BALDUR_EMERGENCY_BACKEND"] = "file"
+        env["BALDUR_EMERGENCY_STATE_FILE"] = str(self.level_file)
+        env["BALDUR_EMERGENCY_CACHE_SECONDS"] = "0.5"
         env.update(extra)
         return env
 
@@ -433,6 +487,7 @@ class Demo:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{self.db}{suffix}").unlink(missing_ok=True)
         (self.out_dir / "timeline.png").unlink(missing_ok=True)  # never show an older run's picture
+        self.level_file.unlink(missing_ok=True)  # an interrupted run may have left Level 3 behind
         migrate = subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
             cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=120,
@@ -448,7 +503,7 @@ class Demo:
         self.children.append(upstream)
         self.upstream = upstream.wait_url(20)
         wait_ready(self.upstream + "/health", upstream, 20)
-        # shop A carries phases 1-7; shop B joins it for the fleet phase. Both start now,
+        # shop A carries phases 1-9; shop B joins it for the fleet phase. Both start now,
         # side by side, on the same database (so the same breaker store).
         # Shop B waits up to 10 s for payments (A: the project's 1.5 s, which the hang phases
         # show): in the fleet phase B's trial calls are held upstream while A gets requests.
@@ -610,21 +665,68 @@ class Demo:
 
     def run_phase(self, index: int, plan: PhasePlan) -> PhaseResult:
         result = PhaseResult(plan.key, plan.title, started=self.now())
-        total = 2 * ((plan.count or 0) + plan.extra) if plan.fleet else plan.count
+        total = 2 * ((plan.count or 0) + plan.extra) if plan.fleet else None if plan.emergency else plan.count
         self.current, self.current_index, self.current_total = result, index, total
         if plan.fleet:
             return self.run_fleet(index, plan, result)
+        if plan.emergency == "freeze":
+            return self.run_freeze(index, plan, result)
+        if plan.emergency == "step_down":
+            return self.run_step_down(index, plan, result)
         self.display.line(self.display.bold(f"Phase {index}/{self.phase_count}: {plan.title}") + f"  (upstream mode: {plan.upstream_mode})")
         if plan.operator:
             self.operator(plan.operator)
-        before = self.upstream_stats()["charge_requests"]
-        rejections_before = self.monitor.rejections if self.monitor else 0
+        marks = self.phase_marks()
         self.set_mode(plan.upstream_mode)
         start_seq = self.monitor.seq if self.monitor else 0
+        self.drive(plan, result, start_seq)
+        return self.finish(result, marks)
+
+    def phase_marks(self) -> dict[str, Any]:
+        """Where the counters stand as a phase starts (for :meth:`finish`)."""
+        return {
+            "upstream": self.upstream_stats()["charge_requests"],
+            "rejections": self.monitor.rejections if self.monitor else 0,
+            "reasons": dict(self.monitor.rejections_by_reason) if self.monitor else {},
+            "started": time.monotonic(),
+        }
+
+    def reasons_since(self, marks: dict[str, Any]) -> dict[str, int]:
+        """The server's rejections by reason since *marks* (a :meth:`phase_marks`)."""
+        assert self.monitor is not None
+        with self.monitor.lock:
+            now = dict(self.monitor.rejections_by_reason)
+        return {r: n - marks["reasons"].get(r, 0) for r, n in sorted(now.items()) if n > marks["reasons"].get(r, 0)}
+
+    def finish(self, result: PhaseResult, marks: dict[str, Any]) -> PhaseResult:
+        """Close the phase: its duration, the upstream's and the server's counts."""
+        result.seconds = time.monotonic() - marks["started"]
+        if self.monitor:
+            self.monitor.poll()  # catch transitions from the last responses
+            result.reasons = self.reasons_since(marks)
+        result.upstream_counted = self.upstream_stats()["charge_requests"] - marks["upstream"]
+        result.server_rejections = (self.monitor.rejections if self.monitor else 0) - marks["rejections"]
+        result.ended = self.now()
+        self.refresh()
+        self.display.end_progress()
+        self.current = None
+        return result
+
+    def send(self, result: PhaseResult, plan: PhasePlan) -> Reply:
+        """One request to shop A for a fresh order, counted into *result*."""
+        order = self.next_order()
+        sent = self.now()
+        reply = http_call("POST", self.base + plan.path.format(id=order), timeout=20)
+        self.tally(result, reply, sent)
+        return reply
+
+    def drive(self, plan: PhasePlan, result: PhaseResult, start_seq: int) -> None:
+        """Send the phase's requests to shop A: ``plan.count`` of them, or (count None)
+        until the breaker has closed after transition *start_seq* and ``plan.extra`` more
+        (bounded by ``plan.deadline``), from ``plan.concurrency`` workers."""
         lock = threading.Lock()
         budget = {"left": plan.count, "closed_at": None}
-        started = time.monotonic()
-        deadline = started + plan.deadline
+        deadline = time.monotonic() + plan.deadline
 
         def take() -> bool:
             with lock:
@@ -641,10 +743,7 @@ class Demo:
 
         def worker() -> None:
             while take():
-                order = self.next_order()
-                sent = self.now()
-                reply = http_call("POST", self.base + plan.path.format(id=order), timeout=20)
-                self.tally(result, reply, sent)
+                self.send(result, plan)
                 if plan.pace:
                     time.sleep(plan.pace)  # pacing the load generator, not synchronisation
 
@@ -653,19 +752,167 @@ class Demo:
             thread.start()
         for thread in workers:
             thread.join()
-        result.seconds = time.monotonic() - started
-        if self.monitor:
-            self.monitor.poll()  # catch transitions from the last responses
-        result.upstream_counted = self.upstream_stats()["charge_requests"] - before
-        result.server_rejections = (self.monitor.rejections if self.monitor else 0) - rejections_before
-        result.ended = self.now()
-        self.refresh()
-        self.display.end_progress()
-        self.current = None
-        return result
+
+    # -- Emergency Mode ------------------------------------------------------------------
+    def emergency_command(self, *args: str) -> str:
+        """Run ``manage.py baldur_emergency ARGS`` in a separate process, as an operator
+        would, on the demo's level file; prints it and its answer, returns the answer."""
+        argv = [sys.executable, "manage.py", "baldur_emergency", *args]
+        done = subprocess.run(argv, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=60)
+        said = (done.stdout.strip() or done.stderr.strip()).splitlines()
+        answer = said[-1] if said else ""
+        self.display.line(f"    {self.stamp()}  $ manage.py {shlex.join(argv[2:])}  ->  {answer}")
+        self.emergency_commands.append({"t": round(self.now(), 3), "args": list(args), "status": done.returncode, "said": answer})
+        if done.returncode != 0:
+            raise SetupError(f"baldur_emergency {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+        return answer
+
+    def server_level(self) -> int | None:
+        """The Emergency Mode level shop A's breakers see now (``/emergency/``: it goes
+        through the server's level cache and touches no breaker); None when unanswered."""
+        reply = http_call("GET", self.base + "/emergency/", timeout=5)
+        if reply.status == 200 and isinstance(reply.data, dict):
+            return reply.data.get("level")
+        return None
+
+    def wait_level(self, wanted: int, timeout: float) -> int | None:
+        """Poll shop A until it sees level *wanted* (bounded: the server re-reads the level
+        file within BALDUR_EMERGENCY_CACHE_SECONDS); returns the last level it reported."""
+        deadline = time.monotonic() + timeout
+        while True:
+            level = self.server_level()
+            if level == wanted or time.monotonic() >= deadline:
+                return level
+            time.sleep(0.05)  # polling the server's level, bounded
+
+    def run_freeze(self, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseResult:
+        """Phase 6: the upstream is down, the breaker trips, an operator declares Level 3.
+
+        1. The upstream fails; requests go one at a time until a charge reports the
+           breaker OPEN (the trip).
+        2. ``manage.py baldur_emergency set 3`` runs in another process. Until shop A
+           reports Level 3 (``/emergency/``), nothing asks its breaker anything: the
+           breaker moves only when asked (lazy transitions), so its recovery timeout
+           cannot pass unobserved into a probe while the level is on its way. Whatever
+           the command's start-up costs, the breaker is still OPEN when the level lands.
+        3. Requests one at a time until the server has rejected ``plan.count`` of them
+           with reason ``frozen`` (its ``/breakers/`` counts rejections by reason): past
+           its recovery timeout the breaker would probe, Level 3 holds it OPEN instead.
+        4. The upstream is healthy again; ``plan.extra`` more requests: still no trial
+           call. The upstream's own counter over steps 3-4 is the figure: 0.
+        """
+        d = self.display
+        assert self.monitor is not None
+        monitor = self.monitor
+        timeout = self.config["recovery_timeout"]
+        d.line(d.bold(f"Phase {index}/{self.phase_count}: {plan.title}")
+               + "  (upstream mode: fail, later recover; the level is set by manage.py in another process)")
+        marks = self.phase_marks()
+        self.set_mode("fail")
+        figures: dict[str, Any] = {"recovery_timeout": timeout, "tripped": False, "level_seen": None}
+        result.emergency = figures
+        # 1. the trip
+        for _ in range(self.config["failure_threshold"] + 5):
+            reply = self.send(result, plan)
+            if isinstance(reply.data, dict) and reply.data.get("breaker") == "open":
+                figures["tripped"] = True
+                break
+            time.sleep(plan.pace)  # pacing the load generator, not synchronisation
+        tripped_at = self.now()
+        if not figures["tripped"]:
+            return self.finish(result, marks)
+        # 2. Level 3 from another process; no background poll until the server sees it
+        monitor.poll()  # the trip's transition, printed before the command
+        monitor.pause()
+        try:
+            self.emergency_command("set", "3", "--minutes", "5", "--reason", "demo: payments outage, hold every breaker")
+            figures["level_seen"] = self.wait_level(3, 10)
+        finally:
+            monitor.resume()
+        if figures["level_seen"] != 3:
+            d.line(f"    {self.stamp()}  shop A still reports emergency level {figures['level_seen']}")
+            return self.finish(result, marks)
+        frozen_at = self.now()
+        self.band_marks.append({"t": frozen_at, "state": "frozen", "note": "Emergency Level 3"})
+        upstream_at_freeze = self.upstream_stats()["charge_requests"]
+        d.line(f"    {self.stamp()}  shop A now sees emergency level 3: the breaker stays {d.state('open')} "
+               f"({d.state('frozen')}); past its {timeout:g} s recovery timeout it lets no trial call through")
+        # 3. held past the recovery timeout: rejections with reason frozen
+        states: dict[str, int] = {}
+        sent_frozen = 0
+
+        def frozen_so_far() -> int:
+            monitor.poll()
+            return self.reasons_since(marks).get("frozen", 0)
+
+        deadline = time.monotonic() + timeout + 10
+        while frozen_so_far() < (plan.count or 1) and time.monotonic() < deadline:
+            reply = self.send(result, plan)
+            sent_frozen += 1
+            state = reply.data.get("breaker", "?") if isinstance(reply.data, dict) else "?"
+            states[state] = states.get(state, 0) + 1
+            time.sleep(plan.pace)  # pacing the load generator, not synchronisation
+        # 4. the upstream is healthy again; Level 3 still holds
+        self.set_mode("recover")
+        d.line(f"    {self.stamp()}  the payments service is healthy again; {plan.extra} more requests while Level 3 holds")
+        sent_healthy = 0
+        for _ in range(plan.extra):
+            reply = self.send(result, plan)
+            sent_healthy += 1
+            state = reply.data.get("breaker", "?") if isinstance(reply.data, dict) else "?"
+            states[state] = states.get(state, 0) + 1
+            time.sleep(plan.pace)  # pacing the load generator, not synchronisation
+        monitor.poll()
+        reasons = self.reasons_since(marks)
+        figures.update({
+            "level_seen": 3,
+            "held_open_seconds": round(self.now() - tripped_at, 3),
+            "sent_during_freeze": sent_frozen + sent_healthy,
+            "sent_while_upstream_healthy": sent_healthy,
+            "frozen_rejections": reasons.get("frozen", 0),
+            "server_rejections_by_reason": reasons,
+            "states_during_freeze": states,
+            "upstream_during_freeze": self.upstream_stats()["charge_requests"] - upstream_at_freeze,
+            "frozen_from": round(frozen_at, 3),
+        })
+        d.line(f"    {self.stamp()}  shop A's /breakers/ counts its rejections by reason: "
+               + ", ".join(f"{r} {n}" for r, n in reasons.items())
+               + f"; the upstream counted {figures['upstream_during_freeze']} calls for the {figures['sent_during_freeze']} "
+               f"requests sent since Level 3 (breaker OPEN for {figures['held_open_seconds']:.1f} s now)")
+        return self.finish(result, marks)
+
+    def run_step_down(self, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseResult:
+        """Phase 7: ``manage.py baldur_emergency step-down`` (Level 3 -> 2, which freezes
+        nothing): the breaker probes the healthy upstream and closes (EM-3); then
+        ``baldur_emergency set 0`` ends the emergency, so the phases after run at level 0.
+        As in phase 6, nothing asks the breaker anything until the server sees level 2,
+        so the picture's frozen span ends where the server's freeze did."""
+        d = self.display
+        assert self.monitor is not None
+        monitor = self.monitor
+        d.line(d.bold(f"Phase {index}/{self.phase_count}: {plan.title}") + f"  (upstream mode: {plan.upstream_mode})")
+        marks = self.phase_marks()
+        self.set_mode(plan.upstream_mode)
+        start_seq = monitor.seq
+        figures: dict[str, Any] = {}
+        result.emergency = figures
+        monitor.pause()
+        try:
+            self.emergency_command("step-down")
+            figures["level_after_step_down"] = self.wait_level(2, 10)
+        finally:
+            monitor.resume()
+        self.band_marks.append({"t": self.now(), "state": "open", "note": "stepped down to level 2"})
+        d.line(f"    {self.stamp()}  shop A now sees emergency level {figures['level_after_step_down']}: the freeze is lifted "
+               f"(levels 1 and 2 change no breaker behaviour), the breaker may probe")
+        self.drive(plan, result, start_seq)
+        self.emergency_command("set", "0")
+        figures["level_at_end"] = self.wait_level(0, 10)
+        d.line(f"    {self.stamp()}  shop A now sees emergency level {figures['level_at_end']}")
+        return self.finish(result, marks)
 
     def run_fleet(self, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseResult:
-        """Phase 8: shops A and B, one breaker store, the upstream recovering.
+        """Phase 10: shops A and B, one breaker store, the upstream recovering.
 
         With the breaker HALF_OPEN and the upstream holding every charge that reaches it,
         ``plan.count`` requests go to shop B at once: the shared store admits
@@ -879,6 +1126,7 @@ class Demo:
             )
         if ("half_open", "closed") not in [(t["from"], t["to"]) for t in by_key["operator_released"].transitions]:
             problems.append("operator phase: after the release the breaker did not close through HALF_OPEN probes")
+        problems += self.emergency_problems(by_key["emergency"], by_key["emergency_step_down"])
         on_ms, off_ms = hang_on.median_ms, hang_off.median_ms
         if on_ms is None or off_ms is None or not on_ms < off_ms:
             problems.append(f"median latency while hanging: with breaker {on_ms} ms is not below without {off_ms} ms")
@@ -902,18 +1150,18 @@ class Demo:
 
         d.line()
         d.line(d.bold("Summary"))
-        header = f"  {'phase':<32}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
+        header = f"  {'phase':<37}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
         d.line(header)
         d.line("  " + "-" * (len(header) - 2))
         for i, r in enumerate(results, 1):
             median = "-" if r.median_ms is None else f"{r.median_ms:.0f} ms"
             d.line(
-                f"  {f'{i}. {r.title}':<32}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
+                f"  {f'{i}. {r.title}':<37}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
             )
         total = {k: sum(getattr(r, k) for r in results) for k in ("sent", "upstream_counted", "ok", "fallback", "rejected", "errors")}
         d.line("  " + "-" * (len(header) - 2))
         d.line(
-            f"  {'total':<32}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
+            f"  {'total':<37}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
         )
         d.line()
         chain = " -> ".join(d.state(s) for s in ([pairs[0][0]] + [b for _, b in pairs])) if pairs else "(none)"
@@ -928,6 +1176,16 @@ class Demo:
             f"{fleet['burst_upstream']} trial calls (half_open_max_calls = {fleet['half_open_max_calls']} for the whole fleet, "
             f"not per server: shop A sent {fleet['trial_calls_by_server']['A']}, shop B {fleet['trial_calls_by_server']['B']})"
         )
+        freeze = by_key["emergency"].emergency
+        if freeze.get("frozen_rejections"):
+            d.line(
+                f"  Emergency Level 3 (manage.py baldur_emergency set 3, another process): the breaker stayed OPEN "
+                f"{freeze['held_open_seconds']:.1f} s, past its {freeze['recovery_timeout']:g} s recovery timeout; shop A "
+                f"rejected {freeze['frozen_rejections']} requests with reason 'frozen', and the upstream counted "
+                f"{freeze['upstream_during_freeze']} calls during the freeze ({freeze['sent_while_upstream_healthy']} requests "
+                f"sent while it was healthy again); after a step-down to level 2 the breaker probed and "
+                + ("closed" if "half_open->closed" in by_key["emergency_step_down"].as_dict()["transitions"] else "did NOT close")
+            )
         if log_lines:
             d.line(f"  breaker log lines on the server's stderr ({self.out_dir / 'django.log'}):")
             for line in log_lines[:12]:
@@ -940,7 +1198,8 @@ class Demo:
             for problem in problems:
                 d.line("  - " + problem)
         else:
-            d.line(d.paint("RESULT: OK", "32;1") + " - the breaker tripped, served fallbacks, recovered, kept latency low while the upstream"
+            d.line(d.paint("RESULT: OK", "32;1") + " - the breaker tripped, served fallbacks, recovered, obeyed an operator's force,"
+                   " held OPEN under Emergency Level 3 and recovered after the step-down, kept latency low while the upstream"
                    " hung, and two servers shared one round of trial calls")
         summary = {
             "ok": not problems,
@@ -963,9 +1222,37 @@ class Demo:
                 "errors": total["errors"],
             },
             "hang_median_ms": {"protected": hang_on.as_dict()["median_ms"], "unprotected": hang_off.as_dict()["median_ms"]},
+            "emergency_commands": list(self.emergency_commands),
             "log_lines": log_lines,
         }
         return (1 if problems else 0), summary
+
+    @staticmethod
+    def emergency_problems(freeze: PhaseResult, step_down: PhaseResult) -> list[str]:
+        """What went wrong in the Emergency Mode phases (EM-2, EM-3), as report lines."""
+        f, s = freeze.emergency, step_down.emergency
+        if not f.get("tripped"):
+            return ["emergency phase: the breaker did not trip while the upstream failed"]
+        if f.get("level_seen") != 3:
+            return [f"emergency phase: the server reported level {f.get('level_seen')} after baldur_emergency set 3, not 3"]
+        problems = []
+        if not f["frozen_rejections"]:
+            problems.append("emergency phase: no request was rejected with reason 'frozen' while Level 3 held")
+        if f["upstream_during_freeze"]:
+            problems.append(f"emergency phase: the upstream counted {f['upstream_during_freeze']} calls during the freeze, expected none")
+        if set(f["states_during_freeze"]) != {"open"}:
+            problems.append(f"emergency phase: during the freeze the breaker reported {f['states_during_freeze']}, expected OPEN only")
+        if freeze.errors or freeze.fallback != freeze.sent:
+            problems.append(f"emergency phase: {freeze.fallback} of {freeze.sent} requests got the fallback, {freeze.errors} no answer")
+        if s.get("level_after_step_down") != 2:
+            problems.append(f"step-down phase: the server reported level {s.get('level_after_step_down')} after the step-down, not 2")
+        if ("half_open", "closed") not in [(t["from"], t["to"]) for t in step_down.transitions]:
+            problems.append("step-down phase: the breaker did not close through HALF_OPEN probes after the step-down")
+        if "frozen" in step_down.reasons:
+            problems.append(f"step-down phase: {step_down.reasons['frozen']} rejections with reason 'frozen' after the step-down")
+        if s.get("level_at_end") != 0:
+            problems.append(f"step-down phase: the server reported level {s.get('level_at_end')} after baldur_emergency set 0")
+        return problems
 
     def timeline_data(self) -> dict[str, Any]:
         """What :func:`testproject.timeline.draw` needs, from what this run recorded; times
@@ -978,6 +1265,8 @@ class Demo:
         states = [{"t": 0.0, "state": "closed"}]  # a fresh database: the breaker starts CLOSED
         for t in self.transitions:
             states.append({"t": t["t"] - origin, "state": t.get("band", t["to"]), "note": t.get("trigger", "")})
+        for mark in self.band_marks:  # Emergency Mode: the span the server held the breaker frozen
+            states.append({"t": mark["t"] - origin, "state": mark["state"], "note": mark["note"]})
         requests = [{"t": r["t"] - origin, "outcome": r["outcome"]} for r in self.requests]
         by_key = {r.key: r for r in self.results}
         config = self.config
@@ -1005,12 +1294,23 @@ class Demo:
         forced = by_key["operator_forced"]
         notes.append({"t": (forced.started + forced.ended) / 2 - origin,
                       "text": "baldur_force runs in another process;\nthe server obeys the force it finds in the database"})
+        freeze = by_key["emergency"]
+        if freeze.emergency.get("frozen_rejections"):
+            f = freeze.emergency
+            notes.append({"t": f["frozen_from"] - origin,
+                          "text": f"baldur_emergency set 3 (another process): held\nOPEN past its {f['recovery_timeout']:g} s timeout, "
+                                  f"{f['frozen_rejections']} rejections\n'frozen', no trial call even once the service is back"})
+        closed = next((t for t in by_key["emergency_step_down"].transitions if t["to"] == "closed"), None)
+        if closed is not None:
+            notes.append({"t": closed["t"] - origin, "text": "step-down to level 2:\ntrial calls, CLOSED"})
         return {
             "title": "baldur_django demo: the 'payments' breaker over one run",
             "subtitle": (
-                f"A Django shop calls a payments service that fails, recovers and hangs. Breaker: opens after "
+                f"A Django shop calls a payments service that fails, recovers and hangs; operators force the breaker open and "
+                f"declare Emergency Level 3. Breaker: opens after "
                 f"{config['failure_threshold']} failures in a row, waits {config['recovery_timeout']:g} s, then closes after "
-                f"{config['half_open_max_calls']} successful trial calls. State shared in the database (phase 8: by two servers)."
+                f"{config['half_open_max_calls']} successful trial calls. State shared in the database "
+                f"(phase {len(self.plans)}: by two servers)."
             ),
             "phases": phases,
             "states": states,

@@ -12,4 +12,5 @@ urlpatterns = [
     path("orders/<int:order_id>/charge/", views.charge, name="charge"),
     path("orders/<int:order_id>/charge-unprotected/", views.charge_unprotected, name="charge-unprotected"),
     path("breakers/", views.breakers, name="breakers"),
+    path("emergency/", views.emergency, name="emergency"),
 ]

@@ -2,8 +2,9 @@
 
 ``/orders/<id>/charge/`` charges through the ``payments`` breaker (fallback: queue the
 order); ``/orders/<id>/charge-unprotected/`` makes the same call with no breaker;
-``/breakers/`` is a JSON view of every known breaker plus the transition log; ``/``
-is a page listing what to visit. The JSON endpoints are CSRF-exempt: they are a demo
+``/breakers/`` is a JSON view of every known breaker plus the transition log;
+``/emergency/`` is the Emergency Mode level as this process sees it; ``/`` is a page
+listing what to visit. The JSON endpoints are CSRF-exempt: they are a demo
 API driven by scripts and ``curl``, with no cookie-based login behind them.
 """
 
@@ -19,6 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 import baldur_django as baldur
+from baldur_django import emergency as baldur_emergency
 from baldur_django.core.registry import registry
 
 from . import breaker_log, payments
@@ -143,18 +145,32 @@ def charge_unprotected(request: HttpRequest, order_id: int) -> HttpResponse:
 @require_GET
 def breakers(request: HttpRequest) -> HttpResponse:
     """Every breaker this process knows (``get_breaker(name).snapshot()``), the breaker
-    transitions logged since ``?since=SEQ`` (default 0: all kept), and the rejections per
-    service and reason."""
+    transitions logged since ``?since=SEQ`` (default 0: all kept), the rejections per
+    service and reason (``open``, ``half_open_full``, ``frozen``), and the Emergency Mode
+    level this process sees (``emergency_level``, read before the snapshots)."""
     raw_since = request.GET.get("since", "0")
     try:
         since = int(raw_since)
     except ValueError:
         return _error(400, f"since={raw_since!r}: expected a whole number")
     names = sorted(set(registry.names()) | set(getattr(settings, "BALDUR_SERVICES", {})) | {payments.SERVICE})
+    level = baldur_emergency.get_level()
     return JsonResponse(
         {
+            "emergency_level": level,
             "breakers": {name: baldur.get_breaker(name).snapshot() for name in names},
             "transitions": breaker_log.transitions(since),
             "rejections": breaker_log.rejections(),
         }
     )
+
+
+@require_GET
+def emergency(request: HttpRequest) -> HttpResponse:
+    """The Emergency Mode level as this process's breakers see it: ``{"level": int 0..3,
+    "frozen": bool}`` (``emergency.get_level()``, through the process cache of
+    ``BALDUR_EMERGENCY_CACHE_SECONDS``). Touches no breaker, so polling it never moves one
+    (the demo waits here for a level set by ``manage.py baldur_emergency`` in another
+    process to reach the server)."""
+    level = baldur_emergency.get_level()
+    return JsonResponse({"level": level, "frozen": level >= 3})

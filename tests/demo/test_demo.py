@@ -2,7 +2,7 @@
 real server processes (the payments stand-in and two shop servers), judged from the JSON
 summary and the timeline picture it writes.
 
-The demo runs once per module (about 20-30 s); each test checks one claim."""
+The demo runs once per module (about 30-40 s); each test checks one claim."""
 
 from __future__ import annotations
 
@@ -177,8 +177,9 @@ def test_st2_fleet_of_two_sends_half_open_max_calls_trial_calls_in_all(demo_run)
 def test_timeline_picture_is_written_and_shows_the_run(demo_run):
     """The demo ends by drawing ``timeline.png`` in its output directory and printing its
     path: a real PNG of a sensible size, whose pixels carry the band's colours for every
-    state the run went through (CLOSED, OPEN, HALF_OPEN, forced OPEN) and the bars'
-    colours for the three outcomes."""
+    state the run went through (CLOSED, OPEN, HALF_OPEN, forced OPEN, FROZEN) and the bars'
+    colours for the three outcomes; the frozen span lies inside the Emergency Mode phases
+    (from the Level 3 phase into the step-down phase), between an OPEN and an OPEN."""
     from PIL import Image
 
     result, summary = demo_run
@@ -196,13 +197,52 @@ def test_timeline_picture_is_written_and_shows_the_run(demo_run):
     def rgb(colour: str) -> tuple[int, int, int]:
         return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
 
-    for state in ("closed", "open", "half_open", "forced_open"):
+    for state in ("closed", "open", "half_open", "forced_open", "frozen"):
         assert pixels[rgb(BAND_STATES[state][1])] > 200, f"no {state} in the band"
     for outcome in ("paid", "failed", "rejected"):
         assert pixels[rgb(OUTCOMES[outcome][1])] > 200, f"no {outcome} bars"
     timeline = summary["timeline"]
-    assert len(timeline["phases"]) == 8
-    assert [s["state"] for s in timeline["states"]][:2] == ["closed", "open"]
-    assert "forced_open" in [s["state"] for s in timeline["states"]]
+    assert len(timeline["phases"]) == 10
+    states = sorted(timeline["states"], key=lambda s: s["t"])
+    assert [s["state"] for s in states][:2] == ["closed", "open"]
+    assert "forced_open" in [s["state"] for s in states]
+    names = [s["state"] for s in states]
+    assert names.count("frozen") == 1
+    frozen = names.index("frozen")
+    assert names[frozen - 1] == "open" and names[frozen + 1] == "open", names
+    level3, step_down = timeline["phases"][5], timeline["phases"][6]
+    assert "Level 3" in level3["title"] and "steps the level down" in step_down["title"]
+    assert level3["start"] < states[frozen]["t"] < level3["end"] < states[frozen + 1]["t"] < step_down["end"]
     assert len(timeline["requests"]) == summary["totals"]["sent"]
 
+
+
+def test_em2_em3_level_3_from_another_process_holds_the_breaker_then_step_down_recovers(demo_run):
+    """EM-1, EM-2, EM-3: with the upstream down and the breaker OPEN, `manage.py
+    baldur_emergency set 3` in another process reaches the running server through the shared
+    level file; past its recovery timeout the breaker is held OPEN and the server rejects
+    with reason ``frozen`` (its own count), every request gets the fallback, and the
+    upstream's own counter saw no call during the freeze, not even once it was healthy
+    again. After one step-down (level 2) the breaker probes and closes, with no more
+    ``frozen`` rejections, and `set 0` brings the server back to level 0."""
+    _, summary = demo_run
+    phase = summary["phases"]["emergency"]
+    freeze = phase["emergency"]
+    assert freeze["tripped"] is True and freeze["level_seen"] == 3
+    assert "closed->open" in phase["transitions"]
+    assert freeze["frozen_rejections"] >= 4  # --short asks for 4 before the upstream recovers
+    assert phase["server_rejections_by_reason"]["frozen"] == freeze["frozen_rejections"]
+    assert freeze["upstream_during_freeze"] == 0
+    assert freeze["sent_while_upstream_healthy"] > 0
+    assert freeze["states_during_freeze"] and set(freeze["states_during_freeze"]) == {"open"}
+    assert freeze["held_open_seconds"] > freeze["recovery_timeout"] == summary["config"]["recovery_timeout"]
+    assert phase["fallback"] == phase["sent"] and phase["errors"] == 0 and phase["ok"] == 0
+    # the failures of the trip are all the upstream saw in this phase
+    assert phase["upstream_counted"] == summary["config"]["failure_threshold"]
+    assert [c["args"][:2] for c in summary["emergency_commands"]] == [["set", "3"], ["step-down"], ["set", "0"]]
+    assert all(c["status"] == 0 for c in summary["emergency_commands"])
+    step_down = summary["phases"]["emergency_step_down"]
+    assert step_down["emergency"] == {"level_after_step_down": 2, "level_at_end": 0}
+    assert "open->half_open" in step_down["transitions"] and "half_open->closed" in step_down["transitions"]
+    assert "frozen" not in step_down["server_rejections_by_reason"]
+    assert step_down["ok"] > 0 and step_down["errors"] == 0

@@ -216,7 +216,7 @@ def test_home_page_lists_what_to_visit(shop, shop_app, client):
     """The front page links the JSON views, the admin and each unpaid order's charge links."""
     order = make_order(shop_app)
     html = client.get("/").content.decode()
-    for needle in ("/breakers/", "/orders/", "/admin/", f"/orders/{order.pk}/charge/", f"/orders/{order.pk}/charge-unprotected/"):
+    for needle in ("/breakers/", "/emergency/", "/orders/", "/admin/", f"/orders/{order.pk}/charge/", f"/orders/{order.pk}/charge-unprotected/"):
         assert needle in html
     assert "closed" in html
 
@@ -234,3 +234,49 @@ def test_breakers_endpoint_serves_snapshots_and_filters_transitions(shop, shop_a
     assert len(log) == 1
     assert breakers(client, since=log[-1]["seq"])["transitions"] == []
     assert client.get("/breakers/?since=x").status_code == 400
+
+
+def test_em1_emergency_endpoint_reports_the_level_this_process_sees(shop, client):
+    """EM-1: /emergency/ answers the level through the process cache (0 with no level set,
+    then the level set in this process at once), and /breakers/ carries it too."""
+    from baldur_django import emergency
+
+    assert client.get("/emergency/").json() == {"level": 0, "frozen": False}
+    emergency.set_level(2, minutes=5, reason="test")
+    assert client.get("/emergency/").json() == {"level": 2, "frozen": False}
+    emergency.set_level(3, minutes=5, reason="test")
+    assert client.get("/emergency/").json() == {"level": 3, "frozen": True}
+    assert breakers(client)["emergency_level"] == 3
+    assert client.post("/emergency/").status_code == 405
+
+
+def test_em2_em3_level_3_holds_the_open_breaker_and_step_down_lets_it_probe(shop, shop_app, client, upstream, clock):
+    """EM-2, EM-3: with Level 3 set after the trip, a charge past the 2 s recovery timeout
+    gets the fallback without reaching the (healthy) upstream, the breaker stays OPEN and
+    /breakers/ counts the rejection under ``frozen``; after one step-down (level 2) the
+    next charges probe and close the breaker."""
+    from baldur_django import emergency
+
+    trip(client, shop_app, upstream)
+    emergency.set_level(3, minutes=5, reason="test")
+    upstream.state.set_mode("recover")
+    clock.advance(1.0)
+    assert charge(client, make_order(shop_app)).json()["rejected"] is True  # before the timeout: "open"
+    clock.advance(1.5)
+    for _ in range(2):
+        body = charge(client, make_order(shop_app)).json()
+        assert (body["served_by"], body["rejected"], body["breaker"]) == ("fallback", True, "open")
+    assert upstream.state.charge_requests == 3  # the three failures of the trip, no probe
+    data = breakers(client)
+    assert data["breakers"]["payments"]["state"] == "open"
+    assert data["rejections"] == {"payments": {"open": 1, "frozen": 2}}
+    assert emergency.step_down() == 2
+    first = charge(client, make_order(shop_app)).json()
+    assert (first["served_by"], first["breaker"]) == ("upstream", "half_open")
+    second = charge(client, make_order(shop_app)).json()
+    assert (second["served_by"], second["breaker"]) == ("upstream", "closed")
+    assert [(t["from"], t["to"]) for t in breakers(client)["transitions"]] == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "closed"),
+    ]

@@ -56,3 +56,29 @@ def test_no_phase_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="at least one phase"):
         timeline.draw(tmp_path / "t.png", {"phases": [], "states": [], "requests": []})
     assert not (tmp_path / "t.png").exists()
+
+
+def test_call_outs_never_cover_each_other(tmp_path):
+    """Call-outs close in time are stacked: every note is drawn (one text each) and no two
+    frames overlap, however many fall on the same few seconds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(15, 9), dpi=100)
+    ax = fig.add_subplot()
+    ax.set_xlim(0, 20)
+    notes = [{"t": t, "text": f"note {i}:\na call-out\nof three lines"} for i, t in enumerate((1.0, 1.5, 2.0, 2.2, 9.0, 19.5, 19.8))]
+    try:
+        boxes = timeline.place_callouts(ax, notes, 20, fig.canvas.get_renderer())
+        assert len(boxes) == len(notes)
+        assert sorted(text.get_text() for text in ax.texts) == sorted(n["text"] for n in notes)
+        for i, first in enumerate(boxes):
+            for second in boxes[i + 1 :]:
+                assert not first.overlaps(second), (first, second)
+        axes_top = ax.get_window_extent().y1
+        assert all(box.y1 <= axes_top + 6 for box in boxes)  # none pushed above the panel
+        assert boxes[4].y1 == pytest.approx(boxes[0].y1)  # a lone note stays at the top
+    finally:
+        plt.close(fig)
