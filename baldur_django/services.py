@@ -493,7 +493,7 @@ def _save(row: dict[str, Any]) -> None:
             BreakerAudit.objects.create(**row)
     except Exception:
         _log.exception(
-            "baldur.audit_not_written service=%r action=%s: the force itself took effect",
+            "baldur.audit_not_written service=%r action=%s: the action itself took effect",
             row.get("service"),
             row.get("action"),
         )
