@@ -472,7 +472,7 @@ class EmergencyMode:
         self._level = 0
         self._fresh_until = -math.inf  # monotonic
         self._expires_mono = math.inf  # monotonic deadline of the cached level
-        self._expired_logged: tuple[Any, ...] | None = None
+        self._expired_logged: tuple[int, float | None, float | None] | None = None
         self._warned_at: float | None = None
         self._last_error: str | None = None
 

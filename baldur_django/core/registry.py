@@ -18,6 +18,7 @@ from .config import SettingsSource, build_config, settings, validate_overrides
 from .errors import ConfigError
 from .events import bus
 from .log import LoggingListener, log_event
+from .stores.base import StateStore
 from .sync import StoreGuard
 
 __all__ = [
@@ -42,7 +43,7 @@ class Registry:
     def __init__(self, source: SettingsSource = settings, clock: Clock = SYSTEM_CLOCK) -> None:
         self.source = source
         self.clock = clock
-        self.guard: Any = None  # a shared.StoreGuard when a shared store is configured
+        self.guard: StoreGuard | None = None  # set when a shared store is configured
         self.store_configured = False  # set by set_store(); else the first breaker builds one from settings
         self._breakers: dict[str, CircuitBreaker] = {}
         self._overrides: dict[str, dict[str, Any] | None] = {}
@@ -107,7 +108,7 @@ class Registry:
                     )
         return breaker
 
-    def set_store(self, store: Any) -> None:
+    def set_store(self, store: StateStore | None) -> None:
         """Share every breaker's state through *store* (None: back to process-local, ST-1).
 
         Each breaker swaps the store strategy it holds (never its class), so functions
@@ -151,7 +152,7 @@ class Registry:
             self.set_store(store)
 
     @property
-    def store(self) -> Any:
+    def store(self) -> StateStore | None:
         """The shared store in use, or None (memory backend)."""
         return None if self.guard is None else self.guard.store
 

@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 
-def _number(name: str, value: Any, *, minimum: float, allow_none: bool = False, maximum: float | None = None) -> Any:
+def _number(name: str, value: Any, *, minimum: float, allow_none: bool = False, maximum: float | None = None) -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
