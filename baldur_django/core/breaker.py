@@ -26,28 +26,29 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from typing import Any, Callable, Collection, MutableSequence
+from collections.abc import Callable, Collection, MutableSequence
+from typing import Any
 
 from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
+from .emergency import frozen
 from .errors import CircuitOpenError, ConfigError
 from .events import (
     CallRejected,
     Event,
     EventBus,
-    ForceLapsed,
     Forced,
+    ForceLapsed,
     RateLimitStorm,
     Released,
     StateChanged,
 )
-from .emergency import frozen
 from .events import bus as default_bus
-from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .states import CircuitState, Reason, Trigger
 from .stores.base import Answer, Record
 from .stores.logic import next_open
+from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow
 
 __all__ = ["Permit", "CircuitBreaker", "validate_ttl"]

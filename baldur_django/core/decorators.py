@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Awaitable, Callable, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from .breaker import CircuitBreaker
 from .config import OVERRIDE_NAMES

@@ -24,8 +24,9 @@ Implements ST-5, EM-2 (the sweep), EM-4 (the job), EM-5.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import emergency
 from .clock import Clock

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .breaker import CircuitBreaker
 from .clock import SYSTEM_CLOCK, Clock

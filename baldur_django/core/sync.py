@@ -40,7 +40,8 @@ import asyncio
 import contextlib
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, MutableSequence
+from collections.abc import Callable, MutableSequence
+from typing import TYPE_CHECKING, Any
 
 from .emergency import frozen
 from .errors import StoreError
