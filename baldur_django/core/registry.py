@@ -192,7 +192,7 @@ def get_breaker(service: str) -> CircuitBreaker:
     Raises:
         ConfigError: *service* is empty or not a string (CB-12).
     """
-    return registry.get(service)  # type: ignore[return-value]
+    return registry.get(service)  # type: ignore[return-value]  # create=True: never None
 
 
 def force_open_circuit(service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
