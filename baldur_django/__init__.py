@@ -8,10 +8,10 @@ app (``baldur_django.apps.BaldurDjangoConfig``) installs ``django.conf.settings`
 from .core.breaker import CircuitBreaker
 from .core.decorators import aprotect, aprotected, circuit_breaker, protect, protected
 from .core.errors import BaldurError, CircuitOpenError, ConfigError, RateLimitCooldownError
+from .core.marks import mark_rate_limited
 from .core.registry import force_close_circuit, force_open_circuit, get_breaker, record_rate_limit, release_circuit
 from .core.retry import RetryPolicy
 from .core.states import CircuitState
-from .core.marks import mark_rate_limited
 
 __version__ = "0.1.0"
 

@@ -24,10 +24,12 @@ import os
 import re
 import tempfile
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .backends import install_store
-from .core.config import MISSING, settings as baldur_settings
+from .core.config import MISSING
+from .core.config import settings as baldur_settings
 from .core.errors import ConfigError
 from .core.knobs import KNOBS
 
@@ -108,9 +110,12 @@ def format_default(name: str) -> str:
         return "unset"
     if isinstance(default, (set, frozenset)):
         return repr(sorted(default))
-    if name == "BALDUR_EMERGENCY_STATE_FILE" and isinstance(default, str):
-        if os.path.dirname(default) == tempfile.gettempdir():
-            return "<system temp dir>/" + os.path.basename(default)
+    if (
+        name == "BALDUR_EMERGENCY_STATE_FILE"
+        and isinstance(default, str)
+        and os.path.dirname(default) == tempfile.gettempdir()
+    ):
+        return "<system temp dir>/" + os.path.basename(default)
     if isinstance(default, str):
         return f'"{default}"'
     return repr(default)

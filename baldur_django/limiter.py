@@ -28,8 +28,9 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .conf import baldur_settings
 from .core.errors import ConfigError
@@ -470,7 +471,7 @@ class RateLimiter:
             hits = self._count_generic(cache, entries)
         if hits is None:
             return None  # cache trouble: fail open
-        over = [(entry, hit) for entry, hit in zip(entries, hits) if hit > entry.rule.limit]
+        over = [(entry, hit) for entry, hit in zip(entries, hits, strict=False) if hit > entry.rule.limit]
         if not over:
             return None
         # The refusal is lifted once every refusing rule is in a new window (the others

@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .backends.models import BreakerLock, BreakerRecord  # noqa: F401 - tables of the database backend (ST-2)
+from .backends.models import BreakerLock, BreakerRecord  # tables of the database backend (ST-2)
 
 __all__ = ["Breaker", "BreakerAudit", "BreakerRecord", "BreakerLock", "FORCE_PERMISSION"]
 

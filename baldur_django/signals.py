@@ -53,7 +53,7 @@ from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 
 from .core.breaker import CircuitBreaker
-from .core.events import CallRejected, EmergencyLevelChanged, Event, ForceLapsed, Forced, Released, StateChanged
+from .core.events import CallRejected, EmergencyLevelChanged, Event, Forced, ForceLapsed, Released, StateChanged
 
 __all__ = [
     "circuit_opened",

@@ -21,7 +21,14 @@ from celery import shared_task
 from . import emergency
 from .core import maintenance
 
-__all__ = ["recovery_sweep", "sync_state", "emergency_check", "meta_watchdog", "beat_schedule", "BEAT_SCHEDULE"]
+__all__ = [
+    "recovery_sweep",
+    "sync_state",
+    "emergency_check",
+    "meta_watchdog",
+    "beat_schedule",
+    "BEAT_SCHEDULE",  # noqa: F822 - the module __getattr__ computes it from the settings in force
+]
 
 #: task name -> the knob holding its interval (seconds)
 _INTERVALS = (

@@ -13,9 +13,10 @@ import random
 import statistics
 import threading
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 __all__ = [
     "Sample",

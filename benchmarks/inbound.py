@@ -43,9 +43,10 @@ import logging
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .harness import Sample, ainterleave, aloop_calls, interleave, loop_calls
 from .stores import CommandCounter, commandstats, counting_client
@@ -348,8 +349,9 @@ def bench_inbound(settings: InboundSettings = INBOUND_DEFAULT, progress: Callabl
         redis.ConnectionError: the server at ``settings.redis_url`` does not answer.
         RuntimeError: a contender refused a request it should have admitted.
     """
-    import redis
     from importlib import metadata
+
+    import redis
 
     started = time.monotonic()
     say = progress or (lambda text: None)

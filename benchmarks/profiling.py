@@ -16,7 +16,8 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import baldur_django as baldur
 from baldur_django.core.classify import PLAIN_TYPES
@@ -111,7 +112,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
             result = inner(*args, **kwargs)
         except BaseException:
             raise
-        if type(result) in PLAIN_TYPES:
+        if type(result) in PLAIN_TYPES:  # noqa: SIM102 - one step of the wrapper per line, as it takes them
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 pass
         return result

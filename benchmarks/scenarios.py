@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import circuitbreaker
 import pybreaker
@@ -32,8 +33,8 @@ from baldur_django.core.config import settings as baldur_settings
 
 from .harness import (
     Sample,
-    aloop_calls,
     ainterleave,
+    aloop_calls,
     interleave,
     interleave_threads,
     loop_calls,

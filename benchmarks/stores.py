@@ -37,15 +37,16 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import baldur_django as baldur
 from baldur_django.core.clock import SYSTEM_CLOCK
 from baldur_django.core.events import bus
 from baldur_django.core.registry import registry
-from baldur_django.core.sync import StoreGuard
 from baldur_django.core.stores.redis import RedisStore
+from baldur_django.core.sync import StoreGuard
 
 from .harness import Sample, interleave, loop_calls, loop_rejections
 
@@ -329,9 +330,9 @@ def _probe_admission(c: _Contenders) -> tuple[int, dict[str, int], int, dict[str
         time.sleep(timeout * 1.5)  # let the recovery timeout pass on both clocks
         breaker.sync()  # the periodic consult, out of the way (and measured below)
         c.baldur_counter.names.clear()
-        c0, t0 = c.baldur_counter.snapshot()
+        _c0, t0 = c.baldur_counter.snapshot()
         permit = breaker.acquire()
-        c1, t1 = c.baldur_counter.snapshot()
+        _c1, t1 = c.baldur_counter.snapshot()
         if not permit.trial:
             raise RuntimeError("the probe admission did not admit a trial")
         probe_names = dict(c.baldur_counter.names)
@@ -341,9 +342,9 @@ def _probe_admission(c: _Contenders) -> tuple[int, dict[str, int], int, dict[str
     except pybreaker_errors:
         pass
     c.baldur_counter.names.clear()
-    s0, r0 = c.baldur_counter.snapshot()
+    _s0, r0 = c.baldur_counter.snapshot()
     breaker.sync()
-    s1, r1 = c.baldur_counter.snapshot()
+    _s1, r1 = c.baldur_counter.snapshot()
     return t1 - t0, probe_names, r1 - r0, dict(c.baldur_counter.names)
 
 

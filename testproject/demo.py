@@ -60,9 +60,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -998,7 +999,7 @@ class Demo:
             thread.join(timeout=40)
         for monitor in monitors:
             monitor.poll()
-        reasons = sorted({r for m, old in zip(monitors, reasons_before) for r, n in m.rejections_by_reason.items() if n > old.get(r, 0)})
+        reasons = sorted({r for m, old in zip(monitors, reasons_before, strict=True) for r, n in m.rejections_by_reason.items() if n > old.get(r, 0)})
         trial_by_server = {name: sum(1 for s, o in outcomes if s == name and o != "rejected") for name in ("A", "B")}
         d.line(f"    {self.stamp()}  released the {released.get('released', '?')} held call(s): for {2 * count} requests "
                f"to two shops the upstream counted {burst_upstream} trial call(s); the rest were refused "
@@ -1260,7 +1261,7 @@ class Demo:
         origin = self.results[0].started
         phases = [
             {"label": plan.label or plan.title, "title": plan.title, "start": r.started - origin, "end": r.ended - origin}
-            for plan, r in zip(self.plans, self.results)
+            for plan, r in zip(self.plans, self.results, strict=False)
         ]
         states = [{"t": 0.0, "state": "closed"}]  # a fresh database: the breaker starts CLOSED
         for t in self.transitions:

@@ -170,7 +170,7 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
     # --- the breaker's state as a coloured band
     shown_states = []
     for start, stop, state, _ in _segments(data.get("states", []), end):
-        label, colour = BAND_STATES.get(state, UNKNOWN_STATE)
+        _label, colour = BAND_STATES.get(state, UNKNOWN_STATE)
         ax_band.broken_barh([(start, stop - start)], (0, 1), facecolors=colour, edgecolor="white", linewidth=0.6)
         if state not in shown_states:
             shown_states.append(state)
@@ -197,13 +197,13 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
     lefts = list(range(seconds))
     bottom = [0] * seconds
     shown_outcomes = []
-    for name, (label, colour) in OUTCOMES.items():
+    for name, (_label, colour) in OUTCOMES.items():
         heights = [counts.get(name, Counter()).get(s, 0) for s in lefts]
         if not any(heights):
             continue
         shown_outcomes.append(name)
         ax_bars.bar(lefts, heights, width=0.86, bottom=bottom, align="edge", color=colour, edgecolor="white", linewidth=0.4)
-        bottom = [b + h for b, h in zip(bottom, heights)]
+        bottom = [b + h for b, h in zip(bottom, heights, strict=False)]
     peak = max(bottom) if any(bottom) else 1
     ax_bars.set_ylabel("requests sent per second", fontsize=10)
     ax_bars.set_xlabel("seconds since the first request", fontsize=10)

@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("pybreaker")
 pytest.importorskip("circuitbreaker")
 
-from benchmarks import CONTENDERS, GOALS, BenchSettings, evaluate, format_report, run_all, to_json  # noqa: E402
-from benchmarks.__main__ import main  # noqa: E402
-from benchmarks.profiling import format_ladder, measure_ladder, profile_closed  # noqa: E402
-from benchmarks.scenarios import RESPONSE_ROW, environment  # noqa: E402
+from benchmarks import CONTENDERS, GOALS, BenchSettings, evaluate, format_report, run_all, to_json
+from benchmarks.__main__ import main
+from benchmarks.profiling import format_ladder, measure_ladder, profile_closed
+from benchmarks.scenarios import RESPONSE_ROW, environment
 
 TINY = BenchSettings(rounds=2, calls=20, reject_calls=10, async_calls=10, thread_rounds=1, threads=2, per_thread=20, warmup=10)
 

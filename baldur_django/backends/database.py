@@ -14,13 +14,14 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
 
-from ..core.stores.base import Answer, StoreUnavailable, decode, encode, safe_key
 from ..core.emergency import frozen
+from ..core.stores.base import Answer, StoreUnavailable, decode, encode, safe_key
 from ..core.stores.logic import prunable, run
 
 __all__ = ["DatabaseStore", "db_now"]

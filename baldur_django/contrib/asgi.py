@@ -17,13 +17,14 @@ middleware records nothing.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
 from ..core.breaker import CircuitBreaker, Permit
 from ..core.classify import RATE_LIMITED
-from ..core.runner import settle_status
 from ..core.errors import CircuitOpenError, ConfigError
 from ..core.registry import registry
+from ..core.runner import settle_status
 
 __all__ = ["BaldurASGIMiddleware", "record_status"]
 

@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without Flask in
 
 from ..core.errors import CircuitOpenError
 from ..core.registry import registry
+
 # the status rules are shared with the ASGI middleware (that module is pure Python)
 from .asgi import check_service_name, record_status
 

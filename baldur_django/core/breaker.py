@@ -26,28 +26,29 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from typing import Any, Callable, MutableSequence
+from collections.abc import Callable, Collection, MutableSequence
+from typing import Any
 
 from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
+from .emergency import frozen
 from .errors import CircuitOpenError, ConfigError
 from .events import (
     CallRejected,
     Event,
     EventBus,
-    ForceLapsed,
     Forced,
+    ForceLapsed,
     RateLimitStorm,
     Released,
     StateChanged,
 )
-from .emergency import frozen
 from .events import bus as default_bus
-from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .states import CircuitState, Reason, Trigger
 from .stores.base import Answer, Record
 from .stores.logic import next_open
+from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow
 
 __all__ = ["Permit", "CircuitBreaker", "validate_ttl"]
@@ -377,7 +378,7 @@ class CircuitBreaker:
             lock = self._lock
             lock.acquire()
             try:
-                if permit is self._closed_permit and self._lanes and not self._window.marked:  # type: ignore[union-attr]
+                if permit is self._closed_permit and self._lanes and not self._window.marked:  # type: ignore[union-attr]  # _lanes: a CountWindow
                     self._consecutive = 0
                     window = self._window
                     if window.calls < window.size:
@@ -452,7 +453,7 @@ class CircuitBreaker:
                 if ok and not slow:
                     self._consecutive = 0
                     self._window.add(False, False, now)
-                    if self._lanes and not self._window.marked and self._window.calls == self._window.size:  # type: ignore[union-attr]
+                    if self._lanes and not self._window.marked and self._window.calls == self._window.size:  # type: ignore[union-attr]  # _lanes: a CountWindow
                         self._healthy_permit = self._closed_permit
                 else:
                     self._invalidate()
@@ -611,7 +612,7 @@ class CircuitBreaker:
             return  # EM-2: Level 3 holds every automatic decision; the failure stays recorded
         held: list[Event] = []
         self._to_open(now, trigger, held)
-        self._sync.trip_decided(self, trigger, held, events)  # type: ignore[arg-type]
+        self._sync.trip_decided(self, trigger, held, events)
 
     def _open_timing(self) -> tuple[float, float, float]:
         """``(recovery_timeout, backoff factor, cap)`` in seconds, for the store's open (CB-16)."""
@@ -929,14 +930,14 @@ class CircuitBreaker:
             self.dry_run_rejections = 0
 
     # ------------------------------------------------------------------- events
-    def _settle(self, events: Any = ()) -> None:
+    def _settle(self, events: Collection[Event] = ()) -> None:
         """After a locked section (state lock NOT held): write a trip the strategy left
         pending to the shared store (store I/O, ST-3), then deliver the queued events."""
         if self._sync.pending is not None:
             self._sync.push_trip(self)
         self._publish(events)
 
-    def _publish(self, events: Any = ()) -> None:
+    def _publish(self, events: Collection[Event] = ()) -> None:
         """Deliver queued events in order (state lock NOT held, no I/O of its own); *events*
         not yet queued are queued first. A listener that touches this breaker while being
         called queues what that produces; the outer delivery loop hands it on after the

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .errors import ConfigError
 from .knobs import KNOBS, OVERRIDE_KEYS, check_service_overrides

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Awaitable, Callable, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from .breaker import CircuitBreaker
 from .config import OVERRIDE_NAMES
@@ -32,7 +33,7 @@ def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
         raise ConfigError(f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}")
     given = {k: v for k, v in overrides.items() if v is not None}
     # no overrides: use (or create) the breaker without claiming a configuration
-    return registry.get(service, given or None)  # type: ignore[return-value]
+    return registry.get(service, given or None)  # type: ignore[return-value]  # create=True: never None
 
 
 def _check_fallback(service: str, fallback: Any) -> None:
@@ -71,8 +72,8 @@ def _decorate(service: str, func: F, policy: RetryPolicy | None, fallback: Any, 
     else:
         wrapper = sync_wrapper(breaker, func, policy, fallback)
     functools.update_wrapper(wrapper, func)
-    wrapper.breaker = breaker  # type: ignore[attr-defined]
-    return wrapper  # type: ignore[return-value]
+    wrapper.breaker = breaker  # type: ignore[attr-defined]  # an attribute on the function object
+    return wrapper  # type: ignore[return-value]  # same signature as func (update_wrapper)
 
 
 def protected(

@@ -62,8 +62,9 @@ import math
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import SettingsSource
@@ -472,7 +473,7 @@ class EmergencyMode:
         self._level = 0
         self._fresh_until = -math.inf  # monotonic
         self._expires_mono = math.inf  # monotonic deadline of the cached level
-        self._expired_logged: tuple[Any, ...] | None = None
+        self._expired_logged: tuple[int, float | None, float | None] | None = None
         self._warned_at: float | None = None
         self._last_error: str | None = None
 
@@ -793,7 +794,7 @@ class EmergencyMode:
             outcome.update(note=note, streak=streak, level=level, declared=declared, previous=current.effective(wall))
             return new
 
-        before, after = self.backend().update(change)
+        _before, after = self.backend().update(change)
         summary.update(streak=outcome.get("streak", 0), level=outcome.get("level"), declared=outcome.get("declared", False),
                        note=outcome.get("note", ""))
         if after is not None:

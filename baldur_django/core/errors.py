@@ -47,7 +47,7 @@ class CircuitOpenError(BaldurError):
     def __repr__(self) -> str:
         return f"CircuitOpenError({self.service!r}, {self.reason!r}, {self.retry_after!r})"
 
-    def __reduce__(self):  # keep pickling (multiprocessing, Celery results) working
+    def __reduce__(self) -> tuple[type[CircuitOpenError], tuple[str, str, float | None]]:  # keep pickling (multiprocessing, Celery results) working
         return (type(self), (self.service, self.reason, self.retry_after))
 
 
@@ -64,5 +64,5 @@ class RateLimitCooldownError(BaldurError):
         self.remaining = remaining
         super().__init__(f"service {service!r} is cooling down after a 429; {remaining:.3f}s remaining")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[RateLimitCooldownError], tuple[str, float]]:
         return (type(self), (self.service, self.remaining))

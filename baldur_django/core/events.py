@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 __all__ = [
     "Event",
@@ -169,7 +170,7 @@ class EventBus:
         """
         with self._lock:
             if listener not in self._listeners:
-                self._listeners = self._listeners + (listener,)
+                self._listeners = (*self._listeners, listener)
             self._refresh()
         return listener
 
@@ -191,7 +192,7 @@ class EventBus:
         """
         if self._all_rejections:
             return True
-        for probe in self._rejection_probes:
+        for probe in self._rejection_probes:  # noqa: SIM110 - no generator on the OPEN hot path
             if probe():
                 return True
         return False

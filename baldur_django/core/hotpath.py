@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Awaitable, Callable, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from .breaker import CircuitBreaker, Permit
 from .classify import PLAIN_TYPES

@@ -18,8 +18,9 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlparse
 
 from .errors import ConfigError

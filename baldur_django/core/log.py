@@ -8,13 +8,14 @@ so structured handlers can read them without parsing text.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .events import (
     CallRejected,
     Event,
-    ForceLapsed,
     Forced,
+    ForceLapsed,
     RateLimitStorm,
     Released,
     StateChanged,

@@ -24,8 +24,9 @@ Implements ST-5, EM-2 (the sweep), EM-4 (the job), EM-5.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import emergency
 from .clock import Clock
@@ -34,7 +35,7 @@ from .errors import BaldurError
 from .events import ForceLapsed, StateChanged, bus
 from .log import log_event
 from .registry import force_close_circuit, registry
-from .stores.base import StoreUnavailable
+from .stores.base import Record, StateStore, StoreUnavailable
 
 __all__ = [
     "RunReport",
@@ -91,7 +92,7 @@ class FleetLock:
         clock: monotonic time source; *started* is when the acquire began.
     """
 
-    def __init__(self, store: Any, name: str, ttl: float, token: str, clock: Clock, started: float) -> None:
+    def __init__(self, store: StateStore, name: str, ttl: float, token: str, clock: Clock, started: float) -> None:
         self.store, self.name, self.ttl, self.token, self.clock = store, name, ttl, token, clock
         self._known_until = started + ttl / 2.0
 
@@ -113,7 +114,7 @@ class FleetLock:
         self._known_until = now + self.ttl / 2.0
 
 
-def _shared_store() -> Any:
+def _shared_store() -> StateStore | None:
     if not registry.store_configured:
         builder = getattr(registry, "_store_from_settings", None)
         if builder is not None:  # plain-Python process: build the store from the environment
@@ -121,7 +122,7 @@ def _shared_store() -> Any:
     return registry.store
 
 
-def run_locked(job: str, ttl_seconds: float, body: Callable[[Any, RunReport, FleetLock], None]) -> RunReport:
+def run_locked(job: str, ttl_seconds: float, body: Callable[[StateStore, RunReport, FleetLock], None]) -> RunReport:
     """Run ``body(store, report, lock)`` under the fleet lock ``task:<job>``.
 
     Args:
@@ -169,7 +170,7 @@ def run_locked(job: str, ttl_seconds: float, body: Callable[[Any, RunReport, Fle
 
 
 # ------------------------------------------------------------------------------ sweep
-def _sweep(store: Any, report: RunReport, lock: FleetLock) -> None:
+def _sweep(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     names = sorted(store.names())
     if emergency.refresh() >= emergency.FREEZE_LEVEL:
         for name in names:
@@ -211,7 +212,7 @@ def recovery_sweep() -> RunReport:
 
 
 # ------------------------------------------------------------------------------- sync
-def _sync(store: Any, report: RunReport, lock: FleetLock) -> None:
+def _sync(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     now = None
     for name in sorted(store.names()):
         lock.ensure()
@@ -243,7 +244,7 @@ def sync_state() -> RunReport:
 _memory_notice_given = False
 
 
-def _census(store: Any, report: RunReport, lock: FleetLock) -> None:
+def _census(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     for name in store.names():
         report.breakers += 1
         if store.inspect(name).record.state == "open":
@@ -289,7 +290,7 @@ def emergency_check() -> RunReport:
 
 
 # ------------------------------------------------------------------------- watchdog
-def _open_since(record: Any) -> float | None:
+def _open_since(record: Record) -> float | None:
     """When an OPEN record last entered OPEN or was forced open (store clock, Unix s)."""
     if record.forced == "open":
         # a force (and a re-force) stamps updated_at; nothing else touches a forced-open record
@@ -298,7 +299,7 @@ def _open_since(record: Any) -> float | None:
     return record.opened_at
 
 
-def _watchdog(store: Any, report: RunReport, lock: FleetLock) -> None:
+def _watchdog(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     stuck_after = float(settings.get("BALDUR_META_WATCHDOG_STUCK_OPEN_SECONDS"))
     for name in sorted(store.names()):
         answer = store.inspect(name)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .breaker import CircuitBreaker
 from .clock import SYSTEM_CLOCK, Clock
@@ -18,6 +19,7 @@ from .config import SettingsSource, build_config, settings, validate_overrides
 from .errors import ConfigError
 from .events import bus
 from .log import LoggingListener, log_event
+from .stores.base import StateStore
 from .sync import StoreGuard
 
 __all__ = [
@@ -42,7 +44,7 @@ class Registry:
     def __init__(self, source: SettingsSource = settings, clock: Clock = SYSTEM_CLOCK) -> None:
         self.source = source
         self.clock = clock
-        self.guard: Any = None  # a shared.StoreGuard when a shared store is configured
+        self.guard: StoreGuard | None = None  # set when a shared store is configured
         self.store_configured = False  # set by set_store(); else the first breaker builds one from settings
         self._breakers: dict[str, CircuitBreaker] = {}
         self._overrides: dict[str, dict[str, Any] | None] = {}
@@ -107,7 +109,7 @@ class Registry:
                     )
         return breaker
 
-    def set_store(self, store: Any) -> None:
+    def set_store(self, store: StateStore | None) -> None:
         """Share every breaker's state through *store* (None: back to process-local, ST-1).
 
         Each breaker swaps the store strategy it holds (never its class), so functions
@@ -151,7 +153,7 @@ class Registry:
             self.set_store(store)
 
     @property
-    def store(self) -> Any:
+    def store(self) -> StateStore | None:
         """The shared store in use, or None (memory backend)."""
         return None if self.guard is None else self.guard.store
 
@@ -190,7 +192,7 @@ def get_breaker(service: str) -> CircuitBreaker:
     Raises:
         ConfigError: *service* is empty or not a string (CB-12).
     """
-    return registry.get(service)  # type: ignore[return-value]
+    return registry.get(service)  # type: ignore[return-value]  # create=True: never None
 
 
 def force_open_circuit(service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:

@@ -23,10 +23,19 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generator, Union
+from typing import TYPE_CHECKING, Any
 
-from .classify import PLAIN_TYPES, RATE_LIMITED, SUCCESS, classify_status, exception_is_rate_limit, retry_after_of, status_of
+from .classify import (
+    PLAIN_TYPES,
+    RATE_LIMITED,
+    SUCCESS,
+    classify_status,
+    exception_is_rate_limit,
+    retry_after_of,
+    status_of,
+)
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
 
 if TYPE_CHECKING:
@@ -52,7 +61,7 @@ __all__ = [
 ]
 
 
-def _number(name: str, value: Any, *, minimum: float, allow_none: bool = False, maximum: float | None = None) -> Any:
+def _number(name: str, value: Any, *, minimum: float, allow_none: bool = False, maximum: float | None = None) -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -178,7 +187,7 @@ class Done:
     fallback: bool = False
 
 
-Step = Union[Attempt, Sleep, Refuse, Done]
+Step = Attempt | Sleep | Refuse | Done
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +204,7 @@ class Returned:
     value: Any
 
 
-Outcome = Union[Raised, Returned]
+Outcome = Raised | Returned
 
 
 # ------------------------------------------------------------------- classification

@@ -11,7 +11,8 @@ RL-5, RL-6, RL-7.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .breaker import CircuitBreaker, Permit
 from .classify import (
@@ -28,8 +29,8 @@ from .retry import (
     Outcome,
     Raised,
     Refuse,
-    Returned,
     RetryPolicy,
+    Returned,
     Sleep,
     Step,
     exception_outcome,

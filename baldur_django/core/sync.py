@@ -40,7 +40,8 @@ import asyncio
 import contextlib
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, MutableSequence
+from typing import TYPE_CHECKING, Any
 
 from .emergency import frozen
 from .errors import StoreError
@@ -163,7 +164,7 @@ class LocalSync:
     def refresh(self, breaker: CircuitBreaker, now: float) -> None:
         """Nothing to read before a state read."""
 
-    def trip_decided(self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: list[Event]) -> None:
+    def trip_decided(self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: MutableSequence[Event]) -> None:
         """A local trip is final: its events are published at once."""
         events.extend(held)
 
@@ -222,7 +223,7 @@ class StoreSync:
         # Never held across the user's call; the state lock is taken inside it, never around it.
         self._io = threading.RLock()
 
-    def serial(self) -> contextlib.AbstractContextManager[Any]:
+    def serial(self) -> contextlib.AbstractContextManager[bool]:
         """Hold while a store operation and its adoption must not interleave with another's."""
         return self._io
 
@@ -298,7 +299,7 @@ class StoreSync:
         return answer
 
     # ----------------------------------------------------------------- trips
-    def trip_decided(self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: list[Event]) -> None:
+    def trip_decided(self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: MutableSequence[Event]) -> None:
         """A local trigger fired (state lock held): hold its events until the store says
         who decided it; :meth:`push_trip` runs once the lock is released."""
         self.pending = trigger

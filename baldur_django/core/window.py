@@ -273,7 +273,7 @@ class TimeWindow:
         return threshold > 0 and self.calls >= minimum_calls and self.slow * 100.0 >= threshold * self.calls
 
 
-def _count_of(counter: "itertools.count[int]") -> int:
+def _count_of(counter: itertools.count[int]) -> int:
     # itertools.count has no public getter; its repr is "count(N)" on every CPython 3.
     return int(repr(counter)[6:-1])
 

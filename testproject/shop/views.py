@@ -86,7 +86,7 @@ def orders(request: HttpRequest) -> HttpResponse:
         if raw in ("", None):
             raw = default
         try:
-            if isinstance(raw, bool) or isinstance(raw, float):
+            if isinstance(raw, (bool, float)):
                 raise ValueError
             value = int(raw)
         except (TypeError, ValueError):

@@ -779,7 +779,7 @@ def test_cb12_odd_names_are_valid_and_independent(clock):
     breakers = [make(name, failure_threshold=1) for name in ODD_NAMES]
     assert len({id(b) for b in breakers}) == len(ODD_NAMES)
     fail(breakers[3])
-    for name, breaker in zip(ODD_NAMES, breakers):
+    for name, breaker in zip(ODD_NAMES, breakers, strict=True):
         assert breaker.snapshot()["service"] == name
         assert breaker.state is (OPEN if name == "{tag}" else CLOSED)
     assert set(ODD_NAMES) <= set(registry.names())
@@ -895,13 +895,13 @@ def test_cb14_events_for_transitions_forces_releases_lapses_and_rejections(clock
     fail(breaker)                      # state_changed closed->open
     rejection(breaker)                 # call_rejected
     clock.advance(1)
-    breaker.state                      # state_changed open->half_open
+    breaker.state  # noqa: B018 - state_changed open->half_open
     breaker.record_success(breaker.acquire())  # state_changed half_open->closed
     breaker.force_open(ttl_minutes=1)  # forced
     breaker.release()                  # released
     breaker.force_close(ttl_minutes=1)  # forced
     clock.advance(60)
-    breaker.state                      # force_lapsed
+    breaker.state  # noqa: B018 - force_lapsed
     assert events.kinds() == [
         "state_changed", "call_rejected", "state_changed", "state_changed",
         "forced", "released", "forced", "force_lapsed",

@@ -30,7 +30,8 @@ import random
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -67,7 +68,7 @@ class NoLock:
     def release(self) -> None:
         pass
 
-    def __enter__(self) -> "NoLock":
+    def __enter__(self) -> NoLock:
         return self
 
     def __exit__(self, *exc: Any) -> bool:
@@ -605,7 +606,7 @@ def test_cb8_cb14_transitions_delivered_in_the_order_they_happened():
 
     (Regression test: before the breaker queued events under its lock, the closing
     thread delivered ``closed`` at once, overtaking ``half_open``.)"""
-    b, clock, bus, close_decided = _ordering_rig()
+    b, _clock, bus, close_decided = _ordering_rig()
     in_listener = threading.Event()
 
     def slow_listener(event: Any) -> None:
@@ -630,7 +631,7 @@ def test_cb14_listener_reading_the_breaker_does_not_reorder_events():
 
     (Regression test: while ``_publish`` drained re-entrantly, the snapshot inside the
     listener delivered ``closed`` to every listener in the middle of ``half_open``.)"""
-    b, clock, bus, close_decided = _ordering_rig()
+    b, _clock, bus, close_decided = _ordering_rig()
     in_listener = threading.Event()
 
     def dashboard(event: Any) -> None:

@@ -259,8 +259,7 @@ WHOLE_SECONDS = {"BALDUR_CB_SLIDING_WINDOW_SECONDS"}
 
 @pytest.mark.parametrize(
     "name",
-    sorted(n for n in SPEC_DEFAULTS if n.endswith("_SECONDS") and n not in WHOLE_SECONDS)
-    + ["BALDUR_CB_RECOVERY_TIMEOUT", "BALDUR_CB_RECOVERY_TIMEOUT_MAX"],
+    [*sorted(n for n in SPEC_DEFAULTS if n.endswith("_SECONDS") and n not in WHOLE_SECONDS), "BALDUR_CB_RECOVERY_TIMEOUT", "BALDUR_CB_RECOVERY_TIMEOUT_MAX"],
 )
 def test_cfg3_seconds_knobs_accept_floats(name):
     """CFG-3: every *_SECONDS value (but the time window's whole seconds, CB-15) and the recovery
@@ -660,12 +659,12 @@ def test_cfg1_every_table_about_knobs_is_derived_from_the_rows():
 
     rows = list(KNOBS.values())
     assert all(isinstance(row, Knob) for row in rows)
-    assert CHECK_IDS == {row.name: row.check_id for row in rows}
-    assert OVERRIDE_KEYS == {row.key: row.name for row in rows if row.key}
+    assert {row.name: row.check_id for row in rows} == CHECK_IDS
+    assert {row.key: row.name for row in rows if row.key} == OVERRIDE_KEYS
     assert config_module.OVERRIDE_KEYS is OVERRIDE_KEYS
-    assert SERVICE_KEYS == {row.key: row.parse for row in rows if row.key}
+    assert {row.key: row.parse for row in rows if row.key} == SERVICE_KEYS
     assert set(_OVERRIDE_NAMES) == set(OVERRIDE_KEYS) | {"ignore_exceptions"}
-    assert SECRETS == {"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"}
+    assert {"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"} == SECRETS
     assert set(RESERVED) == {"BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED", "BALDUR_REDIS_CLUSTER"}
     assert len({row.key for row in rows if row.key}) == len(OVERRIDE_KEYS)  # no key used twice
     assert not {KNOBS[name].key for name in RESERVED} - {None}  # nothing reserved is per breaker

@@ -178,7 +178,7 @@ class BreakerVersusModel(RuleBasedStateMachine):
         m = self.model
         published = self.listener.transitions()
         assert len(published) == len(m.transitions), (published, m.transitions)
-        for (from_state, to_state, trigger), expected in zip(published, m.transitions):
+        for (from_state, to_state, trigger), expected in zip(published, m.transitions, strict=True):
             assert (from_state, to_state) == (expected.from_state, expected.to_state), (published, m.transitions)
             assert trigger in expected.triggers, (trigger, expected)
         assert self.listener.kinds().count("call_rejected") == m.rejections

@@ -101,26 +101,25 @@ def test_plain_python_decorators_work_from_env_without_django():
 def test_plain_python_works_when_django_cannot_be_imported():
     """Section 0: the core does not even need Django installed: with every framework import
     blocked, the package and its core load and a protected call works."""
-    result = run_plain(
-        """
-        import importlib, json, pkgutil, sys
-        BLOCKED = %r
-        class Block:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in BLOCKED:
-                    raise ImportError("blocked in this test: " + name)
-                return None
-        sys.meta_path.insert(0, Block())
-        import baldur_django as baldur
-        import baldur_django.core as core
-        for info in pkgutil.walk_packages(core.__path__, "baldur_django.core."):
-            importlib.import_module(info.name)
-        @baldur.circuit_breaker("blocked")
-        def ok():
-            return 42
-        print(json.dumps({"value": ok(), "state": baldur.get_breaker("blocked").state.value}))
-        """ % sorted(FRAMEWORKS),
-    )
+    script = """
+    import importlib, json, pkgutil, sys
+    BLOCKED = %r
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ImportError("blocked in this test: " + name)
+            return None
+    sys.meta_path.insert(0, Block())
+    import baldur_django as baldur
+    import baldur_django.core as core
+    for info in pkgutil.walk_packages(core.__path__, "baldur_django.core."):
+        importlib.import_module(info.name)
+    @baldur.circuit_breaker("blocked")
+    def ok():
+        return 42
+    print(json.dumps({"value": ok(), "state": baldur.get_breaker("blocked").state.value}))
+    """
+    result = run_plain(script % sorted(FRAMEWORKS))
     assert result == {"value": 42, "state": "closed"}
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -27,8 +28,8 @@ from baldur_django.core.retry import (
     Done,
     Raised,
     Refuse,
-    Returned,
     RetryPolicy,
+    Returned,
     Sleep,
     retry_plan,
 )
@@ -497,7 +498,7 @@ def test_fac3_sync_and_async_interpreters_take_the_same_steps(monkeypatch, name,
         monkeypatch.setattr(runner, "retry_plan", recording(log))
         seen[style] = (log, run(style, SCRIPTS[name], cooldown=cooldown))
     assert seen["sync"] == seen["async"]
-    log, (result, calls, sleeps, _, _) = seen["sync"]
+    log, (result, calls, _sleeps, _, _) = seen["sync"]
     if name == "first-time" and not cooldown:
         assert log == [] and result == ("returned", "ok")  # a success first time builds no plan
         return

@@ -143,7 +143,7 @@ def test_cb17_slow_trial_is_a_failed_trial():
 def test_cb17_ignored_exceptions_are_never_slow():
     """CB-17, CB-10: a slow call ending in an ignored exception counts for nothing."""
     clock = FakeClock()
-    b, _, events = make(SLOW, clock)
+    b, _, _events = make(SLOW, clock)
     for _ in range(3):
         permit = b.acquire()
         clock.advance(5)

@@ -62,9 +62,8 @@ def shop_app(upstream, django_db_setup, django_db_blocker):
                 admin.site.unregister(Order)
             breaker_log.disconnect()
         if created:
-            with django_db_blocker.unblock():
-                with connection.schema_editor() as editor:
-                    editor.delete_model(Order)
+            with django_db_blocker.unblock(), connection.schema_editor() as editor:
+                editor.delete_model(Order)
         overrides.disable()
         installed.disable()
 

@@ -6,11 +6,12 @@ The demo runs once per module (about 30-40 s); each test checks one claim."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from collections import Counter
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_cb2_cb5_cb6_transitions_closed_open_half_open_closed(demo_run):
         for key in ("healthy", "failing", "recovering")
         for step in summary["phases"][key]["transitions"]
     ]
-    for before, after in zip(automatic, automatic[1:]):
+    for before, after in itertools.pairwise(automatic):
         assert before.split("->")[1] == after.split("->")[0], automatic
     wanted = [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
     found = 0

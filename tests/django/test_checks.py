@@ -342,9 +342,8 @@ def test_cfg3_manage_py_check_is_clean_for_good_settings():
 
 def test_cfg3_manage_py_check_fails_with_id_message_and_hint():
     """CFG-3: `manage.py check` refuses a bad value, showing the id, the setting, the value and the hint."""
-    with override_settings(BALDUR_CB_HALF_OPEN_MAX_CALLS=0):
-        with pytest.raises(SystemCheckError) as info:
-            call_command("check", "--tag", "baldur", stdout=io.StringIO(), stderr=io.StringIO())
+    with override_settings(BALDUR_CB_HALF_OPEN_MAX_CALLS=0), pytest.raises(SystemCheckError) as info:
+        call_command("check", "--tag", "baldur", stdout=io.StringIO(), stderr=io.StringIO())
     text = str(info.value)
     assert "(baldur.E017) BALDUR_CB_HALF_OPEN_MAX_CALLS=0" in text
     assert "HINT: BALDUR_CB_HALF_OPEN_MAX_CALLS: trial calls per probing round" in text

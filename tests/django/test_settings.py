@@ -270,12 +270,14 @@ def test_cfg2_bad_value_leaves_every_breaker_on_its_previous_config(caplog):
     a = baldur.get_breaker("whole-a")
     b = baldur.get_breaker("whole-b")
     bad = {"whole-b": {"failure_threshold": 0}}
-    with caplog.at_level(logging.ERROR, logger="baldur.config"):
-        with override_settings(BALDUR_CB_FAILURE_THRESHOLD=2, BALDUR_SERVICES=bad):  # must not raise
-            assert a.config.failure_threshold == 5, "a valid change must not be applied to some breakers only"
-            assert b.config.failure_threshold == 5
-            with pytest.raises(ConfigError, match=r"BALDUR_SERVICES\['whole-b'\]\['failure_threshold'\]=0"):
-                baldur.get_breaker("new-while-bad")
+    with (
+        caplog.at_level(logging.ERROR, logger="baldur.config"),
+        override_settings(BALDUR_CB_FAILURE_THRESHOLD=2, BALDUR_SERVICES=bad),  # must not raise
+    ):
+        assert a.config.failure_threshold == 5, "a valid change must not be applied to some breakers only"
+        assert b.config.failure_threshold == 5
+        with pytest.raises(ConfigError, match=r"BALDUR_SERVICES\['whole-b'\]\['failure_threshold'\]=0"):
+            baldur.get_breaker("new-while-bad")
     errors = [r for r in caplog.records if r.name == "baldur.config" and r.levelno == logging.ERROR]
     assert errors, "the bad value must be reported"
     text = errors[0].getMessage()
@@ -288,9 +290,8 @@ def test_cfg2_bad_value_leaves_every_breaker_on_its_previous_config(caplog):
 
 def test_cfg2_bad_value_is_reported_even_when_no_breaker_exists(caplog):
     """CFG-2/CFG-3: the changed setting is validated at once, not only when a breaker next reads it."""
-    with caplog.at_level(logging.ERROR, logger="baldur.config"):
-        with override_settings(BALDUR_CB_RECOVERY_TIMEOUT=0):
-            pass
+    with caplog.at_level(logging.ERROR, logger="baldur.config"), override_settings(BALDUR_CB_RECOVERY_TIMEOUT=0):
+        pass
     messages = [r.getMessage() for r in caplog.records if r.name == "baldur.config"]
     assert any("BALDUR_CB_RECOVERY_TIMEOUT=0" in m for m in messages), messages
 
@@ -306,9 +307,8 @@ def test_cfg2_direct_reload_raises_and_keeps_configs():
 
 def test_cfg2_misspelt_setting_in_override_is_logged_with_closest_name(caplog):
     """CFG-2/CFG-3: changing an unknown BALDUR_* setting logs a warning naming the closest known one."""
-    with caplog.at_level(logging.WARNING, logger="baldur.config"):
-        with override_settings(BALDUR_CB_FAILURE_TRESHOLD=2):
-            pass
+    with caplog.at_level(logging.WARNING, logger="baldur.config"), override_settings(BALDUR_CB_FAILURE_TRESHOLD=2):
+        pass
     assert any("did you mean BALDUR_CB_FAILURE_THRESHOLD" in r.getMessage() for r in caplog.records)
 
 
@@ -391,10 +391,12 @@ def test_st2_a_store_that_cannot_be_built_changes_nothing(caplog):
     from baldur_django.core.registry import registry
 
     breaker = baldur.get_breaker("unbuildable")
-    with caplog.at_level(logging.ERROR, logger="baldur.config"):
-        with override_settings(BALDUR_STATE_BACKEND="redis", BALDUR_CB_FAILURE_THRESHOLD=2):
-            assert registry.store is None and breaker.backend == "memory"
-            assert breaker.config.failure_threshold == 5  # all or nothing, store included
+    with (
+        caplog.at_level(logging.ERROR, logger="baldur.config"),
+        override_settings(BALDUR_STATE_BACKEND="redis", BALDUR_CB_FAILURE_THRESHOLD=2),
+    ):
+        assert registry.store is None and breaker.backend == "memory"
+        assert breaker.config.failure_threshold == 5  # all or nothing, store included
     text = "\n".join(r.getMessage() for r in caplog.records if r.name == "baldur.config")
     assert "BALDUR_REDIS_URL" in text and "BALDUR_REDIS_CACHE_ALIAS" in text
 
@@ -471,9 +473,11 @@ def test_cfg2_a_fractional_window_span_is_refused_live_and_changes_nothing(caplo
     """CFG-2, CB-15: override_settings with a fractional BALDUR_CB_SLIDING_WINDOW_SECONDS is logged as
     an error naming the setting and value; existing breakers keep their configuration."""
     breaker = baldur.get_breaker("live-span")
-    with caplog.at_level(logging.ERROR, logger="baldur.config"):
-        with override_settings(BALDUR_CB_SLIDING_WINDOW_SECONDS=2.5):
-            assert breaker.config.sliding_window_seconds == 60
+    with (
+        caplog.at_level(logging.ERROR, logger="baldur.config"),
+        override_settings(BALDUR_CB_SLIDING_WINDOW_SECONDS=2.5),
+    ):
+        assert breaker.config.sliding_window_seconds == 60
     text = caplog.text
     assert "BALDUR_CB_SLIDING_WINDOW_SECONDS=2.5" in text and "whole number" in text
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 import threading
 
-import pytest
-
 from baldur_django.core import emergency
 
 

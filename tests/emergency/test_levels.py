@@ -330,6 +330,6 @@ def test_em1_redis_backend_without_url_is_a_read_failure_not_an_exception(em_clo
         with pytest.raises(ConfigError, match="BALDUR_REDIS_URL"):
             emergency.set_level(3, minutes=5)
     finally:
-        import baldur_django.emergency  # noqa: F401 - the facade installs the Django-aware factory
+        import baldur_django.emergency  # the facade installs the Django-aware factory
 
         emergency.set_redis_client_factory(baldur_django.emergency._django_redis_client)

@@ -8,8 +8,8 @@ from rest_framework.request import Request
 from rest_framework.throttling import AnonRateThrottle
 
 from baldur_django.contrib.drf import BaldurAnonRateThrottle, BaldurThrottleMixin
-from baldur_django.core.registry import registry
 from baldur_django.core.marks import is_marked
+from baldur_django.core.registry import registry
 
 from . import views
 

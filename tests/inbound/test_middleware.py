@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from http import HTTPStatus
 import logging
 import random
 import string
+from http import HTTPStatus
 
 import pytest
 from asgiref.sync import iscoroutinefunction
@@ -14,11 +14,17 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
 import baldur_django as baldur
-from baldur_django.core.errors import CircuitOpenError
-from baldur_django.core.registry import registry
-from baldur_django.core.marks import is_marked
 from baldur_django import middleware as middleware_module
-from baldur_django.middleware import SHED_HEADER, CircuitBreakerMiddleware, RateLimitMiddleware, domain_for, record_response
+from baldur_django.core.errors import CircuitOpenError
+from baldur_django.core.marks import is_marked
+from baldur_django.core.registry import registry
+from baldur_django.middleware import (
+    SHED_HEADER,
+    CircuitBreakerMiddleware,
+    RateLimitMiddleware,
+    domain_for,
+    record_response,
+)
 
 from . import views
 from .conftest import CB, MAPPING, RL
@@ -105,7 +111,7 @@ def test_in1_view_exception_is_one_500_counted_once(site, mode, reraise):
                 asyncio.run(go())
         else:
             assert aget(path).status_code == 500
-    assert views.CALLS == [path]
+    assert [path] == views.CALLS
     assert counts("default") == (1, 1, 1)
 
 
@@ -220,7 +226,7 @@ def test_in1_ten_thousand_random_paths_create_no_breaker(configure):
     assert 0 < len(memo) <= middleware_module.MEMO_SIZE  # the path memo stays bounded
     # the memo never changes an answer: check every path against a plain scan
     ordered = sorted(enumerate(MAPPING.items()), key=lambda item: (-len(item[1][0]), item[0]))
-    for path in list(paths)[:2000] + ["/api/" + "x" * 500]:
+    for path in [*list(paths)[:2000], "/api/" + "x" * 500]:
         expected = next((domain for _, (key, domain) in ordered if key in path), "default")
         assert domain_for(path) == expected
 
@@ -397,7 +403,7 @@ def test_in2_five_relayed_429s_trip_the_domain_breaker(site, mode, events):
     """IN-2: five relayed 429s in a row open the domain's breaker with default settings."""
     get = sync_get if mode == "sync" else aget
     path = "/relay/" if mode == "sync" else "/arelay/"
-    for i in range(4):
+    for _i in range(4):
         assert get(path).status_code == 429
     breaker = registry.get("default")
     assert breaker.state is CLOSED

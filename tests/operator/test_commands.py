@@ -162,7 +162,7 @@ def test_status_config_and_service_cannot_be_combined():
 # -------------------------------------------------------------------- baldur_force
 def test_force_refuses_on_the_memory_backend(some_breakers):
     """OP-7: on memory, baldur_force refuses: a force from this process cannot reach running workers."""
-    with pytest.raises(CommandError, match="cannot reach the\\s+running workers"):
+    with pytest.raises(CommandError, match=r"cannot reach the\s+running workers"):
         run("baldur_force", "open", "alpha", "--ttl", "5")
     assert baldur.get_breaker("alpha").forced is None
 
@@ -235,7 +235,7 @@ def test_a_force_the_store_could_not_record_fails_the_command(some_breakers, sha
 
     monkeypatch.setattr(registry_module, "force_open_circuit", unavailable)
     monkeypatch.setattr(registry_module, "release_circuit", unavailable)
-    with pytest.raises(CommandError, match="was not stored.*store unreachable"):
+    with pytest.raises(CommandError, match=r"was not stored.*store unreachable"):
         run("baldur_force", "open", "alpha", "--ttl", "5")
     with pytest.raises(CommandError, match="was not stored"):
         run("baldur_force", "release", "gamma")

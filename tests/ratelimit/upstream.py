@@ -15,12 +15,13 @@ and stops it lives in ``tests/ratelimit/conftest.py``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from email.utils import format_datetime
 from datetime import datetime, timezone
+from email.utils import format_datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable
+from typing import Any
 
 __all__ = ["Answer", "Upstream", "ok", "too_many", "unavailable", "http_date", "parse_script"]
 
@@ -133,7 +134,7 @@ class Upstream:
         self.url = ""
 
     # ------------------------------------------------------------------ script
-    def script(self, *items: Any, cycle: bool = False) -> "Upstream":
+    def script(self, *items: Any, cycle: bool = False) -> Upstream:
         """Replace the script (see :func:`parse_script`) and rewind it; the count is kept.
 
         Args:
@@ -177,7 +178,7 @@ class Upstream:
         return self.url + path
 
     # --------------------------------------------------------------- lifecycle
-    def start(self) -> "Upstream":
+    def start(self) -> Upstream:
         """Bind 127.0.0.1 on a free port and serve from a daemon thread."""
         upstream = self
 

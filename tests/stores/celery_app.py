@@ -17,7 +17,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.stores.celery_settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

@@ -6,7 +6,7 @@ process points ``DJANGO_SETTINGS_MODULE`` here.
 
 import os
 
-from tests.settings import *  # noqa: F401,F403
+from tests.settings import *  # noqa: F403
 
 BALDUR_STATE_BACKEND = "redis"
 BALDUR_REDIS_URL = os.environ.get("BALDUR_TEST_STORE_URL", "redis://127.0.0.1:6379/11")

@@ -89,9 +89,9 @@ def _redis_backend(client, name="redis"):
 
 
 def _database(alias):
-    from baldur_django.core.stores.base import safe_key
     from baldur_django.backends.database import DatabaseStore
     from baldur_django.backends.models import BreakerRecord
+    from baldur_django.core.stores.base import safe_key
 
     store = DatabaseStore(alias=alias)
 

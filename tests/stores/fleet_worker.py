@@ -16,12 +16,12 @@ THREADS = 4  # callers per worker process in the probing phase
 
 def _breaker(backend: str, name: str, sync: float, lease: float, max_calls: int, timeout: float, prefix: str):
     from baldur_django.core.breaker import CircuitBreaker
+    from baldur_django.core.clock import SYSTEM_CLOCK as clock
     from baldur_django.core.config import SettingsSource, build_config
     from baldur_django.core.events import EventBus
     from baldur_django.core.log import LoggingListener
     from baldur_django.core.sync import StoreGuard
     from baldur_django.core.testing import RecordingListener
-    from baldur_django.core.clock import SYSTEM_CLOCK as clock
 
     if backend == "redis":
         from baldur_django.core.stores.redis import RedisStore, connect

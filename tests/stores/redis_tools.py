@@ -75,7 +75,7 @@ class RedisServer:
         except (redis.RedisError, OSError):
             return False
 
-    def start(self, timeout: float = 10.0) -> "RedisServer":
+    def start(self, timeout: float = 10.0) -> RedisServer:
         """Start the server and return once it answers PING (bounded by *timeout* seconds)."""
         assert self.process is None or self.process.poll() is not None, "already running"
         self.process = subprocess.Popen(

@@ -8,10 +8,10 @@ import uuid
 import pytest
 from django.test import override_settings
 
+from baldur_django.backends import build_store
+from baldur_django.backends.database import DatabaseStore
 from baldur_django.core.errors import ConfigError
 from baldur_django.core.stores.redis import RedisStore
-from baldur_django.backends.database import DatabaseStore
-from baldur_django.backends import build_store
 from tests.conftest import need_server
 from tests.stores.conftest import REDIS_URL, reachable
 
@@ -72,6 +72,8 @@ def test_st2_django_redis_alias_is_used_when_no_url_is_set():
 def test_cfg3_redis_backend_without_url_or_usable_alias_is_a_config_error():
     """CFG-3: the redis backend with neither a URL nor a django-redis alias says so."""
     caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    with override_settings(CACHES=caches, BALDUR_STATE_BACKEND="redis", BALDUR_REDIS_CACHE_ALIAS="nope"):
-        with pytest.raises(ConfigError, match="BALDUR_REDIS_CACHE_ALIAS='nope'"):
-            build_store()
+    with (
+        override_settings(CACHES=caches, BALDUR_STATE_BACKEND="redis", BALDUR_REDIS_CACHE_ALIAS="nope"),
+        pytest.raises(ConfigError, match="BALDUR_REDIS_CACHE_ALIAS='nope'"),
+    ):
+        build_store()

@@ -113,7 +113,7 @@ def test_st3_closed_calls_commands_per_call_shared_server(shared_db11, clock):
     client used the server meanwhile, as in CI) it is asserted under 0.01 per call too. When
     other clients' commands are mixed in, it is only an upper bound of ours and is printed,
     not asserted: the private-server test below checks the server count exactly."""
-    store, counter, admin = shared_db11
+    _store, counter, admin = shared_db11
     dependency = _closed_traffic(clock, "cmdstats-closed")
     commands, trips, names, server = _run(dependency, counter, admin)
 
@@ -144,7 +144,7 @@ def test_st3_closed_calls_commands_per_call_private_server_exact(private_store, 
     """ST-3 goal, exact: on a private redis-server, commandstats over 10,000 CLOSED calls is
     exactly the five consults (plus one NOSCRIPT round and loading the two scripts once, on
     first use): 39 commands, 0.0039 per call, every one of them accounted for."""
-    store, counter, admin = private_store
+    _store, counter, admin = private_store
     dependency = _closed_traffic(clock, "cmdstats-exact")
     commands, trips, names, server = _run(dependency, counter, admin)
     assert server == {"evalsha": 12, "script|load": 2, "time": 10, "get": 5, "set": 5, "zadd": 5}
@@ -156,7 +156,7 @@ def test_st3_closed_calls_commands_per_call_private_server_exact(private_store, 
 def test_st3_open_rejections_commands_per_call(private_store, clock):
     """ST-3: 10,000 rejections while OPEN (inside the recovery timeout) consult the store only
     at the sync interval (2, 4, 6 and 8 s after the first use): under 0.01 commands per rejection."""
-    store, counter, admin = private_store
+    store, counter, _admin = private_store
 
     @baldur.circuit_breaker("cmdstats-open", failure_threshold=1, recovery_timeout=3600)
     def dependency() -> str:

@@ -46,7 +46,7 @@ class Worker:
         self.process.start()
 
     def ready(self):
-        kind, pid = self.answers.get(timeout=60)
+        kind, _pid = self.answers.get(timeout=60)
         assert kind == "ready"
         return self
 

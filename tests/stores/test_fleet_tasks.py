@@ -69,7 +69,7 @@ def test_st5_sync_state_lapses_forces_once_and_prunes(shared):
 
 def test_st5_task_reads_do_not_keep_entries_alive(shared):
     """ST-5: the tasks' own reads do not count as use: an idle entry is still pruned."""
-    store, clock, events = shared
+    store, clock, _events = shared
     store.load("idle")
     for _ in range(3):
         clock.advance(3 * 86400.0)
@@ -80,7 +80,7 @@ def test_st5_task_reads_do_not_keep_entries_alive(shared):
 
 def test_st5_overlapping_runs_one_skips(shared):
     """ST-5: two runs forced to overlap: the second finds the fleet lock held and skips."""
-    store, clock, events = shared
+    store, clock, _events = shared
     store.trip("a", "consecutive_failures", 1.0)
     clock.advance(2.0)
     inside, release = threading.Event(), threading.Event()
@@ -107,7 +107,7 @@ def test_st5_overlapping_runs_one_skips(shared):
 
 def test_st5_lock_left_by_a_crashed_run_expires(shared):
     """ST-5: a lock whose holder crashed blocks runs only until it expires."""
-    store, clock, events = shared
+    store, clock, _events = shared
     assert store.lock("task:recovery_sweep", 10.0)  # a run that never unlocks
     assert maintenance.recovery_sweep().skipped == "locked"
     clock.advance(10.0)
@@ -128,7 +128,7 @@ def test_st5_beat_schedule_intervals_and_expiry(settings):
 
 def test_st5_emergency_check_counts(shared, caplog):
     """ST-5/EM-4 input: emergency_check counts registered and OPEN breakers and logs at debug."""
-    store, clock, events = shared
+    store, _clock, _events = shared
     store.trip("a", "consecutive_failures", 100.0)
     store.load("b")
     with caplog.at_level("DEBUG", logger="baldur.circuit_breaker"):

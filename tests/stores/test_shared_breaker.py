@@ -16,9 +16,9 @@ from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.errors import CircuitOpenError, StoreError
 from baldur_django.core.events import EventBus
 from baldur_django.core.log import LoggingListener
-from baldur_django.core.sync import StoreGuard
 from baldur_django.core.stores.base import StoreUnavailable
 from baldur_django.core.stores.memory import MemoryStore
+from baldur_django.core.sync import StoreGuard
 from baldur_django.core.testing import FakeClock, RecordingListener
 
 

@@ -8,8 +8,6 @@ Redis store ``half_open_successes`` read 0 while the record held 1.)
 
 from __future__ import annotations
 
-import pytest
-
 from baldur_django.core.breaker import CircuitBreaker
 from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.events import EventBus

@@ -196,6 +196,8 @@ def run(op: str, record: Record, now: float, *args: object, frozen: bool = False
     before = record.state
     lapsed = normalise(record, now, frozen)
     result: object = None
+    # *args arrive untyped through the op-name dispatch (the typed StateStore methods call
+    # run()), hence the arg-type ignores below
     if op in ("load", "inspect"):
         pass
     elif frozen and op in ("trip", "acquire_probe", "sweep"):

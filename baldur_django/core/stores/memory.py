@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from ..emergency import frozen
 from .base import Answer, Record, decode, encode

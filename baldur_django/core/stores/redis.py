@@ -16,10 +16,14 @@ from __future__ import annotations
 import json
 import uuid
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..emergency import frozen
 from .base import Answer, StoreUnavailable, decode, safe_key
+
+if TYPE_CHECKING:  # redis is imported lazily at run time
+    import redis
+    from redis.commands.core import Script
 
 __all__ = ["RedisStore", "connect"]
 
@@ -27,10 +31,10 @@ _SCRIPTS = ("load", "trip", "acquire_probe", "finish_probe", "force", "release",
 
 
 def _read(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
-def connect(url: str, socket_timeout: float = 0.25, max_connections: int = 50) -> Any:
+def connect(url: str, socket_timeout: float = 0.25, max_connections: int = 50) -> redis.Redis:
     """A redis-py client for *url* with short timeouts and no client-side retries (ST-4).
 
     Args:
@@ -56,7 +60,9 @@ class RedisStore:
     """The store protocol on Redis.
 
     Args:
-        client: a redis-py client (``connect(url)`` or ``django_redis.get_redis_connection``).
+        client: a redis-py client (``connect(url)`` or ``django_redis.get_redis_connection``);
+            typed ``Any``: redis-py's command annotations change between its versions and
+            return unions of the sync and async shapes.
         prefix: key prefix (``"baldur"``).
     """
 
@@ -99,7 +105,7 @@ class RedisStore:
             moved=bool(data.get("moved")),
         )
 
-    def _pipelined(self, script: Any, name: str, argv: list[Any]) -> Any:
+    def _pipelined(self, script: Script, name: str, argv: list[Any]) -> Any:
         """The transition and the registry touch in one round trip (EVALSHA twice, no
         SCRIPT EXISTS first); after a NOSCRIPT (a restarted server) load both and retry once."""
         from redis.exceptions import NoScriptError

@@ -20,8 +20,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
