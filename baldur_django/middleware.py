@@ -24,9 +24,9 @@ from .conf import baldur_settings
 from .core.breaker import CircuitBreaker, Permit
 from .core.classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .core.errors import CircuitOpenError
+from .core.hotpath import aacquire, asettle
 from .core.marks import is_marked, mark_rate_limited
 from .core.registry import registry
-from .core.hotpath import aacquire, asettle
 from .core.runner import settle_status
 from .limiter import LIMIT_HEADER, MODE_HEADER, RateLimiter, rate_limited_response
 
