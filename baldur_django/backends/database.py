@@ -10,6 +10,8 @@ async-safety rule). Every database error becomes ``StoreUnavailable`` (ST-4).
 
 from __future__ import annotations
 
+import math
+
 import asyncio
 import threading
 import time
@@ -136,7 +138,7 @@ class DatabaseStore:
     def inspect(self, name: str) -> Answer:
         return self._op(name, "inspect", touch=False)
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = 0.0) -> Answer:
+    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf) -> Answer:
         return self._op(name, "trip", trigger, float(recovery_timeout), float(factor), float(cap))
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
@@ -144,7 +146,7 @@ class DatabaseStore:
 
     def finish_probe(
         self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
-        factor: float = 1.0, cap: float = 0.0,
+        factor: float = 1.0, cap: float = math.inf,
     ) -> Answer:
         return self._op(
             name, "finish_probe", token, int(version), outcome, int(max_calls), float(recovery_timeout), float(factor),

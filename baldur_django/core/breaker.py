@@ -231,8 +231,7 @@ class CircuitBreaker:
                 "window_failures": self._window.failures,
                 "window_slow_calls": self._window.slow,
                 "opened_at": self._opened_at,
-                "open_until": self._opened_at + self._open_seconds if self._state is OPEN and self._opened_at else None,
-                "open_duration": self._open_seconds if self._state is not CLOSED else None,
+                **self._open_fields(),
                 "consecutive_opens": self._opens,
                 "forced": self._forced,
                 "force_expires_at": self._force_expires_at if self._forced else None,
@@ -262,6 +261,17 @@ class CircuitBreaker:
             snap.update(self._sync.extra_snapshot())
         self._settle(events)
         return snap
+
+    def _open_fields(self) -> dict[str, float | None]:
+        """The snapshot's ``open_until`` (Unix s, when the OPEN breaker admits a probe) and
+        ``open_duration`` (s, the backed-off length of the current or last open, CB-16). A
+        forced open ends with its force (``open_until`` = its expiry, no automatic duration)."""
+        if self._state is CLOSED:
+            return {"open_until": None, "open_duration": None}
+        if self._forced == "open":
+            return {"open_until": self._force_expires_at, "open_duration": None}
+        until = self._opened_at + self._open_seconds if self._state is OPEN and self._opened_at else None
+        return {"open_until": until, "open_duration": self._open_seconds}
 
     # ---------------------------------------------------------------- admission
     def acquire(self) -> Permit:

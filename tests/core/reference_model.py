@@ -36,11 +36,9 @@ Modelling choices the requirements leave open, made to match the implementation:
   the slow-call rate are not ambiguous: the failure rate wins (CB-17).
 * A trial that fails *and* is slow reopens with either ``half_open_failure`` or
   ``slow_call_rate`` (CB-17 names the trigger of a slow trial, CB-6 that of a failed one).
-* With the backoff off (factor 1.0) every open lasts ``recovery_timeout`` and k reads 1
-  while OPEN or HALF_OPEN: the implementation stores k capped at 1 then (``next_open``:
-  "at 1 while backoff is off"); CB-16's letter ("k counts automatic opens since the last
-  close", capped at the first value whose duration reaches the maximum) would keep
-  counting when ``recovery_timeout < recovery_timeout_max``. See ``BACKOFF_OFF_K``.
+* With the backoff off (factor 1.0) every open lasts ``recovery_timeout`` and k still counts
+  the automatic opens since the last close (CB-16's letter), capped at the first value whose
+  duration reaches the maximum.
 * Times are the fake clock's float readings, used as they come: a call is slow when
   ``end - start >= slow_call_duration`` and ``retry_after`` is ``probe_at - now``, the
   formulas of the requirements applied to those readings.
@@ -52,15 +50,12 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-__all__ = ["ModelPermit", "Transition", "Rejection", "ReferenceBreaker", "BACKOFF_OFF_K"]
+__all__ = ["ModelPermit", "Transition", "Rejection", "ReferenceBreaker"]
 
 CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half_open"
 
-#: k while the backoff is off (factor 1.0): the implementation's documented choice (see
-#: the module docstring). None would mean "count every automatic open" (CB-16's letter).
-BACKOFF_OFF_K: int | None = 1
 
 
 @dataclass(frozen=True)
@@ -177,8 +172,6 @@ class ReferenceBreaker:
         """k as the breaker stores it: automatic opens since the last close, never past the
         first k whose duration reaches the cap (CB-16)."""
         n = self.opens_since_close
-        if self.recovery_backoff_factor == 1 and BACKOFF_OFF_K is not None:
-            return min(n, BACKOFF_OFF_K)
         if self.recovery_timeout_max is None:
             return n
         cap = Fraction(self.recovery_timeout_max)

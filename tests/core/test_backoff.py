@@ -83,15 +83,17 @@ def test_cb16_forced_open_keeps_k_and_a_release_continues_from_it(backoff, clock
     assert breaker.snapshot()["consecutive_opens"] == 0
 
 
-def test_cb16_factor_one_is_off(clock):
-    """CB-16: with the default factor 1.0 every open lasts the recovery timeout, whatever the cap."""
+def test_cb16_factor_one_is_off_but_k_still_counts(clock):
+    """CB-16: with the default factor 1.0 every open lasts the recovery timeout, and k still
+    counts the consecutive opens (a close resets it)."""
     breaker = baldur.get_breaker("no-backoff")
     _configure(breaker)
-    breaker.reconfigure(dataclasses.replace(breaker.config, recovery_timeout=900))
+    breaker.reconfigure(dataclasses.replace(breaker.config, recovery_timeout=900, recovery_timeout_max=1000))
     breaker.record_failure(breaker.acquire())
-    for _ in range(3):
+    for k in range(2, 5):
         _fail_probe(breaker, clock, 900)
         assert _retry_after(breaker) == pytest.approx(900)
+        assert breaker.snapshot()["consecutive_opens"] == k
 
 
 def test_cb16_huge_factor_never_overflows():
@@ -101,4 +103,6 @@ def test_cb16_huge_factor_never_overflows():
         k, seconds = next_open(k, 1.0, 1e308, 100.0)
     assert (k, seconds) == (2, 100.0)
     assert open_duration(10_000, 1.0, 1e308, 100.0) == 100.0
-    assert next_open(0, 5.0, 1.0, 1.0) == (1, 5.0)
+    assert next_open(0, 5.0, 1.0, 5.0) == (1, 5.0)
+    assert next_open(1, 5.0, 1.0, 5.0) == (1, 5.0)  # the duration already reaches the cap: k stays
+    assert next_open(7, 5.0, 1.0) == (8, 5.0)  # no cap: k keeps counting

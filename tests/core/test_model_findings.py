@@ -1,8 +1,7 @@
 """Divergences between the breaker and the requirements found while extending the
 reference model (``reference_model.py``) to CB-15..CB-17, each reduced to a minimal program.
 
-Each test is ``xfail(strict=True)`` until the breaker (or the requirement) is changed: a
-fix makes it pass, and strict mode then fails the suite so the marker is removed.
+Each was a strict ``xfail`` until the breaker was fixed; they now guard the fixes.
 """
 
 from __future__ import annotations
@@ -15,15 +14,6 @@ from baldur_django.core.events import EventBus
 from baldur_django.core.testing import FakeClock
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "CB-16: with the backoff off (factor 1.0) next_open() stores k as 1 on every open, "
-        "while CB-16 says k counts automatic opens since the last close, capped only at the "
-        "first value whose duration reaches recovery_timeout_max (never reached when "
-        "recovery_timeout < recovery_timeout_max): two consecutive opens should read k = 2"
-    ),
-)
 def test_cb16_k_counts_consecutive_opens_while_backoff_is_off():
     """CB-16: factor 1.0 (off), recovery_timeout 1 s, cap 600 s: a trip then a failed trial
     are two automatic opens without a close between them; every open lasts 1 s and the
@@ -48,15 +38,6 @@ def test_cb16_k_counts_consecutive_opens_while_backoff_is_off():
     assert snap["consecutive_opens"] == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "CB-16: a forced open from CLOSED keeps the stale _open_seconds (recovery_timeout on a "
-        "fresh breaker, or the last automatic open's backed-off duration after a close reset k "
-        "to 0), so the snapshot's open_duration/open_until (and the admin's 'open for', "
-        "baldur_status's OPEN FOR) claim the open ends long before the force expires"
-    ),
-)
 def test_cb16_forced_open_snapshot_does_not_claim_a_stale_open_duration():
     """CB-16, OP-1: forced open for 1 minute on a CLOSED breaker whose recovery timeout is
     10 s: while forced, the snapshot's ``open_until`` is either unknown (None) or the force's

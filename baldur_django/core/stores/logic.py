@@ -8,19 +8,22 @@ result; ``normalise`` runs first in every operation.
 
 from __future__ import annotations
 
+import math
+
 from .base import ALREADY, BLOCKED, TRIPPED, Answer, Record
 
 __all__ = ["open_duration", "next_open", "normalise", "op_trip", "op_acquire_probe", "op_finish_probe", "op_force", "op_release", "op_sweep", "run"]
 
 
-def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float) -> float:
+def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float = math.inf) -> float:
     """Seconds the *opens*-th consecutive automatic open lasts (CB-16).
 
-    ``min(recovery_timeout * factor**(opens-1), cap)``; a factor of 1.0 turns backoff off
-    (always *recovery_timeout*). Never overflows: a product past the float range is *cap*.
+    ``min(recovery_timeout * factor**(opens-1), cap)``; with a factor of 1.0 (backoff off)
+    every open lasts the recovery timeout. Never overflows: a product past the float range
+    is *cap*.
     """
-    if factor <= 1.0 or opens <= 1:
-        return recovery_timeout if factor <= 1.0 else min(recovery_timeout, cap)
+    if opens <= 1 or factor == 1.0:
+        return min(recovery_timeout, cap)
     try:
         seconds = recovery_timeout * factor ** (opens - 1)
     except OverflowError:
@@ -28,14 +31,12 @@ def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float
     return min(seconds, cap)
 
 
-def next_open(opens: int, recovery_timeout: float, factor: float, cap: float) -> tuple[int, float]:
+def next_open(opens: int, recovery_timeout: float, factor: float, cap: float = math.inf) -> tuple[int, float]:
     """``(opens, seconds)`` after one more automatic open (CB-16).
 
-    The count stops growing at the first value whose duration reaches *cap* (and at 1
-    while backoff is off), so it stays small and its power never overflows.
+    The count goes up by one per automatic open since the last close and stops at the first
+    value whose duration reaches *cap*, so its power never overflows.
     """
-    if factor <= 1.0:
-        return 1, recovery_timeout
     if opens < 1 or open_duration(opens, recovery_timeout, factor, cap) < cap:
         opens += 1
     return opens, open_duration(opens, recovery_timeout, factor, cap)
@@ -85,7 +86,7 @@ def normalise(record: Record, now: float, frozen: bool = False) -> str | None:
 
 
 def op_trip(
-    record: Record, now: float, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = 0.0
+    record: Record, now: float, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
 ) -> str:
     if record.forced is not None:
         return BLOCKED
@@ -124,7 +125,7 @@ def op_finish_probe(
     max_calls: int,
     recovery_timeout: float,
     factor: float = 1.0,
-    cap: float = 0.0,
+    cap: float = math.inf,
 ) -> str | None:
     """Returns the transition made (``"closed"``, ``"open"``) or None. *outcome* is
     ``"success"``, ``"failure"``, ``"slow"`` (a slow trial fails the round, CB-17) or

@@ -13,6 +13,8 @@ judgement, ST-4). ``redis`` is imported lazily, only here.
 
 from __future__ import annotations
 
+import math
+
 import json
 import uuid
 from importlib import resources
@@ -131,8 +133,8 @@ class RedisStore:
     def inspect(self, name: str) -> Answer:
         return self._run("load", name)
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = 0.0) -> Answer:
-        return self._run("trip", name, trigger, repr(float(recovery_timeout)), repr(float(factor)), repr(float(cap)))
+    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf) -> Answer:
+        return self._run("trip", name, trigger, repr(float(recovery_timeout)), repr(float(factor)), _cap(cap))
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
         answer = self._run("acquire_probe", name, token, int(max_calls), repr(float(lease_seconds)))
@@ -141,11 +143,11 @@ class RedisStore:
 
     def finish_probe(
         self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
-        factor: float = 1.0, cap: float = 0.0,
+        factor: float = 1.0, cap: float = math.inf,
     ) -> Answer:
         return self._run(
             "finish_probe", name, token, int(version), outcome, int(max_calls), repr(float(recovery_timeout)),
-            repr(float(factor)), repr(float(cap)),
+            repr(float(factor)), _cap(cap),
         )
 
     def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
@@ -217,3 +219,8 @@ class RedisStore:
             self.client.delete(self.key(name))
         except (redis.RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis reset failed: {exc}") from exc
+
+
+def _cap(seconds: float) -> str:
+    """A cap for the Lua scripts: ``""`` for no cap (they read it as ``math.huge``)."""
+    return "" if math.isinf(seconds) else repr(float(seconds))

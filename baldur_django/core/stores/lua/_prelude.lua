@@ -40,19 +40,16 @@ local function bump(rec, state, now, trigger)
 end
 
 -- CB-16, mirrors logic.open_duration / next_open: the k-th consecutive automatic open lasts
--- min(rt * factor^(k-1), cap); factor 1 = off; k stops growing once the cap is reached.
+-- min(rt * factor^(k-1), cap); k counts opens and stops growing once the cap is reached.
 local function open_duration(k, rt, factor, cap)
-  if factor <= 1 then return rt end
-  if k <= 1 then return math.min(rt, cap) end
+  if k <= 1 or factor == 1 then return math.min(rt, cap) end
   return math.min(rt * factor ^ (k - 1), cap)
 end
 
 local function open_for(rec, now, trigger, rt, factor, cap)
   bump(rec, 'open', now, trigger)
   local k = rec.opens
-  if factor <= 1 then
-    k = 1
-  elseif k < 1 or open_duration(k, rt, factor, cap) < cap then
+  if k < 1 or open_duration(k, rt, factor, cap) < cap then
     k = k + 1
   end
   rec.opens = k

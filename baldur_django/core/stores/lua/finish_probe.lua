@@ -16,7 +16,7 @@ if rec.version == tonumber(ARGV[2]) and rec.state == 'half_open' and rec.probes[
   elseif outcome == 'failure' or outcome == 'slow' then
     local trigger = 'half_open_failure'
     if outcome == 'slow' then trigger = 'slow_call_rate' end
-    open_for(rec, now, trigger, tonumber(ARGV[5]), tonumber(ARGV[6]) or 1, tonumber(ARGV[7]) or 0)
+    open_for(rec, now, trigger, tonumber(ARGV[5]), tonumber(ARGV[6]) or 1, tonumber(ARGV[7]) or math.huge)
     result = 'open'
   end
 end

@@ -5,7 +5,7 @@ if not isnull(rec.forced) then
 elseif rec.state ~= 'closed' or FROZEN then
   result = 'already'
 else
-  open_for(rec, now, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]) or 1, tonumber(ARGV[4]) or 0)
+  open_for(rec, now, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]) or 1, tonumber(ARGV[4]) or math.huge)
   result = 'tripped'
 end
 return finish(key, rec, now, result, lapsed, before)
