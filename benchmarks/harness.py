@@ -21,7 +21,11 @@ __all__ = [
     "Sample",
     "loop_calls",
     "loop_rejections",
+    "loop_protect",
+    "loop_protect_knob",
     "aloop_calls",
+    "aloop_protect",
+    "aloop_protect_knob",
     "interleave",
     "ainterleave",
     "thread_batch",
@@ -52,6 +56,39 @@ def loop_rejections(func: Callable[[], Any], n: int, catch: type[BaseException] 
             func()
         except catch:
             pass
+    return _now() - start
+
+
+def loop_protect(protect: Callable[..., Any], service: str, call: Callable[[], Any], n: int) -> int:
+    """Run ``protect(service, call)`` *n* times, as a view writes it inline; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        protect(service, call)
+    return _now() - start
+
+
+def loop_protect_knob(protect: Callable[..., Any], service: str, call: Callable[[], Any], n: int) -> int:
+    """Run ``protect(service, call, failure_threshold=3)`` *n* times: the same per-call knob
+    passed on every call, as inline code does; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        protect(service, call, failure_threshold=3)
+    return _now() - start
+
+
+async def aloop_protect(aprotect: Callable[..., Awaitable[Any]], service: str, factory: Callable[[], Any], n: int) -> int:
+    """Await ``aprotect(service, factory)`` *n* times in the running event loop; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        await aprotect(service, factory)
+    return _now() - start
+
+
+async def aloop_protect_knob(aprotect: Callable[..., Awaitable[Any]], service: str, factory: Callable[[], Any], n: int) -> int:
+    """Await ``aprotect(service, factory, failure_threshold=3)`` *n* times; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        await aprotect(service, factory, failure_threshold=3)
     return _now() - start
 
 

@@ -11,13 +11,19 @@ Scenarios:
     async   - an awaited successful ``async def`` call in CLOSED state (ns over a bare await)
     threads - calls/second with 8 threads hammering one breaker (successful calls)
 
-The closed and async scenarios also measure ``protected(retry=True)`` on a call that
-succeeds first time (informational rows, :data:`RETRY_ROW`): the retry stage's happy path.
+Besides the four contenders, extra rows measure the other call styles (each has a goal
+in ``report.GOALS``): ``protected(retry=True)`` on a call that succeeds first time
+(:data:`RETRY_ROW`, closed and async), a function returning a response object
+(:data:`RESPONSE_ROW`, closed), and the inline forms ``protect(name, fn)`` /
+``aprotect(name, factory)``, with and without a per-call knob passed on every call
+(:data:`PROTECT_ROW`, :data:`PROTECT_KNOB_ROW`, closed and threads; :data:`APROTECT_ROW`,
+:data:`APROTECT_KNOB_ROW`, async).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import sys
 from dataclasses import dataclass, field
@@ -33,10 +39,14 @@ from baldur_django.core.config import settings as baldur_settings
 from .harness import (
     Sample,
     aloop_calls,
+    aloop_protect,
+    aloop_protect_knob,
     ainterleave,
     interleave,
     interleave_threads,
     loop_calls,
+    loop_protect,
+    loop_protect_knob,
     loop_rejections,
 )
 
@@ -49,6 +59,10 @@ __all__ = [
     "CONTENDERS",
     "RESPONSE_ROW",
     "RETRY_ROW",
+    "PROTECT_ROW",
+    "PROTECT_KNOB_ROW",
+    "APROTECT_ROW",
+    "APROTECT_KNOB_ROW",
     "BenchSettings",
     "DEFAULT",
     "QUICK",
@@ -72,6 +86,14 @@ RESPONSE_ROW = "circuit_breaker, returns a response"
 #: Informational row of the CLOSED and async scenarios: ``protected(retry=True)`` around a
 #: call that succeeds first time (the retry stage's happy path; compare with ``protected``).
 RETRY_ROW = "protected(retry=True), succeeds first time"
+#: Rows of the CLOSED and thread scenarios: ``baldur.protect(name, fn)`` written inline, the
+#: way a view calls it (one call per protected call, nothing decorated beforehand).
+PROTECT_ROW = "protect(name, fn)"
+#: The same with a per-call knob passed on every call (``failure_threshold=3``).
+PROTECT_KNOB_ROW = "protect(name, fn, failure_threshold=3)"
+#: Rows of the async scenario: ``await baldur.aprotect(name, factory)``, with and without a knob.
+APROTECT_ROW = "aprotect(name, factory)"
+APROTECT_KNOB_ROW = "aprotect(name, factory, failure_threshold=3)"
 
 # Long enough that no breaker leaves OPEN while it is measured.
 _OPEN_FOR_SECONDS = 3600
@@ -121,7 +143,8 @@ class ScenarioResult:
         bare: the median bare figure (ns per call, or calls/second).
         samples: contender -> :class:`Sample`.
         missing: contender -> why it could not be measured (shown as n/a).
-        extra: informational rows (not part of any goal) -> :class:`Sample`.
+        extra: rows of the other call styles (not contenders; the goals compare some of
+            them with a contender) -> :class:`Sample`.
     """
 
     key: str
@@ -199,6 +222,24 @@ async def _awarm_up_baldur(func: Callable[[], Any], warmup: int) -> None:
         raise RuntimeError(f"{breaker.name}: warm-up did not reach the steady CLOSED state: {snap}")
 
 
+def _check_steady(service: str) -> None:
+    breaker = baldur.get_breaker(service)
+    snap = breaker.snapshot()
+    if snap["state"] != "closed" or snap["window_calls"] != breaker.config.sliding_window_size or snap["window_failures"]:
+        raise RuntimeError(f"{service}: warm-up did not reach the steady CLOSED state: {snap}")
+
+
+def _protect_services(scenario: str, warmup: int) -> tuple[str, str]:
+    """Two services used through ``protect`` (without and with ``failure_threshold=3``),
+    warmed up to the steady CLOSED state through the same calls that get measured."""
+    plain, knob = _service(scenario, "protect"), _service(scenario, "protect_knob")
+    loop_protect(baldur.protect, plain, _target, max(warmup, 210))
+    loop_protect_knob(baldur.protect, knob, _target, max(warmup, 210))
+    _check_steady(plain)
+    _check_steady(knob)
+    return plain, knob
+
+
 def _closed_contenders(scenario: str, target: Callable[[], Any], warmup: int) -> dict[str, Callable[[], Any]]:
     funcs: dict[str, Callable[[], Any]] = {
         CIRCUIT_BREAKER: baldur.circuit_breaker(_service(scenario, "circuit_breaker"))(target),
@@ -223,14 +264,20 @@ def bench_closed(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     _warm_up_baldur(response, settings.warmup)
     retried = baldur.protected(_service("closed", "retry"), retry=True)(_target)
     _warm_up_baldur(retried, settings.warmup)
+    plain, knob = _protect_services("closed", settings.warmup)
+    protect = baldur.protect
     runners: dict[str, Callable[[int], int]] = {BARE: lambda n: loop_calls(_target, n)}
     for name, func in funcs.items():
         runners[name] = lambda n, f=func: loop_calls(f, n)
     runners[RESPONSE_ROW] = lambda n: loop_calls(response, n)
     runners[RETRY_ROW] = lambda n: loop_calls(retried, n)
+    runners[PROTECT_ROW] = lambda n: loop_protect(protect, plain, _target, n)
+    runners[PROTECT_KNOB_ROW] = lambda n: loop_protect_knob(protect, knob, _target, n)
     samples = interleave(runners, baseline=BARE, rounds=settings.rounds, n=settings.calls, seed=settings.seed)
+    for service in (plain, knob):
+        _check_steady(service)
     bare = samples.pop(BARE)
-    extra = {RESPONSE_ROW: samples.pop(RESPONSE_ROW), RETRY_ROW: samples.pop(RETRY_ROW)}
+    extra = {row: samples.pop(row) for row in (RESPONSE_ROW, RETRY_ROW, PROTECT_ROW, PROTECT_KNOB_ROW)}
     return ScenarioResult("closed", "CLOSED, successful call", False, bare.median, samples, extra=extra)
 
 
@@ -304,19 +351,28 @@ def bench_async(settings: BenchSettings = DEFAULT) -> ScenarioResult:
         RETRY_ROW: baldur.protected(_service("async", "retry"), retry=True)(_atarget),
     }
 
+    plain, knob = _service("async", "aprotect"), _service("async", "aprotect_knob")
+    aprotect = baldur.aprotect
+
     async def main() -> dict[str, Sample]:
         await _awarm_up_baldur(funcs[CIRCUIT_BREAKER], settings.warmup)
         await _awarm_up_baldur(funcs[PROTECTED], settings.warmup)
         await _awarm_up_baldur(funcs[RETRY_ROW], settings.warmup)
         await aloop_calls(funcs[CIRCUITBREAKER], settings.warmup)
+        await aloop_protect(aprotect, plain, _atarget, max(settings.warmup, 210))
+        await aloop_protect_knob(aprotect, knob, _atarget, max(settings.warmup, 210))
+        _check_steady(plain)
+        _check_steady(knob)
         runners = {BARE: lambda n: aloop_calls(_atarget, n)}
         for name, func in funcs.items():
             runners[name] = lambda n, f=func: aloop_calls(f, n)
+        runners[APROTECT_ROW] = lambda n: aloop_protect(aprotect, plain, _atarget, n)
+        runners[APROTECT_KNOB_ROW] = lambda n: aloop_protect_knob(aprotect, knob, _atarget, n)
         return await ainterleave(runners, baseline=BARE, rounds=settings.rounds, n=settings.async_calls, seed=settings.seed)
 
     samples = asyncio.run(main())
     bare = samples.pop(BARE)
-    extra = {RETRY_ROW: samples.pop(RETRY_ROW)}
+    extra = {row: samples.pop(row) for row in (RETRY_ROW, APROTECT_ROW, APROTECT_KNOB_ROW)}
     return ScenarioResult(
         "async",
         "async def, awaited successful call, CLOSED",
@@ -331,7 +387,11 @@ def bench_async(settings: BenchSettings = DEFAULT) -> ScenarioResult:
 def bench_threads(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     """(d) Calls/second with ``settings.threads`` threads hammering one breaker."""
     funcs = _closed_contenders("threads", _target, settings.warmup)
+    plain, knob = _protect_services("threads", settings.warmup)
     runners: dict[str, Callable[[], Any]] = {BARE: _target, **funcs}
+    # protect's threads call a partial (C level, no Python frame of its own) of the inline call
+    runners[PROTECT_ROW] = functools.partial(baldur.protect, plain, _target)
+    runners[PROTECT_KNOB_ROW] = functools.partial(baldur.protect, knob, _target, failure_threshold=3)
     samples = interleave_threads(
         runners,
         baseline=BARE,
@@ -344,8 +404,13 @@ def bench_threads(settings: BenchSettings = DEFAULT) -> ScenarioResult:
         snap = funcs[name].breaker.snapshot()  # type: ignore[attr-defined]
         if snap["state"] != "closed" or snap["window_failures"]:
             raise RuntimeError(f"{name}: the thread run disturbed the breaker: {snap}")
+    for service in (plain, knob):
+        _check_steady(service)
     bare = samples.pop(BARE)
-    return ScenarioResult("threads", f"{settings.threads} threads, one breaker, successful calls", True, bare.median, samples)
+    extra = {row: samples.pop(row) for row in (PROTECT_ROW, PROTECT_KNOB_ROW)}
+    return ScenarioResult(
+        "threads", f"{settings.threads} threads, one breaker, successful calls", True, bare.median, samples, extra=extra
+    )
 
 
 SCENARIOS = {

@@ -18,7 +18,15 @@ pytest.importorskip("circuitbreaker")
 from benchmarks import CONTENDERS, GOALS, BenchSettings, evaluate, format_report, run_all, to_json  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks.profiling import format_ladder, measure_ladder, profile_closed  # noqa: E402
-from benchmarks.scenarios import RESPONSE_ROW, environment  # noqa: E402
+from benchmarks.scenarios import (  # noqa: E402
+    APROTECT_KNOB_ROW,
+    APROTECT_ROW,
+    PROTECT_KNOB_ROW,
+    PROTECT_ROW,
+    RESPONSE_ROW,
+    RETRY_ROW,
+    environment,
+)
 
 TINY = BenchSettings(rounds=2, calls=20, reject_calls=10, async_calls=10, thread_rounds=1, threads=2, per_thread=20, warmup=10)
 
@@ -48,6 +56,19 @@ def test_bench_every_scenario_reports_every_contender():
     assert all(not results[k].missing for k in ("closed", "open", "threads"))
     assert results["threads"].throughput and not results["closed"].throughput
     assert _finite(results["closed"].value(RESPONSE_ROW))
+    # the other call styles: each row measured in every round of its scenario
+    rows = {
+        "closed": (RESPONSE_ROW, RETRY_ROW, PROTECT_ROW, PROTECT_KNOB_ROW),
+        "async": (RETRY_ROW, APROTECT_ROW, APROTECT_KNOB_ROW),
+        "threads": (PROTECT_ROW, PROTECT_KNOB_ROW),
+    }
+    for key, names in rows.items():
+        result = results[key]
+        assert set(result.extra) == set(names), key
+        for name in names:
+            rounds = TINY.thread_rounds if result.throughput else TINY.rounds
+            assert len(result.extra[name].per_call) == rounds, (key, name)
+            assert _finite(result.value(name)), (key, name)
 
     verdicts = evaluate(results)
     assert [v.goal for v in verdicts] == list(GOALS)
