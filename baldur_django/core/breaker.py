@@ -31,7 +31,7 @@ from typing import Any, Callable, MutableSequence
 from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
-from .errors import CircuitOpenError, ConfigError
+from .errors import CircuitOpenError, ConfigError, new_open_error
 from .events import (
     CallRejected,
     Event,
@@ -280,7 +280,7 @@ class CircuitBreaker:
         only when a listener wants plain rejections."""
         if self._bus.wants_rejections():
             self._publish([CallRejected(self.name, self._clock.wall(), reason=Reason.OPEN, state=OPEN.value)])
-        return CircuitOpenError(self.name, Reason.OPEN, until - now)
+        return new_open_error(self.name, Reason.OPEN, until - now)  # C alone, no Python __init__
 
     def _admit(self, now: float) -> Permit:
         """The one admission decision (lock held inside): CLOSED passes, HALF_OPEN takes a

@@ -45,6 +45,9 @@ class Registry:
         self.guard: Any = None  # a shared.StoreGuard when a shared store is configured
         self.store_configured = False  # set by set_store(); else the first breaker builds one from settings
         self._breakers: dict[str, CircuitBreaker] = {}
+        #: Per-name caches other modules keep for these breakers (``protect()``'s routes,
+        #: ``core/hotpath.py``): emptied with the breakers by :meth:`clear`.
+        self.name_caches: list[dict[str, Any]] = []
         self._overrides: dict[str, dict[str, Any] | None] = {}
         self._conflicts: set[str] = set()
         self._lock = threading.RLock()
@@ -172,6 +175,8 @@ class Registry:
             self._breakers.clear()
             self._overrides.clear()
             self._conflicts.clear()
+            for cache in self.name_caches:
+                cache.clear()
 
 
 #: The process-wide registry used by the facade.
