@@ -220,19 +220,23 @@ async def ainterleave(
     return samples
 
 
-def thread_batch(func: Callable[[], Any], threads: int, per_thread: int) -> float:
+def thread_batch(func: Callable[[], Any] | None, threads: int, per_thread: int, loop: Callable[[int], Any] | None = None) -> float:
     """Hammer ``func`` from *threads* threads, *per_thread* calls each; return calls/second.
+
+    With *loop*, each thread runs ``loop(per_thread)`` instead, a loop that makes the calls
+    itself (a call with arguments, written as the caller would write it).
 
     The clock starts when every thread has passed a start barrier and stops when the
     last one has finished, so thread creation is not measured.
     """
     barrier = threading.Barrier(threads + 1)
     errors: list[BaseException] = []
+    run: Callable[[int], Any] = loop if loop is not None else (lambda n: loop_calls(func, n))  # type: ignore[arg-type]
 
     def work() -> None:
         try:
             barrier.wait()
-            loop_calls(func, per_thread)
+            run(per_thread)
         except BaseException as exc:  # surfaced below, never swallowed
             errors.append(exc)
 
@@ -257,23 +261,35 @@ def interleave_threads(
     threads: int,
     per_thread: int,
     seed: int = 0,
+    loops: Mapping[str, Callable[[int], Any]] | None = None,
 ) -> dict[str, Sample]:
     """Throughput rounds: every function hammered by *threads* threads once per round.
+
+    Args:
+        loops: name -> ``loop(n)`` making *n* calls itself, for contenders whose call
+            takes arguments (see :func:`thread_batch`); measured alongside *funcs*.
 
     Returns:
         name -> :class:`Sample` whose ``per_call`` holds calls/second per round and whose
         ``over_bare`` holds the contender/bare throughput ratio of the same round.
     """
-    names = list(funcs)
+    loops = dict(loops or {})
+    names = [*funcs, *loops]
+
+    def batch(name: str, count: int) -> float:
+        if name in loops:
+            return thread_batch(None, threads, count, loops[name])
+        return thread_batch(funcs[name], threads, count)
+
     for name in names:
-        thread_batch(funcs[name], threads, max(1, per_thread // 10))
+        batch(name, max(1, per_thread // 10))
     samples = {name: Sample() for name in names}
     gc_was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
         for order in _rounds_order(names, rounds, seed):
-            rate = {name: thread_batch(funcs[name], threads, per_thread) for name in order}
+            rate = {name: batch(name, per_thread) for name in order}
             for name in names:
                 samples[name].per_call.append(rate[name])
                 samples[name].over_bare.append(rate[name] / rate[baseline])

@@ -23,7 +23,6 @@ in ``report.GOALS``): ``protected(retry=True)`` on a call that succeeds first ti
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import sys
 from dataclasses import dataclass, field
@@ -389,9 +388,11 @@ def bench_threads(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     funcs = _closed_contenders("threads", _target, settings.warmup)
     plain, knob = _protect_services("threads", settings.warmup)
     runners: dict[str, Callable[[], Any]] = {BARE: _target, **funcs}
-    # protect's threads call a partial (C level, no Python frame of its own) of the inline call
-    runners[PROTECT_ROW] = functools.partial(baldur.protect, plain, _target)
-    runners[PROTECT_KNOB_ROW] = functools.partial(baldur.protect, knob, _target, failure_threshold=3)
+    protect = baldur.protect
+    loops: dict[str, Callable[[int], Any]] = {  # each thread writes protect(...) inline, as in bench_closed
+        PROTECT_ROW: lambda n: loop_protect(protect, plain, _target, n),
+        PROTECT_KNOB_ROW: lambda n: loop_protect_knob(protect, knob, _target, n),
+    }
     samples = interleave_threads(
         runners,
         baseline=BARE,
@@ -399,6 +400,7 @@ def bench_threads(settings: BenchSettings = DEFAULT) -> ScenarioResult:
         threads=settings.threads,
         per_thread=settings.per_thread,
         seed=settings.seed,
+        loops=loops,
     )
     for name in (CIRCUIT_BREAKER, PROTECTED):
         snap = funcs[name].breaker.snapshot()  # type: ignore[attr-defined]
