@@ -1,8 +1,8 @@
 """The lock-free hot path of a protected call, in one place.
 
 The wrappers that ``protected``, ``circuit_breaker``, ``protect`` and their async forms
-return are built here, and only here (and in ``runner.settle_result``'s response lane,
-which goes through :func:`healthy_success`) do the package's callers read the breaker's
+return are built here, ``protect``/``aprotect`` themselves live here, and only here (and
+in ``runner.settle_result``'s response lane) do the package's callers read the breaker's
 hot-path attributes. What they read, and why each read is safe without the lock:
 
 * ``breaker._fast_permit``: the CLOSED permit while admission needs no lock and no clock
@@ -10,24 +10,40 @@ hot-path attributes. What they read, and why each read is safe without the lock:
   call; a trip racing with the read can only hand out a permit whose generation is
   already stale, and a stale outcome is dropped (CB-8).
 * ``breaker._timed`` / ``breaker._sync_due``: a shared breaker's hot-path permit expires
-  at its next consult (ST-3); a local breaker never reads the clock here.
+  at its next consult (ST-3); a local breaker never reads the clock for admission.
+* ``breaker._reject_until``: while OPEN (or forced open), the monotonic deadline before
+  which the breaker rejects without its lock, else 0.0; every transition clears it first
+  (``CircuitBreaker._invalidate``). The wrappers raise that rejection themselves, as
+  ``acquire_slow`` would (same test, same error, built in C by ``new_open_error``), and
+  go to ``acquire_slow`` whenever a listener wants the rejection event.
 * ``breaker._healthy_permit``: set while a success would change nothing but the cascade
   count (window full, no failure in it). Every path that records a failure or changes
   state clears it first (``CircuitBreaker._invalidate``), so the lock-free success
   linearises at its single read of this attribute.
 * ``breaker._cascade.counter``: the newest cascade bucket counts calls with
   ``next()`` on an ``itertools.count``, one atomic C call; rolling to a new second
-  (``bucket_end``) takes the lock in ``record_success``.
+  (``bucket_end``, read against the monotonic clock) takes the lock in ``record_success``.
+* ``breaker._cooldown_until``: 0.0 until this process ever saw a 429 cooldown. With a
+  retry policy, no cooldown, no budget and no trial, the retry plan would make the first
+  attempt at once: the wrappers make it themselves and hand over to the engine
+  (``runner.continue_sync``/``continue_async``) only when it did not succeed. A cooldown
+  set while that attempt runs is read by the next call, as ``run_sync`` reads it.
 
-Everything else goes through two breaker methods bound when the wrapper is built:
-``breaker.acquire_slow`` (admission off the fast lane) and ``breaker.record_success``.
-A shared breaker's store I/O never runs on an event loop (a Redis or database outage
-would otherwise freeze every coroutine of the worker for the socket timeout): the async
-wrapper hands a shared breaker's slow admission and its trials' outcomes to a worker
-thread, and a trip decided on the loop's thread is written to the store from the
-default executor (``StoreSync.push_trip``).
+Everything else goes through breaker methods bound when the wrapper is built:
+``breaker.acquire_slow`` (admission off the fast lane), ``breaker.record_success`` and
+the bus's ``wants_rejections``. A shared breaker's store I/O never runs on an event loop
+(a Redis or database outage would otherwise freeze every coroutine of the worker for the
+socket timeout): the async wrapper hands a shared breaker's slow admission and its
+trials' outcomes to a worker thread, and a trip decided on the loop's thread is written
+to the store from the default executor (``StoreSync.push_trip``).
 
-Implements CB-8, CB-9 (lock-free parts), ST-3 (no round trip on the CLOSED hot path).
+A slow branch of the wrappers (``if permit is None or ...``) is where anything that must
+see every call goes: ``protect``/``aprotect`` run their call inline only when a wrapper
+would skip that branch for a process-local breaker (``_fast_permit`` set, not
+``_timed``), and send every other call through the full wrapper.
+
+Implements CB-4 (lock-free rejection), CB-8, CB-9 (lock-free parts), FAC-1..FAC-4 (the
+wrappers), ST-3 (no round trip on the CLOSED hot path).
 """
 
 from __future__ import annotations
@@ -167,7 +183,7 @@ def sync_wrapper(
                 except Exception:
                     code = None
                 config = breaker.config
-                if code.__class__ is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                     if not retrying:
                         settle_result(breaker, permit, result)
                         return result
@@ -254,7 +270,7 @@ def async_wrapper(
                 except Exception:
                     code = None
                 config = breaker.config
-                if code.__class__ is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                     if not retrying:
                         settle_result(breaker, permit, result)
                         return result
@@ -420,9 +436,9 @@ def protect(
     Args:
         service: breaker name.
         call: a zero-argument callable (a lambda around the real call).
-        retry: as for :func:`~baldur_django.protected`.
-        fallback: as for :func:`~baldur_django.protected`, but it takes no arguments.
-        **overrides: breaker overrides, as for :func:`~baldur_django.protected`.
+        retry: as for :func:`protected`.
+        fallback: as for :func:`protected`, but it takes no arguments.
+        **overrides: breaker overrides, as for :func:`protected`.
 
     Returns:
         What ``call()`` (or the fallback) returned.

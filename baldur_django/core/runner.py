@@ -75,7 +75,7 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         code = result.status_code
     except Exception:
         code = None
-    if code.__class__ is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
+    if type(code) is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
         if permit is breaker._healthy_permit:
             cascade = breaker._cascade
             if breaker._mono() < cascade.bucket_end:
