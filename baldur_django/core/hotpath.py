@@ -448,7 +448,10 @@ def protect(
         CircuitOpenError: the breaker rejects and no fallback applies (likewise
             RateLimitCooldownError, and the call's own exception).
     """
-    route = knob_routes.get(service) if overrides else routes.get(service)
+    try:  # a subscript, cheaper than .get(); a miss, or a name that is not even hashable,
+        route = (knob_routes if overrides else routes)[service]  # goes the full way (it says why)
+    except (KeyError, TypeError):
+        route = None
     if (
         route is not None
         and retry is route.retry  # the very object that was checked: nothing to re-check
@@ -513,7 +516,10 @@ async def aprotect(
     Raises:
         ConfigError: *factory* is not callable; otherwise as :func:`protect`.
     """
-    route = knob_aroutes.get(service) if overrides else aroutes.get(service)
+    try:  # as in protect()
+        route = (knob_aroutes if overrides else aroutes)[service]
+    except (KeyError, TypeError):
+        route = None
     if (
         route is not None
         and retry is route.retry  # the checks of protect(); generators are caught as there

@@ -346,6 +346,18 @@ def test_fac1_protect_checks_once_then_reuses_the_route(clock, monkeypatch):
     assert baldur.get_breaker("reuse").snapshot() == before
 
 
+def test_cb12_bad_names_are_refused_with_routes_around(clock):
+    """CB-12: a name that is not a non-empty string is a ConfigError, not a TypeError from
+    the route lookup, whatever routes exist."""
+    baldur.protect("named", lambda: 1)
+    asyncio.run(baldur.aprotect("named", aok))
+    for name in (["named"], {}, "", None):
+        with pytest.raises(ConfigError, match="breaker name"):
+            baldur.protect(name, lambda: 1)
+        with pytest.raises(ConfigError, match="breaker name"):
+            asyncio.run(baldur.aprotect(name, aok))
+
+
 def test_fac1_route_of_a_cleared_registry_is_not_used(clock):
     """CB-12: after ``registry.clear()`` protect() uses the new breaker of the name."""
     baldur.protect("cleared", lambda: 1)
