@@ -126,6 +126,7 @@ def format_report(results: dict[str, ScenarioResult], env: dict[str, Any], setti
         f"{settings.async_calls} (async); {settings.thread_rounds} rounds x {settings.threads} threads x "
         f"{settings.per_thread} calls; took {elapsed:.0f} s"
     )
+    out.append(f"clock of the closed/open/async loops: {env.get('clock', 'wall')} time (threads: wall time)")
     out.append("")
     out.append("Median overhead per call over a bare call (lower is better); thread rows: calls/s (x bare, higher is better)")
     rows = [["scenario", "bare", *CONTENDERS]]

@@ -461,6 +461,8 @@ def environment() -> dict[str, Any]:
         load = os.getloadavg()
     except OSError:  # pragma: no cover
         load = (float("nan"),) * 3
+    from .harness import clock_name
+
     cfg = build_config("bench.closed", {})  # what a new breaker gets; registers nothing
     backend = baldur_settings.get("BALDUR_STATE_BACKEND")
     return {
@@ -471,6 +473,7 @@ def environment() -> dict[str, Any]:
         "usable_cpus": usable,
         "loadavg": load,
         "switchinterval": sys.getswitchinterval(),
+        "clock": clock_name(),
         "baldur_django": baldur.__version__,
         "pybreaker": version("pybreaker"),
         "circuitbreaker": version("circuitbreaker"),

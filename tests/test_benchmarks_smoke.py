@@ -93,7 +93,20 @@ def test_bench_cli_runs_one_scenario_and_writes_json(tmp_path, capsys):
     assert "circuit_breaker CLOSED-success overhead" in printed
     data = json.loads(out.read_text())
     assert set(data["scenarios"]["closed"]["contenders"]) >= set(CONTENDERS)
+    assert data["environment"]["clock"] == "wall"
     assert main(["--only", "nosuch"]) == 2
+
+
+def test_bench_cli_cpu_time_for_one_run_only(tmp_path, capsys):
+    """FAC-1 (exercised): ``--cpu-time`` times the loops with the thread's CPU time, for
+    that run only (the next in-process run is back on wall time)."""
+    from benchmarks.harness import clock_name
+
+    out = tmp_path / "bench.json"
+    assert main(["--quick", "--only", "open", "--rounds", "1", "--cpu-time", "--json", str(out)]) == 0
+    assert "thread CPU time" in capsys.readouterr().out
+    assert json.loads(out.read_text())["environment"]["clock"] == "thread CPU"
+    assert clock_name() == "wall"
 
 
 def test_bench_profile_ladder_rebuilds_the_hot_path():
