@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 __all__ = ["BaldurError", "ConfigError", "CircuitOpenError", "RateLimitCooldownError", "StoreError", "new_open_error"]
 
@@ -37,25 +38,18 @@ class CircuitOpenError(BaldurError):
     """
 
     def __init__(self, service: str, reason: str = "open", retry_after: float | None = None) -> None:
-        # Everything lives in ``args``, and the message is built only when shown: the
-        # OPEN hot path builds its rejection with :data:`new_open_error`, a C call that
-        # skips this Python ``__init__`` (CB-4).
-        self.args = (service, reason, retry_after)
+        # the message is built only when shown: rejecting is a hot path (CB-4)
+        self.service = service
+        self.reason = reason
+        self.retry_after = retry_after
 
-    @property
-    def service(self) -> str:
-        """The breaker's name."""
-        return self.args[0]  # type: ignore[no-any-return]
-
-    @property
-    def reason(self) -> str:
-        """``"open"``, ``"half_open_full"`` or ``"frozen"``."""
-        return self.args[1]  # type: ignore[no-any-return]
-
-    @property
-    def retry_after(self) -> float | None:
-        """Seconds until the breaker admits a probe or a force lapses; None when unknown."""
-        return self.args[2]  # type: ignore[no-any-return]
+    def __getattr__(self, name: str) -> Any:
+        # Only for an attribute the instance lacks: one built by new_open_error() (no
+        # __init__ ran) has its three values in ``args`` alone.
+        index = _FIELDS.get(name)
+        if index is None or len(self.args) <= index:
+            raise AttributeError(name)
+        return self.args[index]
 
     def __str__(self) -> str:
         hint = "" if self.retry_after is None else f"; retry in {self.retry_after:.3f}s"
@@ -65,14 +59,16 @@ class CircuitOpenError(BaldurError):
         return f"CircuitOpenError({self.service!r}, {self.reason!r}, {self.retry_after!r})"
 
     def __reduce__(self):  # keep pickling (multiprocessing, Celery results) working
-        return (type(self), self.args)
+        return (type(self), (self.service, self.reason, self.retry_after))
 
+
+_FIELDS = {"service": 0, "reason": 1, "retry_after": 2}
 
 #: ``new_open_error(service, reason, retry_after)`` builds a :class:`CircuitOpenError`
-#: equal to ``CircuitOpenError(service, reason, retry_after)`` (all three positional) in
-#: C alone: ``BaseException.__new__`` stores the arguments in ``args``, which is all the
-#: attributes read. For the OPEN hot path, where the Python ``__init__`` would be a
-#: third of the cost of a rejection.
+#: like ``CircuitOpenError(service, reason, retry_after)`` (all three positional, so
+#: ``args`` is the same) in C alone: ``BaseException.__new__`` stores the arguments in
+#: ``args`` and skips the Python ``__init__``, whose frame was a third of the cost of a
+#: lock-free rejection; the attributes are then read from ``args`` (``__getattr__``).
 new_open_error = functools.partial(BaseException.__new__, CircuitOpenError)
 
 

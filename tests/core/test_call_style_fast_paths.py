@@ -388,6 +388,25 @@ def test_fac1_protect_refuses_a_marked_coroutine_function_after_a_route(clock): 
     assert ran == []
 
 
+def test_cb4_rejection_built_in_c_is_a_circuit_open_error_like_any_other():
+    """CB-4, section 0: the hot path's ``new_open_error`` gives what the constructor gives:
+    the class itself, its attributes, message, repr, args and pickling."""
+    import pickle
+
+    from baldur_django.core.errors import new_open_error
+
+    fast, slow = new_open_error("pay", "open", 1.5), CircuitOpenError("pay", "open", 1.5)
+    assert type(fast) is CircuitOpenError
+    assert (fast.service, fast.reason, fast.retry_after) == (slow.service, slow.reason, slow.retry_after)
+    assert (str(fast), repr(fast), fast.args) == (str(slow), repr(slow), slow.args)
+    clone = pickle.loads(pickle.dumps(fast))
+    assert (clone.service, clone.reason, clone.retry_after) == ("pay", "open", 1.5)
+    fast.retry_after = 2.0  # attributes can still be set, as on any exception
+    assert fast.retry_after == 2.0 and "retry in 2.000s" in str(fast)
+    with pytest.raises(AttributeError):
+        fast.no_such_attribute  # noqa: B018
+
+
 # -------------------------------------------------------------------- race tests
 def _fill(call: Callable[[], Any], size: int) -> None:
     for _ in range(size):
