@@ -471,8 +471,9 @@ def protect(
                 # sync_wrapper's CLOSED path without a retry stage or fallback, inlined. A
                 # coroutine or generator function (refused: the full way below raises the
                 # ConfigError) is caught after the call, off the plain path: calling one
-                # runs none of its body, it only makes the coroutine or generator, which
-                # is closed unused. So it is as if it had been refused before the call.
+                # runs none of its body, it only makes the coroutine or generator (closed
+                # unused) or fails to bind its arguments. Nothing is recorded for it, so it
+                # is as if it had been refused before the call.
                 try:
                     result = call()
                 except BaseException as exc:
