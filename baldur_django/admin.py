@@ -110,13 +110,15 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def has_module_permission(self, request: HttpRequest) -> bool:
         return super().has_module_permission(request) or self.has_force_circuit_permission(request)
 
-
     # ------------------------------------------------------------------------- urls
     def get_urls(self):
         name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
         return [
-            path("emergency/", self.admin_site.admin_view(self.emergency_view),
-                 name=f"{self.opts.app_label}_{self.opts.model_name}_emergency"),
+            path(
+                "emergency/",
+                self.admin_site.admin_view(self.emergency_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_emergency",
+            ),
             path("", self.admin_site.admin_view(self.changelist_view), name=name),
         ]
 
@@ -180,7 +182,8 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         selected = list(dict.fromkeys(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
         if not selected:
             self.message_user(
-                request, _("Items must be selected in order to perform actions on them. No items have been changed."),
+                request,
+                _("Items must be selected in order to perform actions on them. No items have been changed."),
                 messages.WARNING,
             )
             return HttpResponseRedirect(self._list_url())
@@ -188,7 +191,8 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         unknown = [name for name in selected if name not in known]
         if unknown:
             self.message_user(
-                request, _("Unknown breaker(s): %(names)s. Nothing was changed.") % {"names": ", ".join(unknown)},
+                request,
+                _("Unknown breaker(s): %(names)s. Nothing was changed.") % {"names": ", ".join(unknown)},
                 messages.ERROR,
             )
             return HttpResponseRedirect(self._list_url())
@@ -272,14 +276,18 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 data["level"], data.get("minutes"), reason=data.get("reason", ""), actor=actor, source="admin"
             )
         except BaldurError as exc:
-            self.message_user(request, _("The emergency level was not changed: %(error)s") % {"error": exc}, messages.ERROR)
+            self.message_user(
+                request, _("The emergency level was not changed: %(error)s") % {"error": exc}, messages.ERROR
+            )
             return
         if status["level"]:
             self.message_user(
                 request,
                 _("Emergency level %(level)d is in force until %(until)s.")
-                % {"level": status["level"],
-                   "until": timezone.localtime(_when(status["expires_at"])).strftime("%Y-%m-%d %H:%M:%S %Z")},
+                % {
+                    "level": status["level"],
+                    "until": timezone.localtime(_when(status["expires_at"])).strftime("%Y-%m-%d %H:%M:%S %Z"),
+                },
                 messages.SUCCESS,
             )
         else:
@@ -293,17 +301,23 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         for name in selected:
             try:
                 if mode is None:
-                    (done if services.release(name, actor=actor, source="admin", reason=reason) else unchanged).append(name)
+                    (done if services.release(name, actor=actor, source="admin", reason=reason) else unchanged).append(
+                        name
+                    )
                 else:
                     services.force(name, mode, data["ttl_minutes"], reason=reason, actor=actor, source="admin")
                     done.append(name)
             except BaldurError as exc:
-                self.message_user(request, _("%(name)s: not changed: %(error)s") % {"name": name, "error": exc}, messages.ERROR)
+                self.message_user(
+                    request, _("%(name)s: not changed: %(error)s") % {"name": name, "error": exc}, messages.ERROR
+                )
         if mode is None:
             if done:
                 self.message_user(
                     request,
-                    ngettext("Released %(count)d breaker: %(names)s.", "Released %(count)d breakers: %(names)s.", len(done))
+                    ngettext(
+                        "Released %(count)d breaker: %(names)s.", "Released %(count)d breakers: %(names)s.", len(done)
+                    )
                     % {"count": len(done), "names": ", ".join(done)},
                     messages.SUCCESS,
                 )
@@ -342,11 +356,20 @@ class BreakerAuditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ("service", "actor", "reason")
     date_hierarchy = "at"
     readonly_fields = (
-        "at", "actor", "action", "service", "ttl_minutes", "expires_at", "reason", "source", "from_state", "to_state", "dry_run",
+        "at",
+        "actor",
+        "action",
+        "service",
+        "ttl_minutes",
+        "expires_at",
+        "reason",
+        "source",
+        "from_state",
+        "to_state",
+        "dry_run",
     )
     fields = readonly_fields
 
     @admin.display(description=gettext_lazy("reason"))
     def short_reason(self, obj: BreakerAudit) -> str:
         return obj.reason if len(obj.reason) <= 80 else obj.reason[:79] + "…"
-

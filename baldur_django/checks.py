@@ -182,7 +182,9 @@ def _check_redis_backend(values: dict[str, Any]) -> list[CheckMessage]:
     backend = str((caches.get(alias) or {}).get("BACKEND", ""))
     if alias in caches and backend.startswith("django_redis."):
         return []
-    problem = "names no cache in CACHES" if alias not in caches else f"is a {backend or 'cache'}, not a django-redis cache"
+    problem = (
+        "names no cache in CACHES" if alias not in caches else f"is a {backend or 'cache'}, not a django-redis cache"
+    )
     return [
         Error(
             f"BALDUR_STATE_BACKEND='redis' without BALDUR_REDIS_URL, and BALDUR_REDIS_CACHE_ALIAS={alias!r} {problem}",

@@ -54,7 +54,6 @@ _hooks: list[Callable[[], Any]] = []
 _hooks_lock = threading.Lock()
 
 
-
 def django_lookup(name: str) -> Any:
     """Return the Django setting *name*, or :data:`MISSING` when it is not defined.
 
@@ -90,8 +89,8 @@ def closest_setting(name: str) -> str | None:
     The shared ``BALDUR_`` prefix is left out of the comparison, so an unrelated name
     (``BALDUR_TEST_DB``) is not matched to a knob merely for sharing the prefix.
     """
-    stem = name[len(_PREFIX):] if name.startswith(_PREFIX) else name
-    stems = {knob[len(_PREFIX):]: knob for knob in KNOBS}
+    stem = name[len(_PREFIX) :] if name.startswith(_PREFIX) else name
+    stems = {knob[len(_PREFIX) :]: knob for knob in KNOBS}
     near = difflib.get_close_matches(stem, stems, n=1, cutoff=0.6)
     return stems[near[0]] if near else None
 

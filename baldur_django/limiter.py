@@ -148,7 +148,9 @@ def _user_key(request: Any) -> str:
 def _import_key(setting: str, dotted: str) -> Callable[[Any], Any]:
     module_path, _, name = dotted.rpartition(".")
     if not module_path:
-        raise ConfigError(f"{setting}={dotted!r}: expected 'ip', 'user' or a dotted path such as 'myapp.keys.by_tenant'")
+        raise ConfigError(
+            f"{setting}={dotted!r}: expected 'ip', 'user' or a dotted path such as 'myapp.keys.by_tenant'"
+        )
     try:
         module = importlib.import_module(module_path)
     except ImportError as exc:

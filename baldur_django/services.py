@@ -80,7 +80,9 @@ _SHARED = ("database", "redis")
 _ACTOR_MAX = 150
 
 # Set by force()/release() while they run, read by the audit listener on the same thread.
-_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("baldur_operator_context", default=None)
+_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "baldur_operator_context", default=None
+)
 
 
 class UnknownServiceError(BaldurError, LookupError):
@@ -250,8 +252,11 @@ def _store_names() -> list[str]:
     try:
         return [name for name in store.names() if isinstance(name, str) and name]
     except Exception as exc:  # ST-4: show what this process knows rather than fail
-        _log.warning("baldur.status_store_unavailable: the shared registry could not be read (%s); "
-                     "showing this process's breakers only", type(exc).__name__)
+        _log.warning(
+            "baldur.status_store_unavailable: the shared registry could not be read (%s); "
+            "showing this process's breakers only",
+            type(exc).__name__,
+        )
         return []
 
 
@@ -537,8 +542,8 @@ def audit_listener(event: Event) -> None:
         _log.exception("baldur.audit_listener_failed service=%r", getattr(event, "service", None))
 
 
-
 audit_listener.wants_rejections = False  # type: ignore[attr-defined]  # forces and releases only
+
 
 def install_audit_listener() -> None:
     """Subscribe :func:`audit_listener` to the process-wide bus (idempotent). Called from

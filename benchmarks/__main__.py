@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--json FILE] [--stores] [--inbound]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound]``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 import sys
 import time
 
+from .harness import use_cpu_time
 from .profiling import format_ladder, measure_ladder, profile_closed
 from .report import format_report, to_json
 from .scenarios import DEFAULT, QUICK, SCENARIOS, environment, run_all
@@ -19,14 +20,34 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="a short run (a few seconds; noisier figures)")
     parser.add_argument("--profile", action="store_true", help="profile circuit_breaker's CLOSED hot path instead")
     parser.add_argument("--only", default="", help=f"comma-separated scenarios to run ({', '.join(SCENARIOS)})")
-    parser.add_argument("--rounds", type=int, default=None, help="override the rounds of the closed/open/async scenarios (and the profile ladder)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="override the rounds of the closed/open/async scenarios (and the profile ladder)",
+    )
     parser.add_argument("--json", metavar="FILE", default=None, help="also write every figure as JSON to FILE")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time the closed/open/async scenarios with the thread's CPU time instead of wall time "
+        "(steadier on a busy machine; the thread scenario stays on wall time)",
+    )
     # --- shared-store benchmark hook (benchmarks/stores.py) ---
-    parser.add_argument("--stores", action="store_true", help="run the shared-store benchmark instead (benchmarks/stores.py; needs Redis)")
-    parser.add_argument("--redis-url", default=None, help="with --stores or --inbound: the Redis server and database to use")
+    parser.add_argument(
+        "--stores",
+        action="store_true",
+        help="run the shared-store benchmark instead (benchmarks/stores.py; needs Redis)",
+    )
+    parser.add_argument(
+        "--redis-url", default=None, help="with --stores or --inbound: the Redis server and database to use"
+    )
     # --- inbound-side benchmark hook (benchmarks/inbound.py) ---
-    parser.add_argument("--inbound", action="store_true",
-                        help="run the inbound-side benchmark instead (benchmarks/inbound.py: middlewares, rate limiters; needs Redis)")
+    parser.add_argument(
+        "--inbound",
+        action="store_true",
+        help="run the inbound-side benchmark instead (benchmarks/inbound.py: middlewares, rate limiters; needs Redis)",
+    )
     return parser
 
 
@@ -35,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.stores:  # --- shared-store benchmark hook ---
         from .stores import main as stores_main
 
-        return stores_main(["--redis-url", args.redis_url] if args.redis_url else [], quick=args.quick, json_file=args.json)
+        return stores_main(
+            ["--redis-url", args.redis_url] if args.redis_url else [], quick=args.quick, json_file=args.json
+        )
     if args.inbound:  # --- inbound-side benchmark hook ---
         from .inbound import main as inbound_main
 
@@ -45,10 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     quiet = logging.getLogger("baldur")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
+    use_cpu_time(args.cpu_time)
     try:
         return _run(args)
     finally:
         quiet.setLevel(level)
+        use_cpu_time(False)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -75,7 +100,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     env = environment()
     started = time.monotonic()
-    results = run_all(settings, only or None, progress=lambda key: print(f"measuring {key} ...", file=sys.stderr, flush=True))
+    results = run_all(
+        settings, only or None, progress=lambda key: print(f"measuring {key} ...", file=sys.stderr, flush=True)
+    )
     print(format_report(results, env, settings, time.monotonic() - started))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -20,9 +20,15 @@ from typing import Any
 
 __all__ = [
     "Sample",
+    "use_cpu_time",
+    "clock_name",
     "loop_calls",
     "loop_rejections",
+    "loop_protect",
+    "loop_protect_knob",
     "aloop_calls",
+    "aloop_protect",
+    "aloop_protect_knob",
     "interleave",
     "ainterleave",
     "thread_batch",
@@ -31,6 +37,22 @@ __all__ = [
 ]
 
 _now = time.perf_counter_ns
+_wall = time.perf_counter_ns  # the thread scenario's clock, whatever use_cpu_time() chose
+
+
+def use_cpu_time(on: bool) -> None:
+    """Time the loops with this thread's CPU time (``time.thread_time_ns``) instead of wall
+    time (``time.perf_counter_ns``, the default). On a busy machine wall time also counts
+    the slices other processes take while a loop runs; CPU time leaves them out (cache and
+    frequency effects of the neighbours stay in). Throughput (:func:`thread_batch`) is
+    always wall time."""
+    global _now
+    _now = time.thread_time_ns if on else time.perf_counter_ns
+
+
+def clock_name() -> str:
+    """``"wall"`` or ``"thread CPU"``: the clock the loops use now."""
+    return "thread CPU" if _now is time.thread_time_ns else "wall"
 
 
 def loop_calls(func: Callable[[], Any], n: int) -> int:
@@ -53,6 +75,43 @@ def loop_rejections(func: Callable[[], Any], n: int, catch: type[BaseException] 
             func()
         except catch:
             pass
+    return _now() - start
+
+
+def loop_protect(protect: Callable[..., Any], service: str, call: Callable[[], Any], n: int) -> int:
+    """Run ``protect(service, call)`` *n* times, as a view writes it inline; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        protect(service, call)
+    return _now() - start
+
+
+def loop_protect_knob(protect: Callable[..., Any], service: str, call: Callable[[], Any], n: int) -> int:
+    """Run ``protect(service, call, failure_threshold=3)`` *n* times: the same per-call knob
+    passed on every call, as inline code does; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        protect(service, call, failure_threshold=3)
+    return _now() - start
+
+
+async def aloop_protect(
+    aprotect: Callable[..., Awaitable[Any]], service: str, factory: Callable[[], Any], n: int
+) -> int:
+    """Await ``aprotect(service, factory)`` *n* times in the running event loop; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        await aprotect(service, factory)
+    return _now() - start
+
+
+async def aloop_protect_knob(
+    aprotect: Callable[..., Awaitable[Any]], service: str, factory: Callable[[], Any], n: int
+) -> int:
+    """Await ``aprotect(service, factory, failure_threshold=3)`` *n* times; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        await aprotect(service, factory, failure_threshold=3)
     return _now() - start
 
 
@@ -184,19 +243,25 @@ async def ainterleave(
     return samples
 
 
-def thread_batch(func: Callable[[], Any], threads: int, per_thread: int) -> float:
+def thread_batch(
+    func: Callable[[], Any] | None, threads: int, per_thread: int, loop: Callable[[int], Any] | None = None
+) -> float:
     """Hammer ``func`` from *threads* threads, *per_thread* calls each; return calls/second.
+
+    With *loop*, each thread runs ``loop(per_thread)`` instead, a loop that makes the calls
+    itself (a call with arguments, written as the caller would write it).
 
     The clock starts when every thread has passed a start barrier and stops when the
     last one has finished, so thread creation is not measured.
     """
     barrier = threading.Barrier(threads + 1)
     errors: list[BaseException] = []
+    run: Callable[[int], Any] = loop if loop is not None else (lambda n: loop_calls(func, n))  # type: ignore[arg-type]
 
     def work() -> None:
         try:
             barrier.wait()
-            loop_calls(func, per_thread)
+            run(per_thread)
         except BaseException as exc:  # surfaced below, never swallowed
             errors.append(exc)
 
@@ -204,10 +269,10 @@ def thread_batch(func: Callable[[], Any], threads: int, per_thread: int) -> floa
     for thread in pool:
         thread.start()
     barrier.wait()
-    start = _now()
+    start = _wall()
     for thread in pool:
         thread.join()
-    elapsed = _now() - start
+    elapsed = _wall() - start
     if errors:
         raise RuntimeError(f"a benchmark thread failed: {errors[0]!r}") from errors[0]
     return threads * per_thread / (elapsed / 1e9)
@@ -221,23 +286,35 @@ def interleave_threads(
     threads: int,
     per_thread: int,
     seed: int = 0,
+    loops: Mapping[str, Callable[[int], Any]] | None = None,
 ) -> dict[str, Sample]:
     """Throughput rounds: every function hammered by *threads* threads once per round.
+
+    Args:
+        loops: name -> ``loop(n)`` making *n* calls itself, for contenders whose call
+            takes arguments (see :func:`thread_batch`); measured alongside *funcs*.
 
     Returns:
         name -> :class:`Sample` whose ``per_call`` holds calls/second per round and whose
         ``over_bare`` holds the contender/bare throughput ratio of the same round.
     """
-    names = list(funcs)
+    loops = dict(loops or {})
+    names = [*funcs, *loops]
+
+    def batch(name: str, count: int) -> float:
+        if name in loops:
+            return thread_batch(None, threads, count, loops[name])
+        return thread_batch(funcs[name], threads, count)
+
     for name in names:
-        thread_batch(funcs[name], threads, max(1, per_thread // 10))
+        batch(name, max(1, per_thread // 10))
     samples = {name: Sample() for name in names}
     gc_was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
         for order in _rounds_order(names, rounds, seed):
-            rate = {name: thread_batch(funcs[name], threads, per_thread) for name in order}
+            rate = {name: batch(name, per_thread) for name in order}
             for name in names:
                 samples[name].per_call.append(rate[name])
                 samples[name].over_bare.append(rate[name] / rate[baseline])

@@ -112,8 +112,16 @@ class InboundSettings:
 
 
 INBOUND_DEFAULT = InboundSettings()
-INBOUND_QUICK = InboundSettings(rounds=9, requests=5_000, async_rounds=7, async_requests=500, limiter_rounds=7,
-                                limiter_requests=300, count_requests=500, warmup=200)
+INBOUND_QUICK = InboundSettings(
+    rounds=9,
+    requests=5_000,
+    async_rounds=7,
+    async_requests=500,
+    limiter_rounds=7,
+    limiter_requests=300,
+    count_requests=500,
+    warmup=200,
+)
 
 
 @dataclass
@@ -264,8 +272,9 @@ def _middleware_chains(settings: InboundSettings) -> tuple[dict[str, Sample], fl
         aruns: dict[str, Any] = {BARE: lambda n: aloop_calls(lambda: aview(request), n)}
         for name, func in asynchronous.items():
             aruns[name] = lambda n, f=func: aloop_calls(lambda: f(request), n)
-        return await ainterleave(aruns, baseline=BARE, rounds=settings.async_rounds, n=settings.async_requests,
-                                 seed=settings.seed)
+        return await ainterleave(
+            aruns, baseline=BARE, rounds=settings.async_rounds, n=settings.async_requests, seed=settings.seed
+        )
 
     async_samples = asyncio.run(run())
     bare_async = async_samples.pop(BARE).median
@@ -318,7 +327,9 @@ def _limiters(path: str) -> tuple[dict[str, Callable[[Any], Any]], Callable[[Any
     return {BALDUR_LIMITER: baldur_mw, DJANGO_RATELIMIT: limited_view, DRF_THROTTLE: drf}, view
 
 
-def _count(admin: Any, counter: CommandCounter, func: Callable[[Any], Any], request: Any, requests: int) -> LimiterCount:
+def _count(
+    admin: Any, counter: CommandCounter, func: Callable[[Any], Any], request: Any, requests: int
+) -> LimiterCount:
     counter.names.clear()
     commands0, trips0 = counter.snapshot()
     before = commandstats(admin)
@@ -335,7 +346,9 @@ def _count(admin: Any, counter: CommandCounter, func: Callable[[Any], Any], requ
     return LimiterCount(requests, commands - commands0, trips - trips0, dict(counter.names), server)
 
 
-def bench_inbound(settings: InboundSettings = INBOUND_DEFAULT, progress: Callable[[str], None] | None = None) -> InboundResult:
+def bench_inbound(
+    settings: InboundSettings = INBOUND_DEFAULT, progress: Callable[[str], None] | None = None
+) -> InboundResult:
     """Run every measurement of this module; see the module docstring.
 
     Args:
@@ -386,11 +399,14 @@ def bench_inbound(settings: InboundSettings = INBOUND_DEFAULT, progress: Callabl
             runners: dict[str, Callable[[int], int]] = {BARE: lambda n: loop_calls(lambda: view(request), n)}
             for name, func in funcs.items():
                 runners[name] = lambda n, f=func: loop_calls(lambda: f(request), n)
-            limiters = interleave(runners, baseline=BARE, rounds=settings.limiter_rounds, n=settings.limiter_requests,
-                                  seed=settings.seed)
+            limiters = interleave(
+                runners, baseline=BARE, rounds=settings.limiter_rounds, n=settings.limiter_requests, seed=settings.seed
+            )
             bare_limiter = limiters.pop(BARE).median
             say(f"round trips over {settings.count_requests:,} requests each")
-            counts = {name: _count(admin, counter, func, request, settings.count_requests) for name, func in funcs.items()}
+            counts = {
+                name: _count(admin, counter, func, request, settings.count_requests) for name, func in funcs.items()
+            }
             version = str(admin.info("server").get("redis_version", "?"))
     finally:
         for key in admin.scan_iter(f"{prefix}:*"):
@@ -413,7 +429,9 @@ def bench_inbound(settings: InboundSettings = INBOUND_DEFAULT, progress: Callabl
         limiters=limiters,
         counts=counts,
         redis_version=version,
-        versions={name: dist(name) for name in ("Django", "django-redis", "redis", "django-ratelimit", "djangorestframework")},
+        versions={
+            name: dist(name) for name in ("Django", "django-redis", "redis", "django-ratelimit", "djangorestframework")
+        },
         prefix=prefix,
     )
     # commandstats is server-wide: flag command kinds no limiter here sends or runs
@@ -452,7 +470,9 @@ def evaluate_inbound(result: InboundResult) -> list[InboundVerdict]:
     async_ratio = _ratio(result.async_)
     trips = result.counts[BALDUR_LIMITER].round_trips_per_request
     if sync_ratio is None or async_ratio is None:
-        middleware = InboundVerdict("async CircuitBreakerMiddleware/SecurityMiddleware ratio <= the sync ratio", "n/a", "N/A")
+        middleware = InboundVerdict(
+            "async CircuitBreakerMiddleware/SecurityMiddleware ratio <= the sync ratio", "n/a", "N/A"
+        )
     else:
         middleware = InboundVerdict(
             "async CircuitBreakerMiddleware/SecurityMiddleware ratio <= the sync ratio",
@@ -461,8 +481,9 @@ def evaluate_inbound(result: InboundResult) -> list[InboundVerdict]:
         )
     return [
         middleware,
-        InboundVerdict("RateLimitMiddleware: one round trip per admitted request", f"{trips:.3f}",
-                       "PASS" if trips == 1 else "MISS"),
+        InboundVerdict(
+            "RateLimitMiddleware: one round trip per admitted request", f"{trips:.3f}", "PASS" if trips == 1 else "MISS"
+        ),
     ]
 
 
@@ -485,10 +506,14 @@ def format_inbound(result: InboundResult) -> str:
     sync_ratio, async_ratio = _ratio(result.sync), _ratio(result.async_)
     if sync_ratio is not None and async_ratio is not None:
         out.append(f"CircuitBreakerMiddleware / SecurityMiddleware: sync {sync_ratio:.2f}x, async {async_ratio:.2f}x")
-    own = {mode: samples[CIRCUIT].overhead - samples[PASS_THROUGH].overhead
-           for mode, samples in (("sync", result.sync), ("async", result.async_))}
-    out.append(f"CircuitBreakerMiddleware over the pass-through: sync {_ns(own['sync'])}, async {_ns(own['async'])}"
-               " (SecurityMiddleware's async figure is mostly its two sync_to_async thread hops)")
+    own = {
+        mode: samples[CIRCUIT].overhead - samples[PASS_THROUGH].overhead
+        for mode, samples in (("sync", result.sync), ("async", result.async_))
+    }
+    out.append(
+        f"CircuitBreakerMiddleware over the pass-through: sync {_ns(own['sync'])}, async {_ns(own['async'])}"
+        " (SecurityMiddleware's async figure is mostly its two sync_to_async thread hops)"
+    )
     out += [
         "",
         f"{'rate limiter (every request admitted)':<32}{'requests/s':>12}{'over bare':>14}{'round trips':>13}"
@@ -543,10 +568,17 @@ def to_json(result: InboundResult) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None, *, quick: bool | None = None, json_file: str | None = None,
-         redis_url: str | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    quick: bool | None = None,
+    json_file: str | None = None,
+    redis_url: str | None = None,
+) -> int:
     """``python -m benchmarks.inbound [--quick] [--redis-url URL] [--json FILE]``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.inbound", description="inbound-side benchmark (IN-1, IN-4)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.inbound", description="inbound-side benchmark (IN-1, IN-4)"
+    )
     parser.add_argument("--quick", action="store_true", help="a short run (noisier figures)")
     parser.add_argument("--redis-url", default=DEFAULT_URL, help=f"server and database to use (default {DEFAULT_URL})")
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the figures as JSON to FILE")
@@ -561,7 +593,9 @@ def main(argv: list[str] | None = None, *, quick: bool | None = None, json_file:
         settings = replace(settings, redis_url=url)
     logging.getLogger("baldur").setLevel(logging.CRITICAL)
     try:
-        result = bench_inbound(settings, progress=lambda text: print(f"measuring {text} ...", file=sys.stderr, flush=True))
+        result = bench_inbound(
+            settings, progress=lambda text: print(f"measuring {text} ...", file=sys.stderr, flush=True)
+        )
     except Exception as exc:  # a missing server is a usage problem, not a crash
         import redis
 

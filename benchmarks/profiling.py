@@ -157,7 +157,9 @@ def measure_ladder(settings: BenchSettings, rounds: int | None = None) -> list[t
     runners = {"bare": lambda n: loop_calls(_target, n)}
     for name, step in steps:
         runners[name] = lambda n, f=step: loop_calls(f, n)
-    samples = interleave(runners, baseline="bare", rounds=rounds or settings.rounds, n=settings.calls, seed=settings.seed)
+    samples = interleave(
+        runners, baseline="bare", rounds=rounds or settings.rounds, n=settings.calls, seed=settings.seed
+    )
     out = []
     previous = 0.0
     for index, (name, _) in enumerate(steps):

@@ -11,8 +11,13 @@ Scenarios:
     async   - an awaited successful ``async def`` call in CLOSED state (ns over a bare await)
     threads - calls/second with 8 threads hammering one breaker (successful calls)
 
-The closed and async scenarios also measure ``protected(retry=True)`` on a call that
-succeeds first time (informational rows, :data:`RETRY_ROW`): the retry stage's happy path.
+Besides the four contenders, extra rows measure the other call styles (each has a goal
+in ``report.GOALS``): ``protected(retry=True)`` on a call that succeeds first time
+(:data:`RETRY_ROW`, closed and async), a function returning a response object
+(:data:`RESPONSE_ROW`, closed), and the inline forms ``protect(name, fn)`` /
+``aprotect(name, factory)``, with and without a per-call knob passed on every call
+(:data:`PROTECT_ROW`, :data:`PROTECT_KNOB_ROW`, closed and threads; :data:`APROTECT_ROW`,
+:data:`APROTECT_KNOB_ROW`, async).
 """
 
 from __future__ import annotations
@@ -35,9 +40,13 @@ from .harness import (
     Sample,
     ainterleave,
     aloop_calls,
+    aloop_protect,
+    aloop_protect_knob,
     interleave,
     interleave_threads,
     loop_calls,
+    loop_protect,
+    loop_protect_knob,
     loop_rejections,
 )
 
@@ -50,6 +59,10 @@ __all__ = [
     "CONTENDERS",
     "RESPONSE_ROW",
     "RETRY_ROW",
+    "PROTECT_ROW",
+    "PROTECT_KNOB_ROW",
+    "APROTECT_ROW",
+    "APROTECT_KNOB_ROW",
     "BenchSettings",
     "DEFAULT",
     "QUICK",
@@ -73,6 +86,14 @@ RESPONSE_ROW = "circuit_breaker, returns a response"
 #: Informational row of the CLOSED and async scenarios: ``protected(retry=True)`` around a
 #: call that succeeds first time (the retry stage's happy path; compare with ``protected``).
 RETRY_ROW = "protected(retry=True), succeeds first time"
+#: Rows of the CLOSED and thread scenarios: ``baldur.protect(name, fn)`` written inline, the
+#: way a view calls it (one call per protected call, nothing decorated beforehand).
+PROTECT_ROW = "protect(name, fn)"
+#: The same with a per-call knob passed on every call (``failure_threshold=3``).
+PROTECT_KNOB_ROW = "protect(name, fn, failure_threshold=3)"
+#: Rows of the async scenario: ``await baldur.aprotect(name, factory)``, with and without a knob.
+APROTECT_ROW = "aprotect(name, factory)"
+APROTECT_KNOB_ROW = "aprotect(name, factory, failure_threshold=3)"
 
 # Long enough that no breaker leaves OPEN while it is measured.
 _OPEN_FOR_SECONDS = 3600
@@ -122,7 +143,8 @@ class ScenarioResult:
         bare: the median bare figure (ns per call, or calls/second).
         samples: contender -> :class:`Sample`.
         missing: contender -> why it could not be measured (shown as n/a).
-        extra: informational rows (not part of any goal) -> :class:`Sample`.
+        extra: rows of the other call styles (not contenders; the goals compare some of
+            them with a contender) -> :class:`Sample`.
     """
 
     key: str
@@ -200,6 +222,28 @@ async def _awarm_up_baldur(func: Callable[[], Any], warmup: int) -> None:
         raise RuntimeError(f"{breaker.name}: warm-up did not reach the steady CLOSED state: {snap}")
 
 
+def _check_steady(service: str) -> None:
+    breaker = baldur.get_breaker(service)
+    snap = breaker.snapshot()
+    if (
+        snap["state"] != "closed"
+        or snap["window_calls"] != breaker.config.sliding_window_size
+        or snap["window_failures"]
+    ):
+        raise RuntimeError(f"{service}: warm-up did not reach the steady CLOSED state: {snap}")
+
+
+def _protect_services(scenario: str, warmup: int) -> tuple[str, str]:
+    """Two services used through ``protect`` (without and with ``failure_threshold=3``),
+    warmed up to the steady CLOSED state through the same calls that get measured."""
+    plain, knob = _service(scenario, "protect"), _service(scenario, "protect_knob")
+    loop_protect(baldur.protect, plain, _target, max(warmup, 210))
+    loop_protect_knob(baldur.protect, knob, _target, max(warmup, 210))
+    _check_steady(plain)
+    _check_steady(knob)
+    return plain, knob
+
+
 def _closed_contenders(scenario: str, target: Callable[[], Any], warmup: int) -> dict[str, Callable[[], Any]]:
     funcs: dict[str, Callable[[], Any]] = {
         CIRCUIT_BREAKER: baldur.circuit_breaker(_service(scenario, "circuit_breaker"))(target),
@@ -224,14 +268,20 @@ def bench_closed(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     _warm_up_baldur(response, settings.warmup)
     retried = baldur.protected(_service("closed", "retry"), retry=True)(_target)
     _warm_up_baldur(retried, settings.warmup)
+    plain, knob = _protect_services("closed", settings.warmup)
+    protect = baldur.protect
     runners: dict[str, Callable[[int], int]] = {BARE: lambda n: loop_calls(_target, n)}
     for name, func in funcs.items():
         runners[name] = lambda n, f=func: loop_calls(f, n)
     runners[RESPONSE_ROW] = lambda n: loop_calls(response, n)
     runners[RETRY_ROW] = lambda n: loop_calls(retried, n)
+    runners[PROTECT_ROW] = lambda n: loop_protect(protect, plain, _target, n)
+    runners[PROTECT_KNOB_ROW] = lambda n: loop_protect_knob(protect, knob, _target, n)
     samples = interleave(runners, baseline=BARE, rounds=settings.rounds, n=settings.calls, seed=settings.seed)
+    for service in (plain, knob):
+        _check_steady(service)
     bare = samples.pop(BARE)
-    extra = {RESPONSE_ROW: samples.pop(RESPONSE_ROW), RETRY_ROW: samples.pop(RETRY_ROW)}
+    extra = {row: samples.pop(row) for row in (RESPONSE_ROW, RETRY_ROW, PROTECT_ROW, PROTECT_KNOB_ROW)}
     return ScenarioResult("closed", "CLOSED, successful call", False, bare.median, samples, extra=extra)
 
 
@@ -250,7 +300,9 @@ def _trip(func: Callable[[], Any], rejection: type[BaseException]) -> None:
 def bench_open(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     """(b) A rejected call in OPEN state, rejection caught: median ns over a bare call."""
     funcs = {
-        CIRCUIT_BREAKER: baldur.circuit_breaker(_service("open", "circuit_breaker"), recovery_timeout=_OPEN_FOR_SECONDS)(_down),
+        CIRCUIT_BREAKER: baldur.circuit_breaker(
+            _service("open", "circuit_breaker"), recovery_timeout=_OPEN_FOR_SECONDS
+        )(_down),
         PROTECTED: baldur.protected(_service("open", "protected"), recovery_timeout=_OPEN_FOR_SECONDS)(_down),
         PYBREAKER: pybreaker.CircuitBreaker(
             fail_max=5, reset_timeout=_OPEN_FOR_SECONDS, name=_service("open", "pybreaker")
@@ -305,19 +357,30 @@ def bench_async(settings: BenchSettings = DEFAULT) -> ScenarioResult:
         RETRY_ROW: baldur.protected(_service("async", "retry"), retry=True)(_atarget),
     }
 
+    plain, knob = _service("async", "aprotect"), _service("async", "aprotect_knob")
+    aprotect = baldur.aprotect
+
     async def main() -> dict[str, Sample]:
         await _awarm_up_baldur(funcs[CIRCUIT_BREAKER], settings.warmup)
         await _awarm_up_baldur(funcs[PROTECTED], settings.warmup)
         await _awarm_up_baldur(funcs[RETRY_ROW], settings.warmup)
         await aloop_calls(funcs[CIRCUITBREAKER], settings.warmup)
+        await aloop_protect(aprotect, plain, _atarget, max(settings.warmup, 210))
+        await aloop_protect_knob(aprotect, knob, _atarget, max(settings.warmup, 210))
+        _check_steady(plain)
+        _check_steady(knob)
         runners = {BARE: lambda n: aloop_calls(_atarget, n)}
         for name, func in funcs.items():
             runners[name] = lambda n, f=func: aloop_calls(f, n)
-        return await ainterleave(runners, baseline=BARE, rounds=settings.rounds, n=settings.async_calls, seed=settings.seed)
+        runners[APROTECT_ROW] = lambda n: aloop_protect(aprotect, plain, _atarget, n)
+        runners[APROTECT_KNOB_ROW] = lambda n: aloop_protect_knob(aprotect, knob, _atarget, n)
+        return await ainterleave(
+            runners, baseline=BARE, rounds=settings.rounds, n=settings.async_calls, seed=settings.seed
+        )
 
     samples = asyncio.run(main())
     bare = samples.pop(BARE)
-    extra = {RETRY_ROW: samples.pop(RETRY_ROW)}
+    extra = {row: samples.pop(row) for row in (RETRY_ROW, APROTECT_ROW, APROTECT_KNOB_ROW)}
     return ScenarioResult(
         "async",
         "async def, awaited successful call, CLOSED",
@@ -332,7 +395,13 @@ def bench_async(settings: BenchSettings = DEFAULT) -> ScenarioResult:
 def bench_threads(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     """(d) Calls/second with ``settings.threads`` threads hammering one breaker."""
     funcs = _closed_contenders("threads", _target, settings.warmup)
+    plain, knob = _protect_services("threads", settings.warmup)
     runners: dict[str, Callable[[], Any]] = {BARE: _target, **funcs}
+    protect = baldur.protect
+    loops: dict[str, Callable[[int], Any]] = {  # each thread writes protect(...) inline, as in bench_closed
+        PROTECT_ROW: lambda n: loop_protect(protect, plain, _target, n),
+        PROTECT_KNOB_ROW: lambda n: loop_protect_knob(protect, knob, _target, n),
+    }
     samples = interleave_threads(
         runners,
         baseline=BARE,
@@ -340,13 +409,19 @@ def bench_threads(settings: BenchSettings = DEFAULT) -> ScenarioResult:
         threads=settings.threads,
         per_thread=settings.per_thread,
         seed=settings.seed,
+        loops=loops,
     )
     for name in (CIRCUIT_BREAKER, PROTECTED):
         snap = funcs[name].breaker.snapshot()  # type: ignore[attr-defined]
         if snap["state"] != "closed" or snap["window_failures"]:
             raise RuntimeError(f"{name}: the thread run disturbed the breaker: {snap}")
+    for service in (plain, knob):
+        _check_steady(service)
     bare = samples.pop(BARE)
-    return ScenarioResult("threads", f"{settings.threads} threads, one breaker, successful calls", True, bare.median, samples)
+    extra = {row: samples.pop(row) for row in (PROTECT_ROW, PROTECT_KNOB_ROW)}
+    return ScenarioResult(
+        "threads", f"{settings.threads} threads, one breaker, successful calls", True, bare.median, samples, extra=extra
+    )
 
 
 SCENARIOS = {
@@ -357,7 +432,9 @@ SCENARIOS = {
 }
 
 
-def run_all(settings: BenchSettings = DEFAULT, only: list[str] | None = None, progress: Callable[[str], None] | None = None) -> dict[str, ScenarioResult]:
+def run_all(
+    settings: BenchSettings = DEFAULT, only: list[str] | None = None, progress: Callable[[str], None] | None = None
+) -> dict[str, ScenarioResult]:
     """Run the scenarios (all, or those named in *only*) in order; return key -> result.
 
     Raises:
@@ -395,6 +472,8 @@ def environment() -> dict[str, Any]:
         load = os.getloadavg()
     except OSError:  # pragma: no cover
         load = (float("nan"),) * 3
+    from .harness import clock_name
+
     cfg = build_config("bench.closed", {})  # what a new breaker gets; registers nothing
     backend = baldur_settings.get("BALDUR_STATE_BACKEND")
     return {
@@ -405,6 +484,7 @@ def environment() -> dict[str, Any]:
         "usable_cpus": usable,
         "loadavg": load,
         "switchinterval": sys.getswitchinterval(),
+        "clock": clock_name(),
         "baldur_django": baldur.__version__,
         "pybreaker": version("pybreaker"),
         "circuitbreaker": version("circuitbreaker"),
@@ -423,9 +503,15 @@ def _git_revision() -> str:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "baldur_django/core"], cwd=root, capture_output=True, text=True, timeout=5
+            ["git", "status", "--porcelain", "--", "baldur_django/core"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
         )
     except (OSError, subprocess.SubprocessError):
         return "?"

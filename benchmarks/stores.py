@@ -99,7 +99,9 @@ class StoresSettings:
 
 
 STORES_DEFAULT = StoresSettings()
-STORES_QUICK = StoresSettings(rounds=9, calls=5_000, reject_calls=1_000, pybreaker_scale=25, count_calls=20_000, warmup=500)
+STORES_QUICK = StoresSettings(
+    rounds=9, calls=5_000, reject_calls=1_000, pybreaker_scale=25, count_calls=20_000, warmup=500
+)
 
 
 # ------------------------------------------------------------------- counting
@@ -167,7 +169,7 @@ def counting_client(url: str, counter: CommandCounter, socket_timeout: float = 2
 def commandstats(client: Any) -> dict[str, int]:
     """``INFO commandstats`` as ``{command: calls}`` (server-wide, scripts' commands included)."""
     stats = client.info("commandstats")
-    return {key[len("cmdstat_"):]: int(value["calls"]) for key, value in stats.items() if key.startswith("cmdstat_")}
+    return {key[len("cmdstat_") :]: int(value["calls"]) for key, value in stats.items() if key.startswith("cmdstat_")}
 
 
 def _grown(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -292,8 +294,14 @@ def _trip(func: Callable[[], Any], rejection: type[BaseException] | tuple) -> No
     raise RuntimeError(f"{func!r} never opened")
 
 
-def _count(admin: Any, func: Callable[[], Any], counter: CommandCounter | None, calls: int, rejection: Any = None,
-           sent: list[str] | None = None) -> CommandCount:
+def _count(
+    admin: Any,
+    func: Callable[[], Any],
+    counter: CommandCounter | None,
+    calls: int,
+    rejection: Any = None,
+    sent: list[str] | None = None,
+) -> CommandCount:
     if counter:
         counter.names.clear()
     before = commandstats(admin)
@@ -348,7 +356,9 @@ def _probe_admission(c: _Contenders) -> tuple[int, dict[str, int], int, dict[str
     return t1 - t0, probe_names, r1 - r0, dict(c.baldur_counter.names)
 
 
-def bench_stores(settings: StoresSettings = STORES_DEFAULT, progress: Callable[[str], None] | None = None) -> StoresResult:
+def bench_stores(
+    settings: StoresSettings = STORES_DEFAULT, progress: Callable[[str], None] | None = None
+) -> StoresResult:
     """Run every measurement of this module; see the module docstring.
 
     Raises:
@@ -375,7 +385,9 @@ def bench_stores(settings: StoresSettings = STORES_DEFAULT, progress: Callable[[
             REDIS: lambda n: loop_calls(closed[REDIS], n),
             PYBREAKER: _scaled(lambda n: loop_calls(closed[PYBREAKER], n), settings.pybreaker_scale),
         }
-        closed_samples = interleave(runners, baseline=BARE, rounds=settings.rounds, n=settings.calls, seed=settings.seed)
+        closed_samples = interleave(
+            runners, baseline=BARE, rounds=settings.rounds, n=settings.calls, seed=settings.seed
+        )
 
         say("OPEN rejections")
         pyerr = c.pybreaker.CircuitBreakerError
@@ -393,7 +405,9 @@ def bench_stores(settings: StoresSettings = STORES_DEFAULT, progress: Callable[[
             REDIS: lambda n: loop_rejections(opened[REDIS], n, rejections[REDIS]),
             PYBREAKER: _scaled(lambda n: loop_rejections(opened[PYBREAKER], n, pyerr), settings.pybreaker_scale),
         }
-        open_samples = interleave(runners, baseline=BARE, rounds=settings.rounds, n=settings.reject_calls, seed=settings.seed)
+        open_samples = interleave(
+            runners, baseline=BARE, rounds=settings.rounds, n=settings.reject_calls, seed=settings.seed
+        )
         record = c.store.inspect(opened[REDIS].breaker.name).record  # type: ignore[attr-defined]
         if record.state != "open":
             raise RuntimeError(f"the shared record left OPEN during the measurement: {record}")
@@ -406,7 +420,9 @@ def bench_stores(settings: StoresSettings = STORES_DEFAULT, progress: Callable[[
             commands_closed[name] = _count(c.admin, closed[name], counters[name], settings.count_calls, sent=sent)
         for name in CONTENDERS:
             sent = c.names_sent.setdefault(("OPEN", name), [])
-            commands_open[name] = _count(c.admin, opened[name], counters[name], settings.count_calls, rejections[name], sent)
+            commands_open[name] = _count(
+                c.admin, opened[name], counters[name], settings.count_calls, rejections[name], sent
+            )
 
         say("probe admission")
         probe_trips, probe_names, consult_trips, consult_names = _probe_admission(c)
@@ -434,7 +450,11 @@ def bench_stores(settings: StoresSettings = STORES_DEFAULT, progress: Callable[[
     for label, counts in (("CLOSED", commands_closed), ("OPEN", commands_open)):
         for name in CONTENDERS:
             own = set(c.names_sent.get((label, name), ()))
-            allowed = set() if name == MEMORY else own | {"script|exists", "script|load"} | (script_inside if name == REDIS else set())
+            allowed = (
+                set()
+                if name == MEMORY
+                else own | {"script|exists", "script|load"} | (script_inside if name == REDIS else set())
+            )
             foreign = {k: v for k, v in counts[name].server.items() if k not in allowed}
             if foreign:
                 result.notes.append(
@@ -460,7 +480,11 @@ def evaluate_stores(result: StoresResult) -> list[StoresVerdict]:
     redis_ = result.closed[REDIS].overhead
     ratio = redis_ / memory if memory > 0 else None
     return [
-        StoresVerdict("store commands per CLOSED call < 0.01 (commandstats)", f"{per_call:.5f}", "PASS" if per_call < 0.01 else "MISS"),
+        StoresVerdict(
+            "store commands per CLOSED call < 0.01 (commandstats)",
+            f"{per_call:.5f}",
+            "PASS" if per_call < 0.01 else "MISS",
+        ),
         StoresVerdict(
             "Redis-store CLOSED overhead <= 1.5 x memory store's",
             "n/a" if ratio is None else f"{ratio:.2f}x",
@@ -556,7 +580,9 @@ def main(argv: list[str] | None = None, *, quick: bool | None = None, json_file:
     logging.getLogger("baldur").setLevel(logging.CRITICAL)  # the OPEN scenario trips on purpose
     logging.getLogger("pybreaker").setLevel(logging.CRITICAL)
     try:
-        result = bench_stores(settings, progress=lambda text: print(f"measuring {text} ...", file=sys.stderr, flush=True))
+        result = bench_stores(
+            settings, progress=lambda text: print(f"measuring {text} ...", file=sys.stderr, flush=True)
+        )
     except Exception as exc:  # a missing server is a usage problem, not a crash
         import redis
 

@@ -206,7 +206,9 @@ class Child:
         buffered = b""
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SetupError(f"{self.name} exited with status {self.proc.returncode}; see {self.log_path}:\n{self.tail()}")
+                raise SetupError(
+                    f"{self.name} exited with status {self.proc.returncode}; see {self.log_path}:\n{self.tail()}"
+                )
             ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
             if ready:
                 chunk = os.read(self.proc.stdout.fileno(), 4096)
@@ -262,7 +264,9 @@ def wait_ready(url: str, child: Child, timeout: float) -> None:
     last = ""
     while time.monotonic() < deadline:
         if child.proc.poll() is not None:
-            raise SetupError(f"{child.name} exited with status {child.proc.returncode}; see {child.log_path}:\n{child.tail()}")
+            raise SetupError(
+                f"{child.name} exited with status {child.proc.returncode}; see {child.log_path}:\n{child.tail()}"
+            )
         reply = http_call("GET", url, timeout=2.0)
         if reply.status == 200:
             return
@@ -343,42 +347,128 @@ def plans(short: bool) -> list[PhasePlan]:
     unprotected = "/orders/{id}/charge-unprotected/"
     hang_count = 16 if short else 32
     return [
-        PhasePlan("healthy", "healthy traffic", protected, "ok", 10 if short else 30, concurrency=2 if short else 3, pace=0.02,
-                  label="healthy"),
+        PhasePlan(
+            "healthy",
+            "healthy traffic",
+            protected,
+            "ok",
+            10 if short else 30,
+            concurrency=2 if short else 3,
+            pace=0.02,
+            label="healthy",
+        ),
         # the full run lasts longer than the recovery timeout here, so one probe meets the
         # failing service and the breaker reopens (HALF_OPEN -> OPEN)
-        PhasePlan("failing", "upstream fails (503)", protected, "fail", 10 if short else 40, pace=0.03 if short else 0.1,
-                  label="upstream\nfails (503)"),
-        PhasePlan("recovering", "upstream recovers", protected, "recover", None, pace=0.1, extra=3 if short else 10, deadline=20.0,
-                  label="upstream\nrecovers"),
+        PhasePlan(
+            "failing",
+            "upstream fails (503)",
+            protected,
+            "fail",
+            10 if short else 40,
+            pace=0.03 if short else 0.1,
+            label="upstream\nfails (503)",
+        ),
+        PhasePlan(
+            "recovering",
+            "upstream recovers",
+            protected,
+            "recover",
+            None,
+            pace=0.1,
+            extra=3 if short else 10,
+            deadline=20.0,
+            label="upstream\nrecovers",
+        ),
         # an operator in another process forces the breaker open, then releases it
-        PhasePlan("operator_forced", "operator forces it open", protected, "ok", 6 if short else 12,
-                  pace=0.05, operator="open", label="operator\nforces OPEN"),
-        PhasePlan("operator_released", "operator releases it", protected, "ok", None, pace=0.1, extra=2,
-                  deadline=20.0, operator="release", label="operator\nreleases it"),
+        PhasePlan(
+            "operator_forced",
+            "operator forces it open",
+            protected,
+            "ok",
+            6 if short else 12,
+            pace=0.05,
+            operator="open",
+            label="operator\nforces OPEN",
+        ),
+        PhasePlan(
+            "operator_released",
+            "operator releases it",
+            protected,
+            "ok",
+            None,
+            pace=0.1,
+            extra=2,
+            deadline=20.0,
+            operator="release",
+            label="operator\nreleases it",
+        ),
         # Emergency Mode (EM-2, EM-3): the upstream fails, the breaker trips, an operator in
         # another process declares Level 3; the breaker is held OPEN past its recovery
         # timeout (reason frozen), even once the upstream is healthy; a step-down lets it
         # probe and close, then the operator clears the level
-        PhasePlan("emergency", "upstream down, Emergency Level 3", protected, "fail", 4 if short else 10, pace=0.1,
-                  extra=3 if short else 6, label="upstream down,\nLevel 3 freeze", emergency="freeze"),
-        PhasePlan("emergency_step_down", "operator steps the level down", protected, "recover", None, pace=0.1, extra=2,
-                  deadline=20.0, label="level stepped\ndown: recovers", emergency="step_down"),
-        PhasePlan("hang_protected", "upstream hangs, with breaker", protected, "hang", hang_count, concurrency=4, pace=0.02 if short else 0.05,
-                  label="upstream hangs\nwith breaker"),
-        PhasePlan("hang_unprotected", "upstream hangs, no breaker", unprotected, "hang", hang_count, concurrency=4,
-                  label="upstream hangs\nno breaker"),
+        PhasePlan(
+            "emergency",
+            "upstream down, Emergency Level 3",
+            protected,
+            "fail",
+            4 if short else 10,
+            pace=0.1,
+            extra=3 if short else 6,
+            label="upstream down,\nLevel 3 freeze",
+            emergency="freeze",
+        ),
+        PhasePlan(
+            "emergency_step_down",
+            "operator steps the level down",
+            protected,
+            "recover",
+            None,
+            pace=0.1,
+            extra=2,
+            deadline=20.0,
+            label="level stepped\ndown: recovers",
+            emergency="step_down",
+        ),
+        PhasePlan(
+            "hang_protected",
+            "upstream hangs, with breaker",
+            protected,
+            "hang",
+            hang_count,
+            concurrency=4,
+            pace=0.02 if short else 0.05,
+            label="upstream hangs\nwith breaker",
+        ),
+        PhasePlan(
+            "hang_unprotected",
+            "upstream hangs, no breaker",
+            unprotected,
+            "hang",
+            hang_count,
+            concurrency=4,
+            label="upstream hangs\nno breaker",
+        ),
         # shop A and shop B at once while HALF_OPEN: the fleet sends half_open_max_calls
         # trial calls in all; then a few more requests per server once it has closed
-        PhasePlan("fleet", "2 servers, upstream recovers", protected, "recover", 4, extra=2 if short else 4,
-                  label="2 shop servers,\nupstream recovers", fleet=True),
+        PhasePlan(
+            "fleet",
+            "2 servers, upstream recovers",
+            protected,
+            "recover",
+            4,
+            extra=2 if short else 4,
+            label="2 shop servers,\nupstream recovers",
+            fleet=True,
+        ),
     ]
 
 
 class Monitor(threading.Thread):
     """Polls ``/breakers/`` every 0.1 s: current state, new transitions, rejection count."""
 
-    def __init__(self, base: str, service: str, on_transition: Callable[[dict[str, Any]], None], label: str = "A") -> None:
+    def __init__(
+        self, base: str, service: str, on_transition: Callable[[dict[str, Any]], None], label: str = "A"
+    ) -> None:
         super().__init__(name=f"breaker-monitor-{label}", daemon=True)
         self.label = label  # which shop server: "A" or "B"
         self.base = base
@@ -417,7 +507,11 @@ class Monitor(threading.Thread):
             snapshot = reply.data.get("breakers", {}).get(self.service, {})
             entries = reply.data.get("transitions", [])
             with self.lock:
-                fresh = [dict(t, server=self.label) for t in entries if t.get("service") == self.service and t["seq"] > self.seq]
+                fresh = [
+                    dict(t, server=self.label)
+                    for t in entries
+                    if t.get("service") == self.service and t["seq"] > self.seq
+                ]
                 self.seq = max([self.seq] + [t["seq"] for t in entries])
                 self.state = snapshot.get("state", self.state)
                 self.rejections_by_reason = dict(reply.data.get("rejections", {}).get(self.service, {}))
@@ -491,7 +585,11 @@ class Demo:
         self.level_file.unlink(missing_ok=True)  # an interrupted run may have left Level 3 behind
         migrate = subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=120,
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if migrate.returncode != 0:
             raise SetupError(f"manage.py migrate failed:\n{migrate.stderr[-2000:]}")
@@ -600,16 +698,24 @@ class Demo:
             if self.monitor.state in wanted:
                 break
             time.sleep(0.05)  # polling the server's state, bounded
-        self.display.line(f"    {self.stamp()}  the running server now reports: {self.display.state(self.monitor.state)}")
+        self.display.line(
+            f"    {self.stamp()}  the running server now reports: {self.display.state(self.monitor.state)}"
+        )
         self.operator_states.append(self.monitor.state)
         # the server adopted this from the shared store and (rightly) published nothing:
         # show it in the transition list all the same, marked as the operator's
         with self.monitor.lock:
             previous = self.monitor.log[-1]["to"] if self.monitor.log else "closed"
-            entry = {"service": "payments", "from": previous, "to": self.monitor.state,
-                     "trigger": f"baldur_force {action}, another process", "seq": self.monitor.seq,
-                     "at": time.time(), "server": "operator",
-                     "band": "forced_open" if action == "open" else self.monitor.state}
+            entry = {
+                "service": "payments",
+                "from": previous,
+                "to": self.monitor.state,
+                "trigger": f"baldur_force {action}, another process",
+                "seq": self.monitor.seq,
+                "at": time.time(),
+                "server": "operator",
+                "band": "forced_open" if action == "open" else self.monitor.state,
+            }
             if entry["from"] != entry["to"]:
                 self.monitor.log.append(entry)
             else:
@@ -622,11 +728,15 @@ class Demo:
         at = entry.get("at")
         entry["t"] = round(at - self.wall0 if isinstance(at, (int, float)) else self.now(), 3)
         trigger = f"  ({entry['trigger']})" if entry.get("trigger") else ""
-        where = f"  [shop {entry['server']}]" if entry.get("server") in ("A", "B") and self.monitor_b is not None else ""
+        where = (
+            f"  [shop {entry['server']}]" if entry.get("server") in ("A", "B") and self.monitor_b is not None else ""
+        )
         if self.current is not None:
             self.current.transitions.append(entry)
         d = self.display
-        d.line(f"    {self.stamp()}  breaker {entry['service']}: {d.state(entry['from'])} -> {d.state(entry['to'])}{trigger}{where}")
+        d.line(
+            f"    {self.stamp()}  breaker {entry['service']}: {d.state(entry['from'])} -> {d.state(entry['to'])}{trigger}{where}"
+        )
         self.refresh()
 
     def refresh(self) -> None:
@@ -674,7 +784,10 @@ class Demo:
             return self.run_freeze(index, plan, result)
         if plan.emergency == "step_down":
             return self.run_step_down(index, plan, result)
-        self.display.line(self.display.bold(f"Phase {index}/{self.phase_count}: {plan.title}") + f"  (upstream mode: {plan.upstream_mode})")
+        self.display.line(
+            self.display.bold(f"Phase {index}/{self.phase_count}: {plan.title}")
+            + f"  (upstream mode: {plan.upstream_mode})"
+        )
         if plan.operator:
             self.operator(plan.operator)
         marks = self.phase_marks()
@@ -763,7 +876,9 @@ class Demo:
         said = (done.stdout.strip() or done.stderr.strip()).splitlines()
         answer = said[-1] if said else ""
         self.display.line(f"    {self.stamp()}  $ manage.py {shlex.join(argv[2:])}  ->  {answer}")
-        self.emergency_commands.append({"t": round(self.now(), 3), "args": list(args), "status": done.returncode, "said": answer})
+        self.emergency_commands.append(
+            {"t": round(self.now(), 3), "args": list(args), "status": done.returncode, "said": answer}
+        )
         if done.returncode != 0:
             raise SetupError(f"baldur_emergency {' '.join(args)} failed:\n{done.stderr[-2000:]}")
         return answer
@@ -806,8 +921,10 @@ class Demo:
         assert self.monitor is not None
         monitor = self.monitor
         timeout = self.config["recovery_timeout"]
-        d.line(d.bold(f"Phase {index}/{self.phase_count}: {plan.title}")
-               + "  (upstream mode: fail, later recover; the level is set by manage.py in another process)")
+        d.line(
+            d.bold(f"Phase {index}/{self.phase_count}: {plan.title}")
+            + "  (upstream mode: fail, later recover; the level is set by manage.py in another process)"
+        )
         marks = self.phase_marks()
         self.set_mode("fail")
         figures: dict[str, Any] = {"recovery_timeout": timeout, "tripped": False, "level_seen": None}
@@ -826,7 +943,9 @@ class Demo:
         monitor.poll()  # the trip's transition, printed before the command
         monitor.pause()
         try:
-            self.emergency_command("set", "3", "--minutes", "5", "--reason", "demo: payments outage, hold every breaker")
+            self.emergency_command(
+                "set", "3", "--minutes", "5", "--reason", "demo: payments outage, hold every breaker"
+            )
             figures["level_seen"] = self.wait_level(3, 10)
         finally:
             monitor.resume()
@@ -836,8 +955,10 @@ class Demo:
         frozen_at = self.now()
         self.band_marks.append({"t": frozen_at, "state": "frozen", "note": "Emergency Level 3"})
         upstream_at_freeze = self.upstream_stats()["charge_requests"]
-        d.line(f"    {self.stamp()}  shop A now sees emergency level 3: the breaker stays {d.state('open')} "
-               f"({d.state('frozen')}); past its {timeout:g} s recovery timeout it lets no trial call through")
+        d.line(
+            f"    {self.stamp()}  shop A now sees emergency level 3: the breaker stays {d.state('open')} "
+            f"({d.state('frozen')}); past its {timeout:g} s recovery timeout it lets no trial call through"
+        )
         # 3. held past the recovery timeout: rejections with reason frozen
         states: dict[str, int] = {}
         sent_frozen = 0
@@ -855,7 +976,9 @@ class Demo:
             time.sleep(plan.pace)  # pacing the load generator, not synchronisation
         # 4. the upstream is healthy again; Level 3 still holds
         self.set_mode("recover")
-        d.line(f"    {self.stamp()}  the payments service is healthy again; {plan.extra} more requests while Level 3 holds")
+        d.line(
+            f"    {self.stamp()}  the payments service is healthy again; {plan.extra} more requests while Level 3 holds"
+        )
         sent_healthy = 0
         for _ in range(plan.extra):
             reply = self.send(result, plan)
@@ -865,21 +988,25 @@ class Demo:
             time.sleep(plan.pace)  # pacing the load generator, not synchronisation
         monitor.poll()
         reasons = self.reasons_since(marks)
-        figures.update({
-            "level_seen": 3,
-            "held_open_seconds": round(self.now() - tripped_at, 3),
-            "sent_during_freeze": sent_frozen + sent_healthy,
-            "sent_while_upstream_healthy": sent_healthy,
-            "frozen_rejections": reasons.get("frozen", 0),
-            "server_rejections_by_reason": reasons,
-            "states_during_freeze": states,
-            "upstream_during_freeze": self.upstream_stats()["charge_requests"] - upstream_at_freeze,
-            "frozen_from": round(frozen_at, 3),
-        })
-        d.line(f"    {self.stamp()}  shop A's /breakers/ counts its rejections by reason: "
-               + ", ".join(f"{r} {n}" for r, n in reasons.items())
-               + f"; the upstream counted {figures['upstream_during_freeze']} calls for the {figures['sent_during_freeze']} "
-               f"requests sent since Level 3 (breaker OPEN for {figures['held_open_seconds']:.1f} s now)")
+        figures.update(
+            {
+                "level_seen": 3,
+                "held_open_seconds": round(self.now() - tripped_at, 3),
+                "sent_during_freeze": sent_frozen + sent_healthy,
+                "sent_while_upstream_healthy": sent_healthy,
+                "frozen_rejections": reasons.get("frozen", 0),
+                "server_rejections_by_reason": reasons,
+                "states_during_freeze": states,
+                "upstream_during_freeze": self.upstream_stats()["charge_requests"] - upstream_at_freeze,
+                "frozen_from": round(frozen_at, 3),
+            }
+        )
+        d.line(
+            f"    {self.stamp()}  shop A's /breakers/ counts its rejections by reason: "
+            + ", ".join(f"{r} {n}" for r, n in reasons.items())
+            + f"; the upstream counted {figures['upstream_during_freeze']} calls for the {figures['sent_during_freeze']} "
+            f"requests sent since Level 3 (breaker OPEN for {figures['held_open_seconds']:.1f} s now)"
+        )
         return self.finish(result, marks)
 
     def run_step_down(self, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseResult:
@@ -904,8 +1031,10 @@ class Demo:
         finally:
             monitor.resume()
         self.band_marks.append({"t": self.now(), "state": "open", "note": "stepped down to level 2"})
-        d.line(f"    {self.stamp()}  shop A now sees emergency level {figures['level_after_step_down']}: the freeze is lifted "
-               f"(levels 1 and 2 change no breaker behaviour), the breaker may probe")
+        d.line(
+            f"    {self.stamp()}  shop A now sees emergency level {figures['level_after_step_down']}: the freeze is lifted "
+            f"(levels 1 and 2 change no breaker behaviour), the breaker may probe"
+        )
         self.drive(plan, result, start_seq)
         self.emergency_command("set", "0")
         figures["level_at_end"] = self.wait_level(0, 10)
@@ -929,8 +1058,10 @@ class Demo:
         """
         d = self.display
         max_calls = self.config["half_open_max_calls"]
-        d.line(d.bold(f"Phase {index}/{self.phase_count}: {plan.title}")
-               + "  (shops A and B share the breaker through the database; upstream mode: recover)")
+        d.line(
+            d.bold(f"Phase {index}/{self.phase_count}: {plan.title}")
+            + "  (shops A and B share the breaker through the database; upstream mode: recover)"
+        )
         assert self.monitor is not None
         self.monitor_b = Monitor(self.base_b, "payments", self.on_transition, label="B")
         self.monitor_b.poll()
@@ -947,8 +1078,10 @@ class Demo:
         if state != "half_open":
             self.set_control("release")
             raise SetupError(f"fleet phase: the breaker is {state!r}, not HALF_OPEN, so there is nothing to probe")
-        d.line(f"    {self.stamp()}  breaker HALF_OPEN for the whole fleet (half_open_max_calls = {max_calls}); "
-               f"the upstream holds each call it gets")
+        d.line(
+            f"    {self.stamp()}  breaker HALF_OPEN for the whole fleet (half_open_max_calls = {max_calls}); "
+            f"the upstream holds each call it gets"
+        )
 
         answered = threading.Condition()
         outcomes: list[tuple[str, str]] = []  # (server, outcome)
@@ -986,28 +1119,43 @@ class Demo:
         workers = burst("B", self.base_b)
         wait_until(lambda: answered_by("B") >= count - max_calls and self.upstream_stats()["held"] >= max_calls, 15)
         held = self.upstream_stats()["held"]
-        d.line(f"    {self.stamp()}  shop B got {count} requests at once: the upstream holds {held} trial call(s), "
-               f"B refused {answered_by('B')}")
+        d.line(
+            f"    {self.stamp()}  shop B got {count} requests at once: the upstream holds {held} trial call(s), "
+            f"B refused {answered_by('B')}"
+        )
         # shop A while those are in flight: nothing left to admit for the fleet
         workers += burst("A", self.base)
         wait_until(lambda: answered_by("A") >= count, 15)
-        d.line(f"    {self.stamp()}  shop A got {count} requests at once: A refused {answered_by('A')}, "
-               f"the upstream still holds {self.upstream_stats()['held']}")
+        d.line(
+            f"    {self.stamp()}  shop A got {count} requests at once: A refused {answered_by('A')}, "
+            f"the upstream still holds {self.upstream_stats()['held']}"
+        )
         burst_upstream = self.upstream_stats()["charge_requests"] - before
         released = self.set_control("release")
         for thread in workers:
             thread.join(timeout=40)
         for monitor in monitors:
             monitor.poll()
-        reasons = sorted({r for m, old in zip(monitors, reasons_before, strict=True) for r, n in m.rejections_by_reason.items() if n > old.get(r, 0)})
+        reasons = sorted(
+            {
+                r
+                for m, old in zip(monitors, reasons_before, strict=True)
+                for r, n in m.rejections_by_reason.items()
+                if n > old.get(r, 0)
+            }
+        )
         trial_by_server = {name: sum(1 for s, o in outcomes if s == name and o != "rejected") for name in ("A", "B")}
-        d.line(f"    {self.stamp()}  released the {released.get('released', '?')} held call(s): for {2 * count} requests "
-               f"to two shops the upstream counted {burst_upstream} trial call(s); the rest were refused "
-               f"({', '.join(reasons) or '?'})")
+        d.line(
+            f"    {self.stamp()}  released the {released.get('released', '?')} held call(s): for {2 * count} requests "
+            f"to two shops the upstream counted {burst_upstream} trial call(s); the rest were refused "
+            f"({', '.join(reasons) or '?'})"
+        )
         # both shops must see the close (A learns it from the store at its next consult)
         states = (self.wait_state(self.monitor, {"closed"}, 10), self.wait_state(self.monitor_b, {"closed"}, 10))
-        d.line(f"    {self.stamp()}  shop A reports {d.state(states[0])}, shop B reports {d.state(states[1])}; "
-               f"{plan.extra} more requests to each")
+        d.line(
+            f"    {self.stamp()}  shop A reports {d.state(states[0])}, shop B reports {d.state(states[1])}; "
+            f"{plan.extra} more requests to each"
+        )
         after = {"sent": 0, "paid": 0}
         for _ in range(plan.extra):
             for server, base in (("A", self.base), ("B", self.base_b)):
@@ -1105,13 +1253,20 @@ class Demo:
         if position < len(EXPECTED):
             missing = " -> ".join(f"{a}->{b}" for a, b in EXPECTED[position:])
             problems.append(f"expected transitions not observed in phases 1-3: {missing}")
-        healthy, failing, hang_on, hang_off = by_key["healthy"], by_key["failing"], by_key["hang_protected"], by_key["hang_unprotected"]
+        healthy, failing, hang_on, hang_off = (
+            by_key["healthy"],
+            by_key["failing"],
+            by_key["hang_protected"],
+            by_key["hang_unprotected"],
+        )
         if healthy.ok != healthy.sent:
             problems.append(f"healthy phase: {healthy.ok} of {healthy.sent} requests were paid by the upstream")
         if failing.rejected == 0:
             problems.append("failing phase: no request was rejected fast by the open breaker")
         if not failing.upstream_counted < failing.sent:
-            problems.append(f"failing phase: the upstream saw {failing.upstream_counted} of {failing.sent} requests (expected fewer)")
+            problems.append(
+                f"failing phase: the upstream saw {failing.upstream_counted} of {failing.sent} requests (expected fewer)"
+            )
         for r in (failing, by_key["recovering"], hang_on):
             if r.errors:
                 problems.append(f"{r.title}: {r.errors} requests got neither the upstream's answer nor the fallback")
@@ -1138,13 +1293,17 @@ class Demo:
                 f"store, expected exactly half_open_max_calls = {fleet['half_open_max_calls']} for the whole fleet"
             )
         if fleet["burst_rejected"] != fleet["burst_sent"] - fleet["half_open_max_calls"]:
-            problems.append(f"fleet phase: {fleet['burst_rejected']} of {fleet['burst_sent']} requests were rejected fast "
-                            f"while HALF_OPEN, expected {fleet['burst_sent'] - fleet['half_open_max_calls']}")
+            problems.append(
+                f"fleet phase: {fleet['burst_rejected']} of {fleet['burst_sent']} requests were rejected fast "
+                f"while HALF_OPEN, expected {fleet['burst_sent'] - fleet['half_open_max_calls']}"
+            )
         if ("half_open", "closed") not in [(t["from"], t["to"]) for t in by_key["fleet"].transitions]:
             problems.append("fleet phase: the trial calls did not close the breaker")
         if fleet["states_after"] != {"A": "closed", "B": "closed"} or fleet["after_paid"] != fleet["after_sent"]:
-            problems.append(f"fleet phase: after the close the shops reported {fleet['states_after']} and "
-                            f"{fleet['after_paid']} of {fleet['after_sent']} requests were paid")
+            problems.append(
+                f"fleet phase: after the close the shops reported {fleet['states_after']} and "
+                f"{fleet['after_paid']} of {fleet['after_sent']} requests were paid"
+            )
         log_lines = self.breaker_log_lines()
         if not any("circuit_breaker.opened" in line for line in log_lines):
             problems.append("no 'circuit_breaker.opened' line on the server's stderr")
@@ -1159,7 +1318,10 @@ class Demo:
             d.line(
                 f"  {f'{i}. {r.title}':<37}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
             )
-        total = {k: sum(getattr(r, k) for r in results) for k in ("sent", "upstream_counted", "ok", "fallback", "rejected", "errors")}
+        total = {
+            k: sum(getattr(r, k) for r in results)
+            for k in ("sent", "upstream_counted", "ok", "fallback", "rejected", "errors")
+        }
         d.line("  " + "-" * (len(header) - 2))
         d.line(
             f"  {'total':<37}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
@@ -1169,9 +1331,15 @@ class Demo:
         d.line(f"  breaker transitions: {chain}")
         if on_ms is not None and off_ms is not None:
             factor = f"  ({off_ms / on_ms:.0f}x faster with the breaker)" if on_ms > 0 and on_ms < off_ms else ""
-            d.line(f"  median latency while the upstream hangs: {on_ms:.0f} ms with the breaker, {off_ms:.0f} ms without{factor}")
-        d.line(f"  requests rejected fast by the open breaker: {total['rejected']} (server-side count: {sum(r.server_rejections for r in results)})")
-        d.line(f"  fallbacks served: {total['fallback']}; upstream counted {total['upstream_counted']} charge requests for {total['sent']} sent")
+            d.line(
+                f"  median latency while the upstream hangs: {on_ms:.0f} ms with the breaker, {off_ms:.0f} ms without{factor}"
+            )
+        d.line(
+            f"  requests rejected fast by the open breaker: {total['rejected']} (server-side count: {sum(r.server_rejections for r in results)})"
+        )
+        d.line(
+            f"  fallbacks served: {total['fallback']}; upstream counted {total['upstream_counted']} charge requests for {total['sent']} sent"
+        )
         d.line(
             f"  fleet of two shops, breaker HALF_OPEN: {fleet['burst_sent']} requests, the upstream counted "
             f"{fleet['burst_upstream']} trial calls (half_open_max_calls = {fleet['half_open_max_calls']} for the whole fleet, "
@@ -1185,7 +1353,11 @@ class Demo:
                 f"rejected {freeze['frozen_rejections']} requests with reason 'frozen', and the upstream counted "
                 f"{freeze['upstream_during_freeze']} calls during the freeze ({freeze['sent_while_upstream_healthy']} requests "
                 f"sent while it was healthy again); after a step-down to level 2 the breaker probed and "
-                + ("closed" if "half_open->closed" in by_key["emergency_step_down"].as_dict()["transitions"] else "did NOT close")
+                + (
+                    "closed"
+                    if "half_open->closed" in by_key["emergency_step_down"].as_dict()["transitions"]
+                    else "did NOT close"
+                )
             )
         if log_lines:
             d.line(f"  breaker log lines on the server's stderr ({self.out_dir / 'django.log'}):")
@@ -1199,9 +1371,12 @@ class Demo:
             for problem in problems:
                 d.line("  - " + problem)
         else:
-            d.line(d.paint("RESULT: OK", "32;1") + " - the breaker tripped, served fallbacks, recovered, obeyed an operator's force,"
-                   " held OPEN under Emergency Level 3 and recovered after the step-down, kept latency low while the upstream"
-                   " hung, and two servers shared one round of trial calls")
+            d.line(
+                d.paint("RESULT: OK", "32;1")
+                + " - the breaker tripped, served fallbacks, recovered, obeyed an operator's force,"
+                " held OPEN under Emergency Level 3 and recovered after the step-down, kept latency low while the upstream"
+                " hung, and two servers shared one round of trial calls"
+            )
         summary = {
             "ok": not problems,
             "problems": problems,
@@ -1209,7 +1384,13 @@ class Demo:
             "config": breaker["config"],
             "backend": breaker.get("backend"),
             "transitions": [
-                {"from": t["from"], "to": t["to"], "trigger": t.get("trigger"), "at": t.get("at"), "server": t.get("server")}
+                {
+                    "from": t["from"],
+                    "to": t["to"],
+                    "trigger": t.get("trigger"),
+                    "at": t.get("at"),
+                    "server": t.get("server"),
+                }
                 for t in transitions
             ],
             "phases": {r.key: r.as_dict() for r in results},
@@ -1222,7 +1403,10 @@ class Demo:
                 "server_rejections": sum(r.server_rejections for r in results),
                 "errors": total["errors"],
             },
-            "hang_median_ms": {"protected": hang_on.as_dict()["median_ms"], "unprotected": hang_off.as_dict()["median_ms"]},
+            "hang_median_ms": {
+                "protected": hang_on.as_dict()["median_ms"],
+                "unprotected": hang_off.as_dict()["median_ms"],
+            },
             "emergency_commands": list(self.emergency_commands),
             "log_lines": log_lines,
         }
@@ -1235,24 +1419,38 @@ class Demo:
         if not f.get("tripped"):
             return ["emergency phase: the breaker did not trip while the upstream failed"]
         if f.get("level_seen") != 3:
-            return [f"emergency phase: the server reported level {f.get('level_seen')} after baldur_emergency set 3, not 3"]
+            return [
+                f"emergency phase: the server reported level {f.get('level_seen')} after baldur_emergency set 3, not 3"
+            ]
         problems = []
         if not f["frozen_rejections"]:
             problems.append("emergency phase: no request was rejected with reason 'frozen' while Level 3 held")
         if f["upstream_during_freeze"]:
-            problems.append(f"emergency phase: the upstream counted {f['upstream_during_freeze']} calls during the freeze, expected none")
+            problems.append(
+                f"emergency phase: the upstream counted {f['upstream_during_freeze']} calls during the freeze, expected none"
+            )
         if set(f["states_during_freeze"]) != {"open"}:
-            problems.append(f"emergency phase: during the freeze the breaker reported {f['states_during_freeze']}, expected OPEN only")
+            problems.append(
+                f"emergency phase: during the freeze the breaker reported {f['states_during_freeze']}, expected OPEN only"
+            )
         if freeze.errors or freeze.fallback != freeze.sent:
-            problems.append(f"emergency phase: {freeze.fallback} of {freeze.sent} requests got the fallback, {freeze.errors} no answer")
+            problems.append(
+                f"emergency phase: {freeze.fallback} of {freeze.sent} requests got the fallback, {freeze.errors} no answer"
+            )
         if s.get("level_after_step_down") != 2:
-            problems.append(f"step-down phase: the server reported level {s.get('level_after_step_down')} after the step-down, not 2")
+            problems.append(
+                f"step-down phase: the server reported level {s.get('level_after_step_down')} after the step-down, not 2"
+            )
         if ("half_open", "closed") not in [(t["from"], t["to"]) for t in step_down.transitions]:
             problems.append("step-down phase: the breaker did not close through HALF_OPEN probes after the step-down")
         if "frozen" in step_down.reasons:
-            problems.append(f"step-down phase: {step_down.reasons['frozen']} rejections with reason 'frozen' after the step-down")
+            problems.append(
+                f"step-down phase: {step_down.reasons['frozen']} rejections with reason 'frozen' after the step-down"
+            )
         if s.get("level_at_end") != 0:
-            problems.append(f"step-down phase: the server reported level {s.get('level_at_end')} after baldur_emergency set 0")
+            problems.append(
+                f"step-down phase: the server reported level {s.get('level_at_end')} after baldur_emergency set 0"
+            )
         return problems
 
     def timeline_data(self) -> dict[str, Any]:
@@ -1260,7 +1458,12 @@ class Demo:
         in seconds from the start of phase 1."""
         origin = self.results[0].started
         phases = [
-            {"label": plan.label or plan.title, "title": plan.title, "start": r.started - origin, "end": r.ended - origin}
+            {
+                "label": plan.label or plan.title,
+                "title": plan.title,
+                "start": r.started - origin,
+                "end": r.ended - origin,
+            }
             for plan, r in zip(self.plans, self.results, strict=False)
         ]
         states = [{"t": 0.0, "state": "closed"}]  # a fresh database: the breaker starts CLOSED
@@ -1274,33 +1477,56 @@ class Demo:
         notes = []
         trip = next((t for t in self.transitions if (t["from"], t["to"]) == ("closed", "open")), None)
         if trip is not None:
-            notes.append({"t": trip["t"] - origin, "text": f"{config['failure_threshold']} failures in a row:\nthe breaker opens"})
+            notes.append(
+                {
+                    "t": trip["t"] - origin,
+                    "text": f"{config['failure_threshold']} failures in a row:\nthe breaker opens",
+                }
+            )
         reopened = next((t for t in self.transitions if (t["from"], t["to"]) == ("half_open", "open")), None)
         if reopened is not None:
             notes.append({"t": reopened["t"] - origin, "text": "a trial call fails:\nOPEN again"})
         recovered = next((t for t in by_key["recovering"].transitions if t["to"] == "closed"), None)
         if recovered is not None:
-            notes.append({"t": recovered["t"] - origin, "text": f"{config['half_open_max_calls']} trial calls\nsucceed: CLOSED"})
+            notes.append(
+                {"t": recovered["t"] - origin, "text": f"{config['half_open_max_calls']} trial calls\nsucceed: CLOSED"}
+            )
         hang_off = by_key["hang_unprotected"]
         if hang_off.median_ms is not None:
-            notes.append({"t": (hang_off.started + hang_off.ended) / 2 - origin,
-                          "text": f"no breaker: every request\nwaits {hang_off.median_ms / 1000:.1f} s and fails"})
+            notes.append(
+                {
+                    "t": (hang_off.started + hang_off.ended) / 2 - origin,
+                    "text": f"no breaker: every request\nwaits {hang_off.median_ms / 1000:.1f} s and fails",
+                }
+            )
         fleet = by_key["fleet"]
         if fleet.fleet:
             f = fleet.fleet
             burst = min((r["t"] for r in self.requests if r["t"] >= fleet.started), default=fleet.started)
-            notes.append({"t": burst - origin,
-                          "text": f"{f['burst_sent']} requests to 2 shops while HALF_OPEN:\nthe upstream got exactly "
-                                  f"{f['burst_upstream']} trial calls"})
+            notes.append(
+                {
+                    "t": burst - origin,
+                    "text": f"{f['burst_sent']} requests to 2 shops while HALF_OPEN:\nthe upstream got exactly "
+                    f"{f['burst_upstream']} trial calls",
+                }
+            )
         forced = by_key["operator_forced"]
-        notes.append({"t": (forced.started + forced.ended) / 2 - origin,
-                      "text": "baldur_force runs in another process;\nthe server obeys the force it finds in the database"})
+        notes.append(
+            {
+                "t": (forced.started + forced.ended) / 2 - origin,
+                "text": "baldur_force runs in another process;\nthe server obeys the force it finds in the database",
+            }
+        )
         freeze = by_key["emergency"]
         if freeze.emergency.get("frozen_rejections"):
             f = freeze.emergency
-            notes.append({"t": f["frozen_from"] - origin,
-                          "text": f"baldur_emergency set 3 (another process): held\nOPEN past its {f['recovery_timeout']:g} s timeout, "
-                                  f"{f['frozen_rejections']} rejections\n'frozen', no trial call even once the service is back"})
+            notes.append(
+                {
+                    "t": f["frozen_from"] - origin,
+                    "text": f"baldur_emergency set 3 (another process): held\nOPEN past its {f['recovery_timeout']:g} s timeout, "
+                    f"{f['frozen_rejections']} rejections\n'frozen', no trial call even once the service is back",
+                }
+            )
         closed = next((t for t in by_key["emergency_step_down"].transitions if t["to"] == "closed"), None)
         if closed is not None:
             notes.append({"t": closed["t"] - origin, "text": "step-down to level 2:\ntrial calls, CLOSED"})
@@ -1335,13 +1561,17 @@ class Demo:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the exit status (0 ok, 1 expectations unmet, 2 setup, 130 Ctrl-C)."""
-    parser = argparse.ArgumentParser(prog="python -m testproject.demo", description="Circuit-breaker demo against a real, misbehaving HTTP upstream.")
+    parser = argparse.ArgumentParser(
+        prog="python -m testproject.demo", description="Circuit-breaker demo against a real, misbehaving HTTP upstream."
+    )
     parser.add_argument("--short", action="store_true", help="fewer requests and short hang phases (about 15 s)")
     parser.add_argument("--no-color", action="store_true", help="no ANSI colours")
     parser.add_argument("--no-plot", action="store_true", help="do not draw timeline.png (needs matplotlib)")
     parser.add_argument("--json-summary", type=Path, metavar="PATH", help="also write the summary as JSON to PATH")
     parser.add_argument(
-        "--out-dir", type=Path, default=REPO / "demo-out",
+        "--out-dir",
+        type=Path,
+        default=REPO / "demo-out",
         help="where the servers' logs and the run's throwaway SQLite database go (default demo-out/)",
     )
     args = parser.parse_args(argv)

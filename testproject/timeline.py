@@ -89,7 +89,14 @@ def place_callouts(ax: Any, notes: list[dict[str, Any]], seconds: float, rendere
         y = 0.975
         for attempt in range(len(notes) + 1):
             callout = ax.text(
-                note["t"], y, note["text"], transform=over, ha=align, va="top", fontsize=8.3, zorder=3,
+                note["t"],
+                y,
+                note["text"],
+                transform=over,
+                ha=align,
+                va="top",
+                fontsize=8.3,
+                zorder=3,
                 bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "#8792a2", "linewidth": 0.7},
             )
             box = callout.get_window_extent(renderer).padded(5)  # the text plus its rounded frame
@@ -135,8 +142,9 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
 
     fig = plt.figure(figsize=(15, 9), dpi=100)
     left = 0.075
-    grid = fig.add_gridspec(3, 1, height_ratios=[0.95, 0.5, 3.4], hspace=0.08, left=left, right=0.985, top=0.85,
-                            bottom=0.25 + lift)
+    grid = fig.add_gridspec(
+        3, 1, height_ratios=[0.95, 0.5, 3.4], hspace=0.08, left=left, right=0.985, top=0.85, bottom=0.25 + lift
+    )
     ax_phase = fig.add_subplot(grid[0])
     ax_band = fig.add_subplot(grid[1], sharex=ax_phase)
     ax_bars = fig.add_subplot(grid[2], sharex=ax_phase)
@@ -144,7 +152,16 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's: measures text as it will be drawn
     fig.text(left, 0.975, data.get("title", "baldur_django demo"), ha="left", va="top", fontsize=16, fontweight="bold")
     if data.get("subtitle"):
-        fig.text(left, 0.935, textwrap.fill(data["subtitle"], 150), ha="left", va="top", fontsize=10.5, color="#333333", linespacing=1.35)
+        fig.text(
+            left,
+            0.935,
+            textwrap.fill(data["subtitle"], 150),
+            ha="left",
+            va="top",
+            fontsize=10.5,
+            color="#333333",
+            linespacing=1.35,
+        )
 
     # --- phases: numbered boxes across the top (the name too where it fits), faint
     # separators through every panel, and a key with every phase's full title below
@@ -156,8 +173,16 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
         room = (stop - start) / seconds * width_px  # pixels across this phase
         widest = max(len(line) for line in phase["label"].split("\n"))
         text = f"{i}\n{phase['label']}" if room > widest * 6.2 + 6 else str(i)
-        ax_phase.text((start + stop) / 2, 0.5, text, ha="center", va="center", fontsize=8.6, linespacing=1.15,
-                      fontweight="bold" if text == str(i) else "normal")
+        ax_phase.text(
+            (start + stop) / 2,
+            0.5,
+            text,
+            ha="center",
+            va="center",
+            fontsize=8.6,
+            linespacing=1.15,
+            fontweight="bold" if text == str(i) else "normal",
+        )
         for ax in (ax_band, ax_bars):
             ax.axvline(start, color="#8792a2", linewidth=0.8, linestyle=(0, (3, 3)), zorder=0)
     ax_phase.set_ylim(0, 1)
@@ -177,8 +202,17 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
         name = state.replace("forced_", "forced ").upper()
         run = ax_band.transData.transform([(start, 0), (stop, 0)])
         for text in (name, name.replace(" ", "\n")) if stop - start > 0.5 else ():  # its name, where it fits inside
-            label_text = ax_band.text((start + stop) / 2, 0.5, text, ha="center", va="center", fontsize=8.5, color="white",
-                                      fontweight="bold", linespacing=1.0)
+            label_text = ax_band.text(
+                (start + stop) / 2,
+                0.5,
+                text,
+                ha="center",
+                va="center",
+                fontsize=8.5,
+                color="white",
+                fontweight="bold",
+                linespacing=1.0,
+            )
             if label_text.get_window_extent(renderer).width + 8 <= run[1][0] - run[0][0]:
                 break
             label_text.remove()
@@ -202,7 +236,9 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
         if not any(heights):
             continue
         shown_outcomes.append(name)
-        ax_bars.bar(lefts, heights, width=0.86, bottom=bottom, align="edge", color=colour, edgecolor="white", linewidth=0.4)
+        ax_bars.bar(
+            lefts, heights, width=0.86, bottom=bottom, align="edge", color=colour, edgecolor="white", linewidth=0.4
+        )
         bottom = [b + h for b, h in zip(bottom, heights, strict=False)]
     peak = max(bottom) if any(bottom) else 1
     ax_bars.set_ylabel("requests sent per second", fontsize=10)
@@ -222,16 +258,47 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
     ax_bars.set_ylim(0, peak / max(0.3, lowest - 0.03) if notes else peak * 1.1 + 1)
 
     # --- legends under the picture: the band's states, then the bars' outcomes
-    state_handles = [Patch(color=BAND_STATES.get(s, UNKNOWN_STATE)[1], label=BAND_STATES.get(s, UNKNOWN_STATE)[0]) for s in BAND_STATES if s in shown_states]
-    state_handles += [Patch(color=UNKNOWN_STATE[1], label=UNKNOWN_STATE[0]) for s in shown_states if s not in BAND_STATES][:1]
+    state_handles = [
+        Patch(color=BAND_STATES.get(s, UNKNOWN_STATE)[1], label=BAND_STATES.get(s, UNKNOWN_STATE)[0])
+        for s in BAND_STATES
+        if s in shown_states
+    ]
+    state_handles += [
+        Patch(color=UNKNOWN_STATE[1], label=UNKNOWN_STATE[0]) for s in shown_states if s not in BAND_STATES
+    ][:1]
     outcome_handles = [Patch(color=OUTCOMES[o][1], label=OUTCOMES[o][0]) for o in shown_outcomes]
-    fig.legend(handles=state_handles, loc="lower left", bbox_to_anchor=(left - 0.01, 0.115 + lift), ncol=min(5, max(1, len(state_handles))),
-               frameon=False, fontsize=9.5, title="breaker state (the band)", title_fontsize=9.5, alignment="left")
-    fig.legend(handles=outcome_handles, loc="lower left", bbox_to_anchor=(left - 0.01, 0.05 + lift), ncol=min(4, max(1, len(outcome_handles))),
-               frameon=False, fontsize=9.5, title="what became of each request (the bars, by the second it was sent)",
-               title_fontsize=9.5, alignment="left")
-    fig.text(left, 0.018, "\n".join(line.strip() for line in key), ha="left", va="bottom", fontsize=9.5, color="#333333",
-             linespacing=1.35)
+    fig.legend(
+        handles=state_handles,
+        loc="lower left",
+        bbox_to_anchor=(left - 0.01, 0.115 + lift),
+        ncol=min(5, max(1, len(state_handles))),
+        frameon=False,
+        fontsize=9.5,
+        title="breaker state (the band)",
+        title_fontsize=9.5,
+        alignment="left",
+    )
+    fig.legend(
+        handles=outcome_handles,
+        loc="lower left",
+        bbox_to_anchor=(left - 0.01, 0.05 + lift),
+        ncol=min(4, max(1, len(outcome_handles))),
+        frameon=False,
+        fontsize=9.5,
+        title="what became of each request (the bars, by the second it was sent)",
+        title_fontsize=9.5,
+        alignment="left",
+    )
+    fig.text(
+        left,
+        0.018,
+        "\n".join(line.strip() for line in key),
+        ha="left",
+        va="bottom",
+        fontsize=9.5,
+        color="#333333",
+        linespacing=1.35,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

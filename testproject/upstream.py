@@ -162,7 +162,9 @@ def _parse_mode(body: bytes) -> tuple[str, float | None]:
         if "hang_seconds" in data:
             raw = data["hang_seconds"]
             if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= MAX_HANG_SECONDS:
-                raise ValueError(f"hang_seconds={raw!r}: expected a number of seconds above 0 and at most {MAX_HANG_SECONDS:g}")
+                raise ValueError(
+                    f"hang_seconds={raw!r}: expected a number of seconds above 0 and at most {MAX_HANG_SECONDS:g}"
+                )
             hang_seconds = float(raw)
     else:
         mode = text.strip('"')
@@ -280,7 +282,12 @@ class UpstreamHandler(BaseHTTPRequestHandler):
         state.outcome("ok")
         self._json(
             200,
-            {"charge_id": f"ch_{number}", "status": "succeeded", "order": request.get("order"), "amount_cents": request.get("amount_cents")},
+            {
+                "charge_id": f"ch_{number}",
+                "status": "succeeded",
+                "order": request.get("order"),
+                "amount_cents": request.get("amount_cents"),
+            },
         )
 
     def _hang(self, limit: float) -> None:
@@ -355,10 +362,17 @@ def exit_with_parent() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m testproject.upstream [--host H] [--port N] [--quiet]``."""
-    parser = argparse.ArgumentParser(prog="python -m testproject.upstream", description="A payments stand-in with switchable failure modes.")
+    parser = argparse.ArgumentParser(
+        prog="python -m testproject.upstream", description="A payments stand-in with switchable failure modes."
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port to bind, 0 for any free one (default 8765)")
-    parser.add_argument("--hang-seconds", type=float, default=DEFAULT_HANG_SECONDS, help="longest hang of one request, seconds (default 10)")
+    parser.add_argument(
+        "--hang-seconds",
+        type=float,
+        default=DEFAULT_HANG_SECONDS,
+        help="longest hang of one request, seconds (default 10)",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log each request on stderr")
     parser.add_argument("--exit-with-parent", action="store_true", help="exit when stdin closes (used by the demo)")
     args = parser.parse_args(argv)

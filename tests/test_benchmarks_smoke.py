@@ -18,9 +18,19 @@ pytest.importorskip("circuitbreaker")
 from benchmarks import CONTENDERS, GOALS, BenchSettings, evaluate, format_report, run_all, to_json
 from benchmarks.__main__ import main
 from benchmarks.profiling import format_ladder, measure_ladder, profile_closed
-from benchmarks.scenarios import RESPONSE_ROW, environment
+from benchmarks.scenarios import (
+    APROTECT_KNOB_ROW,
+    APROTECT_ROW,
+    PROTECT_KNOB_ROW,
+    PROTECT_ROW,
+    RESPONSE_ROW,
+    RETRY_ROW,
+    environment,
+)
 
-TINY = BenchSettings(rounds=2, calls=20, reject_calls=10, async_calls=10, thread_rounds=1, threads=2, per_thread=20, warmup=10)
+TINY = BenchSettings(
+    rounds=2, calls=20, reject_calls=10, async_calls=10, thread_rounds=1, threads=2, per_thread=20, warmup=10
+)
 
 
 def _finite(value) -> bool:
@@ -48,6 +58,19 @@ def test_bench_every_scenario_reports_every_contender():
     assert all(not results[k].missing for k in ("closed", "open", "threads"))
     assert results["threads"].throughput and not results["closed"].throughput
     assert _finite(results["closed"].value(RESPONSE_ROW))
+    # the other call styles: each row measured in every round of its scenario
+    rows = {
+        "closed": (RESPONSE_ROW, RETRY_ROW, PROTECT_ROW, PROTECT_KNOB_ROW),
+        "async": (RETRY_ROW, APROTECT_ROW, APROTECT_KNOB_ROW),
+        "threads": (PROTECT_ROW, PROTECT_KNOB_ROW),
+    }
+    for key, names in rows.items():
+        result = results[key]
+        assert set(result.extra) == set(names), key
+        for name in names:
+            rounds = TINY.thread_rounds if result.throughput else TINY.rounds
+            assert len(result.extra[name].per_call) == rounds, (key, name)
+            assert _finite(result.value(name)), (key, name)
 
     verdicts = evaluate(results)
     assert [v.goal for v in verdicts] == list(GOALS)
@@ -72,7 +95,20 @@ def test_bench_cli_runs_one_scenario_and_writes_json(tmp_path, capsys):
     assert "circuit_breaker CLOSED-success overhead" in printed
     data = json.loads(out.read_text())
     assert set(data["scenarios"]["closed"]["contenders"]) >= set(CONTENDERS)
+    assert data["environment"]["clock"] == "wall"
     assert main(["--only", "nosuch"]) == 2
+
+
+def test_bench_cli_cpu_time_for_one_run_only(tmp_path, capsys):
+    """FAC-1 (exercised): ``--cpu-time`` times the loops with the thread's CPU time, for
+    that run only (the next in-process run is back on wall time)."""
+    from benchmarks.harness import clock_name
+
+    out = tmp_path / "bench.json"
+    assert main(["--quick", "--only", "open", "--rounds", "1", "--cpu-time", "--json", str(out)]) == 0
+    assert "thread CPU time" in capsys.readouterr().out
+    assert json.loads(out.read_text())["environment"]["clock"] == "thread CPU"
+    assert clock_name() == "wall"
 
 
 def test_bench_profile_ladder_rebuilds_the_hot_path():

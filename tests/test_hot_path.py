@@ -63,9 +63,17 @@ class CheckedWindow:
 
 
 def _checked(shared: bool, clock: FakeClock) -> CheckedBreaker:
-    config = build_config("inv", {"failure_threshold": 3, "sliding_window_size": 4, "minimum_calls": 2,
-                                  "recovery_timeout": 2, "half_open_max_calls": 2},
-                          SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "1"}))
+    config = build_config(
+        "inv",
+        {
+            "failure_threshold": 3,
+            "sliding_window_size": 4,
+            "minimum_calls": 2,
+            "recovery_timeout": 2,
+            "half_open_max_calls": 2,
+        },
+        SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "1"}),
+    )
     breaker = CheckedBreaker("inv", config, clock=clock, bus=EventBus())
     breaker.violations = []
     breaker._window = CheckedWindow(breaker._window, breaker)

@@ -28,7 +28,6 @@ def test_ruff_lint_finds_nothing():
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=False, reason="formatted on main after the merges")
 def test_code_is_ruff_formatted():
     """``ruff format --check`` would change no file."""
     done = _ruff("format", "--check")

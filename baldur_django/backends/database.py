@@ -10,9 +10,8 @@ async-safety rule). Every database error becomes ``StoreUnavailable`` (ST-4).
 
 from __future__ import annotations
 
-import math
-
 import asyncio
+import math
 import threading
 import time
 import uuid
@@ -117,7 +116,9 @@ class DatabaseStore:
                         if row is None and not touch:
                             return run(op, decode(None), now, *args, frozen=held)  # a task's read registers nothing
                         if row is None:
-                            row = BreakerRecord.objects.using(self.alias).create(key=key, name=name, record="", last_seen=now)
+                            row = BreakerRecord.objects.using(self.alias).create(
+                                key=key, name=name, record="", last_seen=now
+                            )
                         answer = run(op, decode(row.record or None), now, *args, frozen=held)
                         row.record = encode(answer.record)
                         if touch:
@@ -138,18 +139,34 @@ class DatabaseStore:
     def inspect(self, name: str) -> Answer:
         return self._op(name, "inspect", touch=False)
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf) -> Answer:
+    def trip(
+        self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+    ) -> Answer:
         return self._op(name, "trip", trigger, float(recovery_timeout), float(factor), float(cap))
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
         return self._op(name, "acquire_probe", token, int(max_calls), float(lease_seconds))
 
     def finish_probe(
-        self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
-        factor: float = 1.0, cap: float = math.inf,
+        self,
+        name: str,
+        token: str,
+        version: int,
+        outcome: str,
+        max_calls: int,
+        recovery_timeout: float,
+        factor: float = 1.0,
+        cap: float = math.inf,
     ) -> Answer:
         return self._op(
-            name, "finish_probe", token, int(version), outcome, int(max_calls), float(recovery_timeout), float(factor),
+            name,
+            "finish_probe",
+            token,
+            int(version),
+            outcome,
+            int(max_calls),
+            float(recovery_timeout),
+            float(factor),
             float(cap),
         )
 
@@ -198,7 +215,9 @@ class DatabaseStore:
                 if row is None:
                     try:
                         with transaction.atomic(using=self.alias):
-                            BreakerLock.objects.using(self.alias).create(name=name, token=token, expires_at=now + ttl_seconds)
+                            BreakerLock.objects.using(self.alias).create(
+                                name=name, token=token, expires_at=now + ttl_seconds
+                            )
                     except IntegrityError:
                         return None  # a concurrent run created it first
                     return token

@@ -43,8 +43,8 @@ __all__ = ["SlackNotifier", "escape", "install_slack_listener", "uninstall_slack
 _log = logging.getLogger("baldur.slack")
 
 SETTING = "BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"
-OPEN_EMOJI = "\U0001F534"  # red circle
-CLOSE_EMOJI = "\U0001F7E2"  # green circle
+OPEN_EMOJI = "\U0001f534"  # red circle
+CLOSE_EMOJI = "\U0001f7e2"  # green circle
 _STOP = object()
 
 
@@ -155,7 +155,9 @@ class SlackNotifier:
         else:
             return None
         emoji, verb = (OPEN_EMOJI, "opened") if to_state == "open" else (CLOSE_EMOJI, "closed")
-        text = f"{emoji} Circuit breaker *{escape(event.service)}* {verb} (trigger: {escape(trigger)}) at {_utc(event.at)}"
+        text = (
+            f"{emoji} Circuit breaker *{escape(event.service)}* {verb} (trigger: {escape(trigger)}) at {_utc(event.at)}"
+        )
         if dry_run:
             text += " [dry-run: no call is rejected]"
         return text
@@ -173,7 +175,10 @@ class SlackNotifier:
                 return
             self.enqueue(url, text, service=event.service)
         except Exception as exc:  # the bus contains errors too; this keeps the URL out of its log
-            _log.error("slack_notifier.listener_failed error=%s", self._scrub(f"{type(exc).__name__}: {exc}", self.webhook_url()))
+            _log.error(
+                "slack_notifier.listener_failed error=%s",
+                self._scrub(f"{type(exc).__name__}: {exc}", self.webhook_url()),
+            )
 
     # ------------------------------------------------------------------- sender
     def enqueue(self, url: str, text: str, *, service: str | None = None) -> bool:
@@ -191,7 +196,9 @@ class SlackNotifier:
                 self._idle.notify_all()
             _log.warning(
                 "slack_notifier.dropped service=%s: the send queue is full (%d waiting); %d message(s) dropped so far",
-                service, self.max_queue, dropped,
+                service,
+                self.max_queue,
+                dropped,
             )
             return False
         return True
@@ -209,7 +216,9 @@ class SlackNotifier:
             if self._thread is None or self._pid != pid or not self._thread.is_alive():
                 self._pid = pid
                 self._stop.clear()
-                self._thread = threading.Thread(target=self._run, args=(self._queue,), name="baldur-slack-sender", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._queue,), name="baldur-slack-sender", daemon=True
+                )
                 self._thread.start()
             return self._queue
 
@@ -249,7 +258,10 @@ class SlackNotifier:
                 self._refusals_logged.add(status)
                 _log.error(
                     "slack_notifier.refused status=%d: the webhook refused the message; check "
-                    "%s (further %d answers are not logged)", status, SETTING, status,
+                    "%s (further %d answers are not logged)",
+                    status,
+                    SETTING,
+                    status,
                 )
         elif status is not None:
             _log.warning("slack_notifier.post_failed status=%d: message dropped", status)
@@ -258,7 +270,9 @@ class SlackNotifier:
 
     def _post(self, url: str, text: str) -> tuple[int | None, str | None, str | None]:
         body = json.dumps({"text": text}, ensure_ascii=False).encode("utf-8")
-        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json; charset=utf-8"})
+        request = urllib.request.Request(
+            url, data=body, method="POST", headers={"Content-Type": "application/json; charset=utf-8"}
+        )
         try:
             with self._opener(request, timeout=self.timeout) as response:
                 response.read(4096)

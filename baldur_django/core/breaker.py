@@ -33,7 +33,7 @@ from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
 from .emergency import frozen
-from .errors import CircuitOpenError, ConfigError
+from .errors import CircuitOpenError, ConfigError, new_open_error
 from .events import (
     CallRejected,
     Event,
@@ -74,7 +74,11 @@ class Permit:
     __slots__ = ("generation", "trial", "dry_run", "token", "started")
 
     def __init__(
-        self, generation: int, trial: bool = False, dry_run: bool = False, token: str | None = None,
+        self,
+        generation: int,
+        trial: bool = False,
+        dry_run: bool = False,
+        token: str | None = None,
         started: float | None = None,
     ) -> None:
         self.generation = generation
@@ -322,7 +326,7 @@ class CircuitBreaker:
         only when a listener wants plain rejections."""
         if self._bus.wants_rejections():
             self._publish([CallRejected(self.name, self._clock.wall(), reason=Reason.OPEN, state=OPEN.value)])
-        return CircuitOpenError(self.name, Reason.OPEN, until - now)
+        return new_open_error(self.name, Reason.OPEN, until - now)  # C alone, no Python __init__
 
     def _admit(self, now: float) -> Permit:
         """The one admission decision (lock held inside): CLOSED passes, HALF_OPEN takes a
@@ -356,7 +360,9 @@ class CircuitBreaker:
             if permit is None and self.config.dry_run:
                 self.dry_run_rejections += 1
                 permit = Permit(self._gen, dry_run=True)
-                events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True))
+                events.append(
+                    CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True)
+                )
         if permit is None:
             if self._bus.wants_rejections():
                 events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
@@ -552,7 +558,9 @@ class CircuitBreaker:
         """Dry-run (OP-5): a cooldown refusal that did not happen; counted and logged."""
         with self._lock:
             self.dry_run_rejections += 1
-        self._publish([CallRejected(self.name, self._clock.wall(), reason="cooldown", state=self._state.value, dry_run=True)])
+        self._publish(
+            [CallRejected(self.name, self._clock.wall(), reason="cooldown", state=self._state.value, dry_run=True)]
+        )
 
     def cooldown_remaining(self) -> float:
         """Seconds left on this service's 429 cooldown in this process (0.0 when none)."""
@@ -655,7 +663,11 @@ class CircuitBreaker:
         if events is not None:
             events.append(
                 StateChanged(
-                    self.name, wall, from_state=before.value, to_state=target.value, trigger=trigger or "",
+                    self.name,
+                    wall,
+                    from_state=before.value,
+                    to_state=target.value,
+                    trigger=trigger or "",
                     dry_run=self.config.dry_run,
                 )
             )
@@ -706,7 +718,13 @@ class CircuitBreaker:
             else:
                 self._refresh_fast()
             events.append(
-                ForceLapsed(self.name, self._clock.wall(), previous=previous, from_state=before.value, to_state=self._state.value)
+                ForceLapsed(
+                    self.name,
+                    self._clock.wall(),
+                    previous=previous,
+                    from_state=before.value,
+                    to_state=self._state.value,
+                )
             )
         if self._state is OPEN and self._forced is None and now >= self._open_until and not frozen():
             self._to_half_open(Trigger.RECOVERY_TIMEOUT, events)
@@ -730,7 +748,13 @@ class CircuitBreaker:
         sync = self._sync
         if answer.lapsed is not None:
             events.append(
-                ForceLapsed(self.name, self._clock.wall(), previous=answer.lapsed, from_state=self._state.value, to_state=record.state)
+                ForceLapsed(
+                    self.name,
+                    self._clock.wall(),
+                    previous=answer.lapsed,
+                    from_state=self._state.value,
+                    to_state=record.state,
+                )
             )
         if isinstance(sync, StoreSync):
             if record.version == sync.version and not force:
@@ -821,8 +845,16 @@ class CircuitBreaker:
                     self._adopt(answer, now, [], force=True)
                 events.append(
                     Forced(
-                        self.name, wall, mode=mode, from_state=before.value, to_state=self._state.value, ttl_minutes=ttl,
-                        expires_at=self._force_expires_at or 0.0, reason=reason, actor=actor, dry_run=self.config.dry_run,
+                        self.name,
+                        wall,
+                        mode=mode,
+                        from_state=before.value,
+                        to_state=self._state.value,
+                        ttl_minutes=ttl,
+                        expires_at=self._force_expires_at or 0.0,
+                        reason=reason,
+                        actor=actor,
+                        dry_run=self.config.dry_run,
                     )
                 )
         self._settle(events)
@@ -879,14 +911,26 @@ class CircuitBreaker:
                     previous = answer.result
                     if answer.lapsed is not None:
                         events.append(
-                            ForceLapsed(self.name, self._clock.wall(), previous=answer.lapsed, from_state=before.value,
-                                        to_state=answer.record.state)
+                            ForceLapsed(
+                                self.name,
+                                self._clock.wall(),
+                                previous=answer.lapsed,
+                                from_state=before.value,
+                                to_state=answer.record.state,
+                            )
                         )
                     self._adopt(answer, now, [], force=True)
                 if previous is not None:
                     events.append(
-                        Released(self.name, self._clock.wall(), previous=previous, from_state=before.value,
-                                 to_state=self._state.value, actor=actor, reason=reason)
+                        Released(
+                            self.name,
+                            self._clock.wall(),
+                            previous=previous,
+                            from_state=before.value,
+                            to_state=self._state.value,
+                            actor=actor,
+                            reason=reason,
+                        )
                     )
         self._settle(events)
         return previous is not None
@@ -919,7 +963,9 @@ class CircuitBreaker:
             self._invalidate()  # re-derived by the next locked admission and success
             old = self.config
             if (config.sliding_window_type, config.sliding_window_size, config.sliding_window_seconds) != (
-                old.sliding_window_type, old.sliding_window_size, old.sliding_window_seconds
+                old.sliding_window_type,
+                old.sliding_window_size,
+                old.sliding_window_seconds,
             ):
                 self._window = _window_for(config)
             if config.cascade_window != self._cascade.span:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+from . import hotpath
 from .breaker import CircuitBreaker
 from .config import OVERRIDE_NAMES
 from .errors import ConfigError
-from .hotpath import async_wrapper, sync_wrapper
+from .hotpath import Route, acall_wrappers, aprotect, async_wrapper, call_wrappers, protect, sync_wrapper
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
 
@@ -30,7 +31,9 @@ _OVERRIDE_NAMES = OVERRIDE_NAMES  # derived from the rows of the knobs table
 def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
     unknown = set(overrides) - set(_OVERRIDE_NAMES)
     if unknown:
-        raise ConfigError(f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}")
+        raise ConfigError(
+            f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}"
+        )
     given = {k: v for k, v in overrides.items() if v is not None}
     # no overrides: use (or create) the breaker without claiming a configuration
     return registry.get(service, given or None)  # type: ignore[return-value]  # create=True: never None
@@ -61,7 +64,9 @@ def _is_async(func: Callable[..., Any]) -> bool:
     return call is not None and not inspect.isfunction(func) and inspect.iscoroutinefunction(call)
 
 
-def _decorate(service: str, func: F, policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any], force_async: bool) -> F:
+def _decorate(
+    service: str, func: F, policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any], force_async: bool
+) -> F:
     _refuse_generators(func)
     breaker = _breaker(service, overrides)
     if force_async or _is_async(func):
@@ -190,61 +195,75 @@ def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
     return decorate
 
 
-def protect(
+# ------------------------------------------------------------- protect() / aprotect()
+# protect and aprotect live in hotpath (their per-call fast path reads the breaker's
+# hot-path attributes); a call they cannot match with a stored route comes here first.
+
+# Overrides of these types can be matched by value (equal values of one of these types
+# validate alike); a route with any other (a list of exceptions, a Decimal...) is not
+# stored, so such calls are checked every time.
+_EXACT = frozenset({int, float, tuple, type(None)})
+
+
+def _stored_route(
+    table: dict[str, Route],
     service: str,
-    call: Callable[[], Any],
-    *,
-    retry: bool | RetryPolicy = False,
-    fallback: Callable[[], Any] | None = None,
-    **overrides: Any,
-) -> Any:
-    """Run ``call()`` once under the breaker for *service*, with optional retry and fallback.
+    breaker: CircuitBreaker,
+    retry: Any,
+    policy: RetryPolicy | None,
+    overrides: dict[str, Any],
+    build: Callable[[], tuple[Callable[..., Any], Callable[..., Any]]],
+) -> Route:
+    """The route for a call whose every check passed: the stored route's wrappers when its
+    breaker and policy are the same, else new ones; stored when later calls can match it.
 
     Args:
-        service: breaker name.
-        call: a zero-argument callable (a lambda around the real call).
-        retry: as for :func:`protected`.
-        fallback: as for :func:`protected`, but it takes no arguments.
-        **overrides: breaker overrides, as for :func:`protected`.
+        table: the route table of the call style, one without overrides, one with.
+    """
+    route = table.get(service)
+    if route is not None and route.breaker is breaker and route.policy == policy:
+        wrappers = (route.run, route.run_fallback)
+    else:
+        wrappers = build()
+    route = Route(breaker, retry, policy, overrides, wrappers)
+    if type(service) is str and all(kind in _EXACT for kind in route.kinds):
+        table[service] = route  # one assignment: readers see the old route or this one, whole
+        if registry.get(service, create=False) is not breaker:
+            table.pop(service, None)  # registry.clear() ran meanwhile: its breaker is gone
+    return route
 
-    Returns:
-        What ``call()`` (or the fallback) returned.
+
+def protect_route(service: str, call: Callable[[], Any], retry: Any, fallback: Any, overrides: dict[str, Any]) -> Route:
+    """Every check of ``protect()``, in its order, then the route to run *call* through.
 
     Raises:
-        ConfigError: bad option.
-        CircuitOpenError: the breaker rejects and no fallback applies (likewise
-            RateLimitCooldownError, and the call's own exception).
+        ConfigError: a coroutine function, a generator function or a non-callable *call*,
+            a non-callable *fallback*, a bad override or a bad *retry*.
     """
     if _is_async(call):
         raise ConfigError(f"protect({service!r}) got a coroutine function; use aprotect() for async calls")
     _refuse_generators(call)
     _check_fallback(service, fallback)
     breaker = _breaker(service, overrides)
-    return sync_wrapper(breaker, call, coerce_retry(retry), fallback)()
+    policy = coerce_retry(retry)
+    table = hotpath.knob_routes if overrides else hotpath.routes
+    return _stored_route(table, service, breaker, retry, policy, overrides, lambda: call_wrappers(breaker, policy))
 
 
-async def aprotect(
-    service: str,
-    factory: Callable[[], Awaitable[Any]],
-    *,
-    retry: bool | RetryPolicy = False,
-    fallback: Callable[[], Any] | None = None,
-    **overrides: Any,
-) -> Any:
-    """Await ``factory()`` under the breaker for *service*; *factory* makes a fresh awaitable
-    per attempt (so retries work). A coroutine-function fallback is awaited.
+def aprotect_route(
+    service: str, factory: Callable[[], Any], retry: Any, fallback: Any, overrides: dict[str, Any]
+) -> Route:
+    """Every check of ``aprotect()``, in its order, then the route to await *factory* through.
 
     Raises:
-        ConfigError: *factory* is not callable; otherwise as :func:`protect`.
+        ConfigError: a generator function or a non-callable *factory*, a non-callable
+            *fallback*, a bad override or a bad *retry*.
     """
     _refuse_generators(factory)
     _check_fallback(service, fallback)
     breaker = _breaker(service, overrides)
-
-    async def call() -> Any:
-        value = factory()
-        if not inspect.isawaitable(value):
-            raise ConfigError(f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}")
-        return await value
-
-    return await async_wrapper(breaker, call, coerce_retry(retry), fallback)()
+    policy = coerce_retry(retry)
+    table = hotpath.knob_aroutes if overrides else hotpath.aroutes
+    return _stored_route(
+        table, service, breaker, retry, policy, overrides, lambda: acall_wrappers(breaker, policy, service)
+    )

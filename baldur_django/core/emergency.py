@@ -425,7 +425,9 @@ class RedisLevelBackend:
         except EmergencyStateError:
             raise
         except Exception as exc:  # redis errors: nothing was stored
-            raise EmergencyStateError(f"cannot write the emergency level to Redis: {type(exc).__name__}: {exc}") from None
+            raise EmergencyStateError(
+                f"cannot write the emergency level to Redis: {type(exc).__name__}: {exc}"
+            ) from None
         return result[0], result[1]
 
 
@@ -491,7 +493,9 @@ class EmergencyMode:
             name = self.source.get("BALDUR_EMERGENCY_BACKEND")
             backend: LevelBackend
             if name == "redis":
-                client = _redis_client_factory() if _redis_client_factory is not None else _default_redis_client(self.source)
+                client = (
+                    _redis_client_factory() if _redis_client_factory is not None else _default_redis_client(self.source)
+                )
                 backend = RedisLevelBackend(client)
             else:
                 backend = FileLevelBackend(self.source.get("BALDUR_EMERGENCY_STATE_FILE"))
@@ -544,7 +548,11 @@ class EmergencyMode:
                     "emergency.expired level=%d expires_at=%s",
                     self._state.level,
                     self._state.expires_at,
-                    extra={"event": "emergency.expired", "level": self._state.level, "expires_at": self._state.expires_at},
+                    extra={
+                        "event": "emergency.expired",
+                        "level": self._state.level,
+                        "expires_at": self._state.expires_at,
+                    },
                 )
             self._level = 0
         self._expires_mono = math.inf
@@ -640,8 +648,11 @@ class EmergencyMode:
     ) -> LevelState:
         """Set the level for *minutes* (see the module's :func:`set_level`)."""
         level = validate_level(level)
-        lifetime = validate_minutes(minutes, self.source.get("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES")) if (
-            level or minutes is not None) else None
+        lifetime = (
+            validate_minutes(minutes, self.source.get("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES"))
+            if (level or minutes is not None)
+            else None
+        )
         reason = _check_reason(reason)
         actor = _check_actor(actor)
         if source not in _SOURCES:
@@ -676,12 +687,30 @@ class EmergencyMode:
             lifetime if level else None,
             actor,
             reason,
-            extra={"event": "emergency.level_set", "level": level, "previous": previous_level, "actor": actor,
-                   "reason": reason, "expires_at": after.expires_at, "source": source},
+            extra={
+                "event": "emergency.level_set",
+                "level": level,
+                "previous": previous_level,
+                "actor": actor,
+                "reason": reason,
+                "expires_at": after.expires_at,
+                "source": source,
+            },
         )
-        bus.publish(EmergencyLevelChanged("", wall, level=level, previous=previous_level, source=source, actor=actor,
-                                          reason=reason, expires_at=after.expires_at,
-                                          minutes=lifetime if level else None, action="set"))
+        bus.publish(
+            EmergencyLevelChanged(
+                "",
+                wall,
+                level=level,
+                previous=previous_level,
+                source=source,
+                actor=actor,
+                reason=reason,
+                expires_at=after.expires_at,
+                minutes=lifetime if level else None,
+                action="set",
+            )
+        )
         return after
 
     def step_down(self, actor: Any = None) -> int:
@@ -700,8 +729,15 @@ class EmergencyMode:
             if level >= FREEZE_LEVEL:
                 ended = wall
             lower = level - 1
-            return replace(current, level=lower, expires_at=current.expires_at if lower else None, actor=actor,
-                           source="manual", set_at=wall, freeze_ended_at=ended)
+            return replace(
+                current,
+                level=lower,
+                expires_at=current.expires_at if lower else None,
+                actor=actor,
+                source="manual",
+                set_at=wall,
+                freeze_ended_at=ended,
+            )
 
         before, after = backend.update(change)
         if after is None:
@@ -715,11 +751,27 @@ class EmergencyMode:
             after.level,
             previous,
             actor,
-            extra={"event": "emergency.stepped_down", "level": after.level, "previous": previous, "actor": actor,
-                   "expires_at": after.expires_at},
+            extra={
+                "event": "emergency.stepped_down",
+                "level": after.level,
+                "previous": previous,
+                "actor": actor,
+                "expires_at": after.expires_at,
+            },
         )
-        bus.publish(EmergencyLevelChanged("", wall, level=after.level, previous=previous, source="manual", actor=actor,
-                                          reason=after.reason, expires_at=after.expires_at, action="step_down"))
+        bus.publish(
+            EmergencyLevelChanged(
+                "",
+                wall,
+                level=after.level,
+                previous=previous,
+                source="manual",
+                actor=actor,
+                reason=after.reason,
+                expires_at=after.expires_at,
+                action="step_down",
+            )
+        )
         return after.level
 
     # ------------------------------------------------------------ auto-activation
@@ -750,10 +802,19 @@ class EmergencyMode:
         enabled = bool(s.get("BALDUR_EMERGENCY_AUTO_ACTIVATION_ENABLED"))
         ratio = (open_count * 100.0 / registered) if registered else 0.0
         over = registered >= s.get("BALDUR_EMERGENCY_AUTO_ACTIVATION_MIN_BREAKERS") and ratio >= s.get(
-            "BALDUR_EMERGENCY_AUTO_ACTIVATION_RATIO")
-        summary: dict[str, Any] = {"enabled": enabled, "registered": registered, "open": open_count,
-                                   "ratio": round(ratio, 2), "over": over, "streak": 0, "declared": False,
-                                   "level": None, "note": ""}
+            "BALDUR_EMERGENCY_AUTO_ACTIVATION_RATIO"
+        )
+        summary: dict[str, Any] = {
+            "enabled": enabled,
+            "registered": registered,
+            "open": open_count,
+            "ratio": round(ratio, 2),
+            "over": over,
+            "streak": 0,
+            "declared": False,
+            "level": None,
+            "note": "",
+        }
         if not enabled:
             summary["note"] = "auto-activation is off (BALDUR_EMERGENCY_AUTO_ACTIVATION_ENABLED)"
             summary["level"] = self.current_level()
@@ -771,8 +832,12 @@ class EmergencyMode:
                 raise EmergencyStateError("the emergency state is unreadable (corrupt)")
             last = current.check_at
             if last is not None and 0 <= wall - last < 0.75 * interval:
-                outcome.update(note="duplicate check (another run counted this interval)", streak=current.check_streak,
-                               level=current.effective(wall), declared=False)
+                outcome.update(
+                    note="duplicate check (another run counted this interval)",
+                    streak=current.check_streak,
+                    level=current.effective(wall),
+                    declared=False,
+                )
                 return None
             fresh = last is None or wall < last or wall - last > 2.5 * interval
             streak = 0 if not over else (1 if fresh or current.check_streak < 1 else current.check_streak + 1)
@@ -786,8 +851,15 @@ class EmergencyMode:
                 elif ended is not None and wall - ended < stabilization:
                     note = f"stabilizing: the last freeze ended {wall - ended:.0f} s ago"
                 else:
-                    new = replace(new, level=FREEZE_LEVEL, expires_at=wall + minutes * 60.0, reason=reason,
-                                  actor=AUTO_ACTOR, source="auto", set_at=wall)
+                    new = replace(
+                        new,
+                        level=FREEZE_LEVEL,
+                        expires_at=wall + minutes * 60.0,
+                        reason=reason,
+                        actor=AUTO_ACTOR,
+                        source="auto",
+                        set_at=wall,
+                    )
                     declared, note, level = True, "declared level 3", FREEZE_LEVEL
             elif over:
                 note = "over the threshold: waiting for a consecutive check"
@@ -795,8 +867,12 @@ class EmergencyMode:
             return new
 
         _before, after = self.backend().update(change)
-        summary.update(streak=outcome.get("streak", 0), level=outcome.get("level"), declared=outcome.get("declared", False),
-                       note=outcome.get("note", ""))
+        summary.update(
+            streak=outcome.get("streak", 0),
+            level=outcome.get("level"),
+            declared=outcome.get("declared", False),
+            note=outcome.get("note", ""),
+        )
         if after is not None:
             self._written(after)
         if summary["declared"]:
@@ -807,13 +883,30 @@ class EmergencyMode:
                 registered,
                 ratio,
                 minutes,
-                extra={"event": "emergency.auto_activated", "level": FREEZE_LEVEL, "previous": previous,
-                       "open": open_count, "registered": registered, "ratio": ratio, "source": "auto"},
+                extra={
+                    "event": "emergency.auto_activated",
+                    "level": FREEZE_LEVEL,
+                    "previous": previous,
+                    "open": open_count,
+                    "registered": registered,
+                    "ratio": ratio,
+                    "source": "auto",
+                },
             )
-            bus.publish(EmergencyLevelChanged("", wall, level=FREEZE_LEVEL, previous=previous, source="auto",
-                                              actor=AUTO_ACTOR, reason=reason,
-                                              expires_at=after.expires_at if after else None, minutes=minutes,
-                                              action="auto"))
+            bus.publish(
+                EmergencyLevelChanged(
+                    "",
+                    wall,
+                    level=FREEZE_LEVEL,
+                    previous=previous,
+                    source="auto",
+                    actor=AUTO_ACTOR,
+                    reason=reason,
+                    expires_at=after.expires_at if after else None,
+                    minutes=minutes,
+                    action="auto",
+                )
+            )
         return summary
 
     def reset(self) -> None:
@@ -858,8 +951,9 @@ def refresh() -> int:
     return mode.refresh()
 
 
-def set_level(level: int, minutes: float | None = None, reason: str = "", actor: str | None = None,
-              source: str = "manual") -> LevelState:
+def set_level(
+    level: int, minutes: float | None = None, reason: str = "", actor: str | None = None, source: str = "manual"
+) -> LevelState:
     """Set the emergency level (EM-1).
 
     Args:

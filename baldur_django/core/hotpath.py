@@ -1,8 +1,8 @@
 """The lock-free hot path of a protected call, in one place.
 
 The wrappers that ``protected``, ``circuit_breaker``, ``protect`` and their async forms
-return are built here, and only here (and in ``runner.settle_result``'s response lane,
-which goes through :func:`healthy_success`) do the package's callers read the breaker's
+return are built here, ``protect``/``aprotect`` themselves live here, and only here (and
+in ``runner.settle_result``'s response lane) do the package's callers read the breaker's
 hot-path attributes. What they read, and why each read is safe without the lock:
 
 * ``breaker._fast_permit``: the CLOSED permit while admission needs no lock and no clock
@@ -10,40 +10,89 @@ hot-path attributes. What they read, and why each read is safe without the lock:
   call; a trip racing with the read can only hand out a permit whose generation is
   already stale, and a stale outcome is dropped (CB-8).
 * ``breaker._timed`` / ``breaker._sync_due``: a shared breaker's hot-path permit expires
-  at its next consult (ST-3); a local breaker never reads the clock here.
+  at its next consult (ST-3); a local breaker never reads the clock for admission.
+* ``breaker._reject_until``: while OPEN (or forced open), the monotonic deadline before
+  which the breaker rejects without its lock, else 0.0; every transition clears it first
+  (``CircuitBreaker._invalidate``). The wrappers raise that rejection themselves, as
+  ``acquire_slow`` would (same test, same error, built in C by ``new_open_error``), and
+  go to ``acquire_slow`` whenever a listener wants the rejection event.
 * ``breaker._healthy_permit``: set while a success would change nothing but the cascade
   count (window full, no failure in it). Every path that records a failure or changes
   state clears it first (``CircuitBreaker._invalidate``), so the lock-free success
   linearises at its single read of this attribute.
 * ``breaker._cascade.counter``: the newest cascade bucket counts calls with
   ``next()`` on an ``itertools.count``, one atomic C call; rolling to a new second
-  (``bucket_end``) takes the lock in ``record_success``.
+  (``bucket_end``, read against the monotonic clock) takes the lock in ``record_success``.
+* ``breaker._cooldown_until``: 0.0 until this process ever saw a 429 cooldown. With a
+  retry policy, no cooldown, no budget and no trial, the retry plan would make the first
+  attempt at once: the wrappers make it themselves and hand over to the engine
+  (``runner.continue_sync``/``continue_async``) only when it did not succeed. A cooldown
+  set while that attempt runs is read by the next call, as ``run_sync`` reads it.
 
-Everything else goes through two breaker methods bound when the wrapper is built:
-``breaker.acquire_slow`` (admission off the fast lane) and ``breaker.record_success``.
-A shared breaker's store I/O never runs on an event loop (a Redis or database outage
-would otherwise freeze every coroutine of the worker for the socket timeout): the async
-wrapper hands a shared breaker's slow admission and its trials' outcomes to a worker
-thread, and a trip decided on the loop's thread is written to the store from the
-default executor (``StoreSync.push_trip``).
+Everything else goes through breaker methods bound when the wrapper is built:
+``breaker.acquire_slow`` (admission off the fast lane), ``breaker.record_success`` and
+the bus's ``wants_rejections``. A shared breaker's store I/O never runs on an event loop
+(a Redis or database outage would otherwise freeze every coroutine of the worker for the
+socket timeout): the async wrapper hands a shared breaker's slow admission and its
+trials' outcomes to a worker thread, and a trip decided on the loop's thread is written
+to the store from the default executor (``StoreSync.push_trip``).
 
-Implements CB-8, CB-9 (lock-free parts), ST-3 (no round trip on the CLOSED hot path).
+A slow branch of the wrappers (``if permit is None or ...``) is where anything that must
+see every call goes: ``protect``/``aprotect`` run their call inline only when a wrapper
+would skip that branch for a process-local breaker (``_fast_permit`` set, not
+``_timed``), and send every other call through the full wrapper.
+
+Implements CB-4 (lock-free rejection), CB-8, CB-9 (lock-free parts), FAC-1..FAC-4 (the
+wrappers), ST-3 (no round trip on the CLOSED hot path).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
+import operator
+import sys
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from .breaker import CircuitBreaker, Permit
 from .classify import PLAIN_TYPES
-from .errors import CircuitOpenError
-from .retry import RetryPolicy
-from .runner import acall_fallback, call_fallback, run_async, run_sync, settle_exception, settle_result
+from .errors import CircuitOpenError, ConfigError, new_open_error
+from .registry import registry
+from .retry import Outcome, Raised, RetryPolicy, Returned, settled
+from .runner import (
+    acall_fallback,
+    call_fallback,
+    continue_async,
+    continue_sync,
+    run_async,
+    run_sync,
+    settle_exception,
+    settle_result,
+)
+from .states import Reason
 
-__all__ = ["sync_wrapper", "async_wrapper", "healthy_success", "off_loop", "aacquire", "asettle"]
+__all__ = [
+    "sync_wrapper",
+    "async_wrapper",
+    "protect",
+    "aprotect",
+    "Route",
+    "routes",
+    "knob_routes",
+    "aroutes",
+    "knob_aroutes",
+    "call_wrappers",
+    "acall_wrappers",
+    "healthy_success",
+    "off_loop",
+    "aacquire",
+    "asettle",
+]
+
+OPEN = Reason.OPEN
 
 
 def healthy_success(breaker: CircuitBreaker, permit: Permit) -> bool:
@@ -115,11 +164,24 @@ def sync_wrapper(
     monotonic = breaker._mono
     acquire_slow = breaker.acquire_slow
     record_success = breaker.record_success
+    wants_rejections = breaker._bus.wants_rejections
+    name = breaker.name
     trial_policy = _trial_policy(policy)
+    retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
+    budgeted = policy is not None and policy.budget_seconds is not None
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
+            until = breaker._reject_until
+            if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see the module docstring)
+                now = monotonic()
+                if now < until and now < breaker._sync_due and not wants_rejections():
+                    if fallback is None:
+                        # raised unnamed: a local holding it would tie this frame and the
+                        # error's traceback into a cycle that only the GC frees
+                        raise new_open_error(name, OPEN, until - now)
+                    return call_fallback(fallback, args, kwargs, new_open_error(name, OPEN, until - now))
             if fallback is None:
                 permit = acquire_slow()
             else:
@@ -127,23 +189,47 @@ def sync_wrapper(
                     permit = acquire_slow()
                 except CircuitOpenError as rejection:
                     return call_fallback(fallback, args, kwargs, rejection)
-        if policy is not None and not permit.dry_run:
-            return run_sync(breaker, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback)
+        retrying = policy is not None and not permit.dry_run
+        if retrying and (permit.trial or budgeted or breaker._cooldown_until):
+            return run_sync(
+                breaker, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+            )
+        # With a retry policy and nothing to gate the first attempt, run_sync() would make
+        # it at once with start=0.0: it is made here, and the engine takes over only when
+        # it did not succeed (continue_sync).
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
-            if settle_exception(breaker, permit, exc) and fallback is not None and not permit.dry_run:
-                return call_fallback(fallback, args, kwargs, exc)
-            raise
-        if type(result) in PLAIN_TYPES:
+            if not retrying:
+                if settle_exception(breaker, permit, exc) and fallback is not None and not permit.dry_run:
+                    return call_fallback(fallback, args, kwargs, exc)
+                raise
+            first: Outcome = Raised(exc)
+        else:
+            if type(result) not in PLAIN_TYPES:
+                # settle_result()'s response lane, inlined: a plain int status on neither
+                # list is a success like a plain value; anything else is classified there.
+                try:
+                    code = result.status_code
+                except Exception:
+                    code = None
+                config = breaker.config
+                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                    if not retrying:
+                        settle_result(breaker, permit, result)
+                        return result
+                    if settled(breaker, permit, result):
+                        return result
+                    return continue_sync(
+                        breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                    )
             # healthy_success() inlined: the hottest lines of the package
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 next(cascade.counter)
             else:
                 record_success(permit)
-        else:
-            settle_result(breaker, permit, result)
-        return result
+            return result
+        return continue_sync(breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
 
     return wrapper
 
@@ -160,11 +246,22 @@ def async_wrapper(
     cascade = breaker._cascade
     monotonic = breaker._mono
     record_success = breaker.record_success
+    wants_rejections = breaker._bus.wants_rejections
+    name = breaker.name
     trial_policy = _trial_policy(policy)
+    retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
+    budgeted = policy is not None and policy.budget_seconds is not None
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
+            until = breaker._reject_until
+            if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see the module docstring)
+                now = monotonic()
+                if now < until and now < breaker._sync_due and not wants_rejections():
+                    if fallback is None:
+                        raise new_open_error(name, OPEN, until - now)  # unnamed: see sync_wrapper
+                    return await acall_fallback(fallback, args, kwargs, new_open_error(name, OPEN, until - now))
             if fallback is None:
                 permit = await aacquire(breaker)
             else:
@@ -172,27 +269,356 @@ def async_wrapper(
                     permit = await aacquire(breaker)
                 except CircuitOpenError as rejection:
                     return await acall_fallback(fallback, args, kwargs, rejection)
-        if policy is not None and not permit.dry_run:
-            return await run_async(breaker, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback)
-        try:
+        retrying = policy is not None and not permit.dry_run
+        if retrying and (permit.trial or budgeted or breaker._cooldown_until):
+            return await run_async(
+                breaker, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+            )
+        try:  # the first attempt of a retry sequence too, as in sync_wrapper
             result = await func(*args, **kwargs)
         except BaseException as exc:
-            if permit.trial:  # a shared round's outcome is a store write
-                counted = await off_loop(breaker, settle_exception, breaker, permit, exc)
-            else:
-                counted = settle_exception(breaker, permit, exc)
-            if counted and fallback is not None and not permit.dry_run:
-                return await acall_fallback(fallback, args, kwargs, exc)
-            raise
-        if permit.trial:
-            await off_loop(breaker, settle_result, breaker, permit, result)
-        elif type(result) in PLAIN_TYPES:
+            if not retrying:
+                if permit.trial:  # a shared round's outcome is a store write
+                    counted = await off_loop(breaker, settle_exception, breaker, permit, exc)
+                else:
+                    counted = settle_exception(breaker, permit, exc)
+                if counted and fallback is not None and not permit.dry_run:
+                    return await acall_fallback(fallback, args, kwargs, exc)
+                raise
+            first: Outcome = Raised(exc)
+        else:
+            if permit.trial:  # never retrying here: a trial with a policy went to run_async
+                await off_loop(breaker, settle_result, breaker, permit, result)
+                return result
+            if type(result) not in PLAIN_TYPES:  # the response lane, as in sync_wrapper
+                try:
+                    code = result.status_code
+                except Exception:
+                    code = None
+                config = breaker.config
+                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                    if not retrying:
+                        settle_result(breaker, permit, result)
+                        return result
+                    if settled(breaker, permit, result):
+                        return result
+                    return await continue_async(
+                        breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                    )
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 next(cascade.counter)
             else:
                 record_success(permit)
-        else:
-            settle_result(breaker, permit, result)
-        return result
+            return result
+        return await continue_async(breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
 
     return wrapper
+
+
+# ------------------------------------------------------------- protect() / aprotect()
+# A view calls protect(name, fn) on every request. Deciding everything again per call (the
+# async and generator checks through inspect, the registry validating the overrides, a
+# new wrapper) cost ten times the protected call itself. The first call with given
+# arguments goes the full way (decorators.protect_route) and leaves a Route: the
+# breaker, the arguments it checked, and wrappers built once over trampolines that take
+# the call as an argument. A later call that matches it (checked below, each test
+# commented) has nothing left to decide. On the plain CLOSED path it then makes the call
+# itself, as the decorator's wrapper would: the same reads, in the same order, and the
+# same settle functions; every other case goes through the route's full wrapper.
+#
+# Thread safety: a Route is built whole, then stored with one dict assignment (atomic
+# under the GIL), and never changed. Two threads missing at once each build one over the
+# registry's breaker (one per name, created under the registry's lock); the last store
+# wins, which is harmless. registry.clear() (tests) empties the route tables with the
+# breakers, and a route stored by a call that raced with it is taken back
+# (decorators._stored_route), so no call after the clear uses a dropped breaker.
+
+_FUNCTION = types.FunctionType
+# A def or lambda whose code has none of these flags is neither a coroutine function nor
+# a generator function of any kind: exactly what inspect finds out for protect().
+_NOT_PLAIN = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+# aprotect() takes coroutine functions as factories: it refuses generators only.
+_GENERATORS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+# From Python 3.12, inspect.markcoroutinefunction() makes a plain def a coroutine function.
+_MARKS = sys.version_info >= (3, 12)
+_COROUTINE = types.CoroutineType
+
+#: ``trampoline(call)`` -> ``call()``: in C on Python 3.11+ (no frame of its own).
+_call_it: Callable[[Callable[[], Any]], Any] = getattr(operator, "call", None) or (lambda call: call())
+
+
+def _call_first(call: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
+    return call()
+
+
+def _fallback_second(call: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
+    return fallback()
+
+
+def _discard(value: Any) -> None:
+    """Close a coroutine or generator that a refused function returned, before any of its
+    body ran: no "never awaited" warning, nothing else happened."""
+    close = getattr(value, "close", None)
+    if close is not None:
+        close()
+
+
+class Route:
+    """What one full ``protect``/``aprotect`` call settled for its service, reused by the
+    calls that match it (see the comment above). Never changed once stored.
+
+    Attributes:
+        breaker: the registry's breaker for the service.
+        retry: the ``retry`` argument object that was checked (compared with ``is``).
+        policy: the :class:`RetryPolicy` it stands for, or None.
+        overrides: the overrides that were checked, and ``kinds`` their types: a later
+            call matches with equal values of the very same types (so ``True`` never
+            passes for ``1``); ``key``/``value`` the one override and its value object,
+            when there is exactly one.
+        run: ``run(call)``: the full wrapper, no fallback.
+        run_fallback: ``run_fallback(call, fallback)``: the full wrapper with *fallback*.
+        inline: True when the plain CLOSED path may run inline (no retry stage).
+    """
+
+    __slots__ = (
+        "breaker",
+        "retry",
+        "policy",
+        "overrides",
+        "kinds",
+        "key",
+        "value",
+        "run",
+        "run_fallback",
+        "inline",
+        "cascade",
+        "monotonic",
+    )
+
+    def __init__(
+        self,
+        breaker: CircuitBreaker,
+        retry: Any,
+        policy: RetryPolicy | None,
+        overrides: dict[str, Any],
+        wrappers: tuple[Callable[..., Any], Callable[..., Any]],
+    ) -> None:
+        self.breaker = breaker
+        self.retry = retry
+        self.policy = policy
+        self.overrides = dict(overrides)
+        self.kinds = tuple(map(type, overrides.values()))
+        self.key: Any = None  # str, or None (then no call matches through key/value)
+        self.value: Any = None
+        if len(overrides) == 1:
+            ((self.key, self.value),) = overrides.items()
+        self.run, self.run_fallback = wrappers
+        self.inline = policy is None
+        self.cascade = breaker._cascade  # as sync_wrapper binds them: never replaced
+        self.monotonic = breaker._mono
+
+
+#: service -> the :class:`Route` of ``protect`` calls without overrides / with overrides,
+#: and the same for ``aprotect`` (written by ``decorators._stored_route``).
+routes: dict[str, Route] = {}
+knob_routes: dict[str, Route] = {}
+aroutes: dict[str, Route] = {}
+knob_aroutes: dict[str, Route] = {}
+registry.name_caches.extend((routes, knob_routes, aroutes, knob_aroutes))
+
+
+def _same_overrides(overrides: dict[str, Any], route: Route) -> bool:
+    """True when *overrides* validate exactly as the route's did: the same names with equal
+    values of the very same types (so ``True`` never passes for ``1``, nor a ``Decimal``
+    for a float)."""
+    return overrides == route.overrides and tuple(map(type, overrides.values())) == route.kinds
+
+
+def call_wrappers(breaker: CircuitBreaker, policy: RetryPolicy | None) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The full wrappers of a ``protect()`` route, built once per breaker and policy.
+
+    Returns:
+        ``(run, run_fallback)``: ``run(call)`` does what ``sync_wrapper(breaker, call,
+        policy, None)()`` does; ``run_fallback(call, fallback)`` the same with *fallback*
+        (called without arguments) as the fallback.
+    """
+    return sync_wrapper(breaker, _call_it, policy, None), sync_wrapper(breaker, _call_first, policy, _fallback_second)
+
+
+def acall_wrappers(
+    breaker: CircuitBreaker, policy: RetryPolicy | None, service: str
+) -> tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]]:
+    """The full wrappers of an ``aprotect()`` route: as :func:`call_wrappers`, over
+    :func:`async_wrapper`; each attempt awaits ``factory()``.
+
+    Raises (when awaited):
+        ConfigError: the factory returned something that is not awaitable (recorded as
+            the attempt's failure, as any error of the call).
+    """
+
+    async def attempt(factory: Callable[[], Any], fallback: Any = None) -> Any:
+        value = factory()
+        if value.__class__ is not _COROUTINE and not inspect.isawaitable(value):
+            raise ConfigError(
+                f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}"
+            )
+        return await value
+
+    return async_wrapper(breaker, attempt, policy, None), async_wrapper(breaker, attempt, policy, _fallback_second)
+
+
+def protect(
+    service: str,
+    call: Callable[[], Any],
+    *,
+    retry: bool | RetryPolicy = False,
+    fallback: Callable[[], Any] | None = None,
+    **overrides: Any,
+) -> Any:
+    """Run ``call()`` once under the breaker for *service*, with optional retry and fallback.
+
+    A call with the same *service*, *retry* object and overrides as an earlier one reuses
+    what that one checked and built, so this costs little more than a decorated call;
+    keep a :class:`RetryPolicy` in a constant rather than building one per call.
+
+    Args:
+        service: breaker name.
+        call: a zero-argument callable (a lambda around the real call).
+        retry: as for :func:`protected`.
+        fallback: as for :func:`protected`, but it takes no arguments.
+        **overrides: breaker overrides, as for :func:`protected`.
+
+    Returns:
+        What ``call()`` (or the fallback) returned.
+
+    Raises:
+        ConfigError: bad option.
+        CircuitOpenError: the breaker rejects and no fallback applies (likewise
+            RateLimitCooldownError, and the call's own exception).
+    """
+    try:  # a subscript, cheaper than .get(); a miss, or a name that is not even hashable,
+        route = (knob_routes if overrides else routes)[service]  # goes the full way (it says why)
+    except (KeyError, TypeError):
+        route = None
+    if (
+        route is not None
+        and retry is route.retry  # the very object that was checked: nothing to re-check
+        and type(call) is _FUNCTION  # a def or lambda: callable; its code flags are read below
+        and (
+            not overrides  # (a route of the table without overrides has none)
+            # one override, the very value object that was checked (a call site's constant)
+            or (len(overrides) == 1 and overrides.get(route.key, route) is route.value)
+            or _same_overrides(overrides, route)
+        )
+        and not (_MARKS and hasattr(call, "_is_coroutine_marker"))
+    ):
+        if fallback is None:
+            breaker = route.breaker
+            permit = breaker._fast_permit
+            if permit is not None and route.inline and not breaker._timed:
+                # sync_wrapper's CLOSED path without a retry stage or fallback, inlined. A
+                # coroutine or generator function (refused: the full way below raises the
+                # ConfigError) is caught after the call, off the plain path: calling one
+                # runs none of its body, it only makes the coroutine or generator (closed
+                # unused) or fails to bind its arguments. Nothing is recorded for it, so it
+                # is as if it had been refused before the call.
+                try:
+                    result = call()
+                except BaseException as exc:
+                    if not call.__code__.co_flags & _NOT_PLAIN:
+                        settle_exception(breaker, permit, exc)
+                        raise
+                else:
+                    if type(result) in PLAIN_TYPES:
+                        cascade = route.cascade
+                        if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
+                            next(cascade.counter)
+                        else:
+                            breaker.record_success(permit)
+                        return result
+                    if not call.__code__.co_flags & _NOT_PLAIN:
+                        settle_result(breaker, permit, result)  # the response lane too
+                        return result
+                    _discard(result)
+            elif not call.__code__.co_flags & _NOT_PLAIN:
+                return route.run(call)  # anything but the plain CLOSED path: the full wrapper
+        elif callable(fallback) and not call.__code__.co_flags & _NOT_PLAIN:
+            return route.run_fallback(call, fallback)
+    from .decorators import protect_route  # decorators imports this module: resolved on a miss
+
+    route = protect_route(service, call, retry, fallback, overrides)
+    return route.run(call) if fallback is None else route.run_fallback(call, fallback)
+
+
+async def aprotect(
+    service: str,
+    factory: Callable[[], Awaitable[Any]],
+    *,
+    retry: bool | RetryPolicy = False,
+    fallback: Callable[[], Any] | None = None,
+    **overrides: Any,
+) -> Any:
+    """Await ``factory()`` under the breaker for *service*; *factory* makes a fresh awaitable
+    per attempt (so retries work). A coroutine-function fallback is awaited. Calls with the
+    same arguments reuse what the first one checked and built, as for :func:`protect`.
+
+    Raises:
+        ConfigError: *factory* is not callable; otherwise as :func:`protect`.
+    """
+    try:  # as in protect()
+        route = (knob_aroutes if overrides else aroutes)[service]
+    except (KeyError, TypeError):
+        route = None
+    if (
+        route is not None
+        and retry is route.retry  # the checks of protect(); generators are caught as there
+        and type(factory) is _FUNCTION
+        and (
+            not overrides
+            or (len(overrides) == 1 and overrides.get(route.key, route) is route.value)
+            or _same_overrides(overrides, route)
+        )
+    ):
+        if fallback is None:
+            breaker = route.breaker
+            permit = breaker._fast_permit
+            if permit is not None and route.inline and not breaker._timed:
+                # async_wrapper's CLOSED path (never a trial here) with acall_wrappers'
+                # attempt, inlined. A generator function (refused, as in protect()) makes
+                # a generator, not a coroutine: it is caught there, before anything of it
+                # ran, and the full way below raises the ConfigError.
+                refused = None
+                try:
+                    value = factory()
+                    if value.__class__ is not _COROUTINE and factory.__code__.co_flags & _GENERATORS:
+                        refused = value
+                    else:
+                        if value.__class__ is not _COROUTINE and not inspect.isawaitable(value):
+                            raise ConfigError(
+                                f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}"
+                            )
+                        result = await value
+                except BaseException as exc:
+                    if not factory.__code__.co_flags & _GENERATORS:
+                        settle_exception(breaker, permit, exc)
+                        raise
+                else:
+                    if refused is None:
+                        if type(result) in PLAIN_TYPES:
+                            cascade = route.cascade
+                            if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
+                                next(cascade.counter)
+                            else:
+                                breaker.record_success(permit)
+                        else:
+                            settle_result(breaker, permit, result)
+                        return result
+                    _discard(refused)
+            elif not factory.__code__.co_flags & _GENERATORS:
+                return await route.run(factory)
+        elif callable(fallback) and not factory.__code__.co_flags & _GENERATORS:
+            return await route.run_fallback(factory, fallback)
+    from .decorators import aprotect_route
+
+    route = aprotect_route(service, factory, retry, fallback, overrides)
+    return await (route.run(factory) if fallback is None else route.run_fallback(factory, fallback))

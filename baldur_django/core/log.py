@@ -27,7 +27,13 @@ __all__ = ["logger", "log_event", "LoggingListener"]
 
 logger = logging.getLogger("baldur.circuit_breaker")
 
-_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
+_LEVELS = {
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "CRITICAL": logging.CRITICAL,
+}
 
 
 def log_event(level: int, event: str, service: str | None, message: str = "", *args: Any, **fields: Any) -> None:
@@ -147,10 +153,20 @@ class LoggingListener:
             return  # CB-5: published on the bus only
         name = "circuit_breaker.opened" if event.to_state == "open" else "circuit_breaker.closed"
         suffix = " dry_run=true" if event.dry_run else ""
-        fields = dict(from_state=event.from_state, to_state=event.to_state, trigger=event.trigger, dry_run=event.dry_run)
+        fields = dict(
+            from_state=event.from_state, to_state=event.to_state, trigger=event.trigger, dry_run=event.dry_run
+        )
         cascade = event.trigger == "rate_limit_cascade"
         if cascade:
-            log_event(logging.WARNING, name, event.service, "from=%s trigger=%s" + suffix, event.from_state, event.trigger, **fields)
+            log_event(
+                logging.WARNING,
+                name,
+                event.service,
+                "from=%s trigger=%s" + suffix,
+                event.from_state,
+                event.trigger,
+                **fields,
+            )
             log_event(
                 logging.WARNING,
                 "circuit_breaker.auto_opened",

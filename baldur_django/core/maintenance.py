@@ -192,10 +192,14 @@ def _sweep(store: StateStore, report: RunReport, lock: FleetLock) -> None:
         report.breakers += 1
         if answer.lapsed is not None:
             report.lapsed.append(name)
-            bus.publish(ForceLapsed(name, answer.now, previous=answer.lapsed, from_state="open", to_state=answer.record.state))
+            bus.publish(
+                ForceLapsed(name, answer.now, previous=answer.lapsed, from_state="open", to_state=answer.record.state)
+            )
         if answer.result:
             report.moved.append(name)
-            bus.publish(StateChanged(name, answer.now, from_state="open", to_state="half_open", trigger="recovery_timeout"))
+            bus.publish(
+                StateChanged(name, answer.now, from_state="open", to_state="half_open", trigger="recovery_timeout")
+            )
 
 
 def recovery_sweep() -> RunReport:
@@ -222,7 +226,9 @@ def _sync(store: StateStore, report: RunReport, lock: FleetLock) -> None:
         if answer.lapsed is not None:
             report.lapsed.append(name)
             bus.publish(
-                ForceLapsed(name, answer.now, previous=answer.lapsed, from_state=answer.lapsed, to_state=answer.record.state)
+                ForceLapsed(
+                    name, answer.now, previous=answer.lapsed, from_state=answer.lapsed, to_state=answer.record.state
+                )
             )
     if now is not None:
         lock.ensure()
@@ -249,7 +255,9 @@ def _census(store: StateStore, report: RunReport, lock: FleetLock) -> None:
         report.breakers += 1
         if store.inspect(name).record.state == "open":
             report.open += 1
-    log_event(logging.DEBUG, "circuit_breaker.emergency_check", None, "breakers=%d open=%d", report.breakers, report.open)
+    log_event(
+        logging.DEBUG, "circuit_breaker.emergency_check", None, "breakers=%d open=%d", report.breakers, report.open
+    )
     lock.ensure()
     try:
         report.emergency = emergency.record_check(report.breakers, report.open)

@@ -47,6 +47,9 @@ class Registry:
         self.guard: StoreGuard | None = None  # set when a shared store is configured
         self.store_configured = False  # set by set_store(); else the first breaker builds one from settings
         self._breakers: dict[str, CircuitBreaker] = {}
+        #: Per-name caches other modules keep for these breakers (``protect()``'s routes,
+        #: ``core/hotpath.py``): emptied with the breakers by :meth:`clear`.
+        self.name_caches: list[dict[str, Any]] = []
         self._overrides: dict[str, dict[str, Any] | None] = {}
         self._conflicts: set[str] = set()
         self._lock = threading.RLock()
@@ -146,10 +149,16 @@ class Registry:
                 from .stores.redis import RedisStore, connect
 
                 store = RedisStore(
-                    connect(url, self.source.get("BALDUR_REDIS_SOCKET_TIMEOUT"), self.source.get("BALDUR_REDIS_MAX_CONNECTIONS"))
+                    connect(
+                        url,
+                        self.source.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
+                        self.source.get("BALDUR_REDIS_MAX_CONNECTIONS"),
+                    )
                 )
             elif backend == "database":
-                raise ConfigError("BALDUR_STATE_BACKEND='database' needs the Django app (add 'baldur_django' to INSTALLED_APPS)")
+                raise ConfigError(
+                    "BALDUR_STATE_BACKEND='database' needs the Django app (add 'baldur_django' to INSTALLED_APPS)"
+                )
             self.set_store(store)
 
     @property
@@ -174,6 +183,8 @@ class Registry:
             self._breakers.clear()
             self._overrides.clear()
             self._conflicts.clear()
+            for cache in self.name_caches:
+                cache.clear()
 
 
 #: The process-wide registry used by the facade.
@@ -195,7 +206,9 @@ def get_breaker(service: str) -> CircuitBreaker:
     return registry.get(service)  # type: ignore[return-value]  # create=True: never None
 
 
-def force_open_circuit(service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
+def force_open_circuit(
+    service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None
+) -> None:
     """Force *service* OPEN for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
 
     Raises:
@@ -204,7 +217,9 @@ def force_open_circuit(service: str, ttl_minutes: float | None = None, reason: s
     get_breaker(service).force_open(ttl_minutes, reason, actor)
 
 
-def force_close_circuit(service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
+def force_close_circuit(
+    service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None
+) -> None:
     """Force *service* CLOSED for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
 
     Raises:

@@ -61,7 +61,9 @@ __all__ = [
 ]
 
 
-def _number(name: str, value: Any, *, minimum: float, allow_none: bool = False, maximum: float | None = None) -> float | None:
+def _number(
+    name: str, value: Any, *, minimum: float, allow_none: bool = False, maximum: float | None = None
+) -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -114,7 +116,9 @@ class RetryPolicy:
         if isinstance(retry_on, type):
             retry_on = (retry_on,)
             object.__setattr__(self, "retry_on", retry_on)
-        if not isinstance(retry_on, tuple) or not all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_on):
+        if not isinstance(retry_on, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in retry_on
+        ):
             raise ConfigError(f"RetryPolicy retry_on={self.retry_on!r}: must be a tuple of exception types")
 
     def backoff(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
@@ -374,7 +378,9 @@ def retry_plan(
         outcome = None
 
 
-def _give_up(breaker: CircuitBreaker, permit: Permit, rate_limited: bool, error: BaseException | None, value: Any) -> Done:
+def _give_up(
+    breaker: CircuitBreaker, permit: Permit, rate_limited: bool, error: BaseException | None, value: Any
+) -> Done:
     """Record the last (failed) attempt as the final outcome (FAC-2) and build the Done step:
     its exception, which a fallback may replace (FAC-4), or its response, returned unchanged (FAC-3)."""
     breaker.record_failure(permit, rate_limited=rate_limited, count_attempt=False)

@@ -38,7 +38,17 @@ from .retry import (
     settled,
 )
 
-__all__ = ["settle_exception", "settle_result", "settle_status", "call_fallback", "acall_fallback", "run_sync", "run_async"]
+__all__ = [
+    "settle_exception",
+    "settle_result",
+    "settle_status",
+    "call_fallback",
+    "acall_fallback",
+    "run_sync",
+    "run_async",
+    "continue_sync",
+    "continue_async",
+]
 
 
 def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException) -> bool:
@@ -66,7 +76,7 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         code = result.status_code
     except Exception:
         code = None
-    if code.__class__ is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
+    if type(code) is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
         if permit is breaker._healthy_permit:
             cascade = breaker._cascade
             if breaker._mono() < cascade.bucket_end:
@@ -117,7 +127,9 @@ def settle_status(
     return "failure"
 
 
-def call_fallback(fallback: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException) -> Any:
+def call_fallback(
+    fallback: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException
+) -> Any:
     """Run *fallback* with the call's own arguments; its errors are chained from *error* (FAC-4)."""
     try:
         return fallback(*args, **kwargs)
@@ -125,7 +137,9 @@ def call_fallback(fallback: Callable[..., Any], args: tuple[Any, ...], kwargs: d
         raise fallback_error from error
 
 
-async def acall_fallback(fallback: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException) -> Any:
+async def acall_fallback(
+    fallback: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException
+) -> Any:
     """Async :func:`call_fallback`: a coroutine function (or an awaitable result) is awaited."""
     try:
         value = fallback(*args, **kwargs)
@@ -199,6 +213,25 @@ def run_sync(
             if settled(breaker, permit, result):
                 return result
             first = Returned(result)
+    return continue_sync(breaker, permit, policy, func, args, kwargs, fallback, start, first)
+
+
+def continue_sync(
+    breaker: CircuitBreaker,
+    permit: Permit,
+    policy: RetryPolicy,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    fallback: Callable[..., Any] | None,
+    start: float,
+    first: Outcome | None,
+) -> Any:
+    """The rest of :func:`run_sync` once the first attempt's *first* outcome is known (or
+    None: the plan makes every attempt). The wrappers of :mod:`.hotpath` make the first
+    attempt themselves when nothing gates it (no cooldown ever set, no budget, not a
+    trial: *start* is then 0.0, as :func:`run_sync` would have it) and call this only when
+    it did not succeed. Same return value and errors as :func:`run_sync`."""
     plan = retry_plan(breaker, permit, policy, start, first)
     step = next(plan)
     while True:
@@ -248,6 +281,21 @@ async def run_async(
             if settled(breaker, permit, result):
                 return result
             first = Returned(result)
+    return await continue_async(breaker, permit, policy, factory, args, kwargs, fallback, start, first)
+
+
+async def continue_async(
+    breaker: CircuitBreaker,
+    permit: Permit,
+    policy: RetryPolicy,
+    factory: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    fallback: Callable[..., Any] | None,
+    start: float,
+    first: Outcome | None,
+) -> Any:
+    """The async :func:`continue_sync`: the rest of :func:`run_async` after its first attempt."""
     plan = retry_plan(breaker, permit, policy, start, first)
     step = next(plan)
     while True:

@@ -164,7 +164,9 @@ class LocalSync:
     def refresh(self, breaker: CircuitBreaker, now: float) -> None:
         """Nothing to read before a state read."""
 
-    def trip_decided(self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: MutableSequence[Event]) -> None:
+    def trip_decided(
+        self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: MutableSequence[Event]
+    ) -> None:
         """A local trip is final: its events are published at once."""
         events.extend(held)
 
@@ -179,7 +181,9 @@ class LocalSync:
         """False: the breaker settles the trial locally."""
         return False
 
-    def store_force(self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> None:
+    def store_force(
+        self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None
+    ) -> None:
         """None: the force is applied locally."""
         return None
 
@@ -299,7 +303,9 @@ class StoreSync:
         return answer
 
     # ----------------------------------------------------------------- trips
-    def trip_decided(self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: MutableSequence[Event]) -> None:
+    def trip_decided(
+        self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: MutableSequence[Event]
+    ) -> None:
         """A local trigger fired (state lock held): hold its events until the store says
         who decided it; :meth:`push_trip` runs once the lock is released."""
         self.pending = trigger
@@ -340,7 +346,9 @@ class StoreSync:
                     events.extend(held)
                 elif answer.result == BLOCKED:
                     events.append(
-                        TripBlocked(breaker.name, breaker._clock.wall(), forced=answer.record.forced or "", trigger=trigger)
+                        TripBlocked(
+                            breaker.name, breaker._clock.wall(), forced=answer.record.forced or "", trigger=trigger
+                        )
                     )
                 breaker._adopt(answer, breaker._mono(), events, force=True)
         breaker._publish(events)
@@ -396,7 +404,9 @@ class StoreSync:
             raise StoreError(f"could not store the {op} of {breaker.name!r}: {describe(exc)}") from exc
         return answer
 
-    def store_force(self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
+    def store_force(
+        self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None
+    ) -> Answer:
         """Store I/O: write an operator's force. Raises StoreError when the store fails (OP-4)."""
         self.consult(breaker, breaker._mono())  # so from_state is the shared state, not a stale local view
         return self._operator(breaker, "force", mode, ttl_seconds, reason, actor)

@@ -4,20 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('baldur_django', '0002_store'),
+        ("baldur_django", "0002_store"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='breakeraudit',
-            name='action',
-            field=models.CharField(choices=[('open', 'force open'), ('close', 'force closed'), ('release', 'release'), ('level_set', 'set emergency level'), ('level_step_down', 'step down emergency level')], max_length=16, verbose_name='action'),
+            model_name="breakeraudit",
+            name="action",
+            field=models.CharField(
+                choices=[
+                    ("open", "force open"),
+                    ("close", "force closed"),
+                    ("release", "release"),
+                    ("level_set", "set emergency level"),
+                    ("level_step_down", "step down emergency level"),
+                ],
+                max_length=16,
+                verbose_name="action",
+            ),
         ),
         migrations.AlterField(
-            model_name='breakeraudit',
-            name='source',
-            field=models.CharField(choices=[('admin', 'admin'), ('command', 'management command'), ('api', 'API'), ('task', 'background task')], default='api', max_length=16, verbose_name='source'),
+            model_name="breakeraudit",
+            name="source",
+            field=models.CharField(
+                choices=[
+                    ("admin", "admin"),
+                    ("command", "management command"),
+                    ("api", "API"),
+                    ("task", "background task"),
+                ],
+                default="api",
+                max_length=16,
+                verbose_name="source",
+            ),
         ),
     ]

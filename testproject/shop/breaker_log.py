@@ -20,7 +20,9 @@ _transitions: deque[dict[str, Any]] = deque(maxlen=500)
 _rejections: dict[str, dict[str, int]] = {}
 
 
-def _on_transition(sender: Any, service: str, from_state: str = "", to_state: str = "", trigger: str = "", **kwargs: Any) -> None:
+def _on_transition(
+    sender: Any, service: str, from_state: str = "", to_state: str = "", trigger: str = "", **kwargs: Any
+) -> None:
     event = kwargs.get("event")
     with _lock:
         _transitions.append(

@@ -28,8 +28,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from tests.core import test_concurrency as scenarios  # noqa: E402
 
 COUNTS_ONLY = dict(failure_threshold=scenarios.NEVER, failure_rate_threshold=0, minimum_calls=1)
-HALF_OPEN = dict(failure_threshold=1, failure_rate_threshold=0, half_open_max_calls=3, recovery_timeout=5,
-                 sliding_window_size=10, minimum_calls=1)
+HALF_OPEN = dict(
+    failure_threshold=1,
+    failure_rate_threshold=0,
+    half_open_max_calls=3,
+    recovery_timeout=5,
+    sliding_window_size=10,
+    minimum_calls=1,
+)
 
 
 def _prefilled(rig: scenarios.Rig) -> scenarios.Rig:
@@ -40,14 +46,43 @@ def _prefilled(rig: scenarios.Rig) -> scenarios.Rig:
 
 CASES = [
     # name, window kind, breaker options, scenario, preparation
-    ("filling window", "plain", dict(COUNTS_ONLY, sliding_window_size=100_000), scenarios.scenario_filling_window, None),
-    ("filling window", "yielding", dict(COUNTS_ONLY, sliding_window_size=100_000), scenarios.scenario_filling_window, None),
-    ("consecutive count", "plain", dict(COUNTS_ONLY, sliding_window_size=100_000), scenarios.scenario_consecutive_count, None),
-    ("consecutive count", "yielding", dict(COUNTS_ONLY, sliding_window_size=100_000), scenarios.scenario_consecutive_count, None),
+    (
+        "filling window",
+        "plain",
+        dict(COUNTS_ONLY, sliding_window_size=100_000),
+        scenarios.scenario_filling_window,
+        None,
+    ),
+    (
+        "filling window",
+        "yielding",
+        dict(COUNTS_ONLY, sliding_window_size=100_000),
+        scenarios.scenario_filling_window,
+        None,
+    ),
+    (
+        "consecutive count",
+        "plain",
+        dict(COUNTS_ONLY, sliding_window_size=100_000),
+        scenarios.scenario_consecutive_count,
+        None,
+    ),
+    (
+        "consecutive count",
+        "yielding",
+        dict(COUNTS_ONLY, sliding_window_size=100_000),
+        scenarios.scenario_consecutive_count,
+        None,
+    ),
     ("full window", "plain", dict(COUNTS_ONLY, sliding_window_size=16), scenarios.scenario_full_window, _prefilled),
     ("full window", "yielding", dict(COUNTS_ONLY, sliding_window_size=16), scenarios.scenario_full_window, _prefilled),
-    ("trip once (300 rounds)", "plain", dict(failure_threshold=8, failure_rate_threshold=0, sliding_window_size=100,
-                                             minimum_calls=1), scenarios.scenario_trip_once, None),
+    (
+        "trip once (300 rounds)",
+        "plain",
+        dict(failure_threshold=8, failure_rate_threshold=0, sliding_window_size=100, minimum_calls=1),
+        scenarios.scenario_trip_once,
+        None,
+    ),
     ("half-open race", "plain", HALF_OPEN, scenarios.scenario_half_open_race, None),
     ("half-open give-back", "plain", HALF_OPEN, scenarios.scenario_half_open_giveback, None),
 ]
@@ -78,8 +113,10 @@ def main(argv: list[str]) -> int:
                         example = example or problems[0]
                 per_run = (time.perf_counter() - started) / runs * 1000
                 lock = "NoLock" if unprotected else "lock"
-                print(f"{name:24} {window:9} {lock:6}: {failed:3}/{runs} runs misbehaved ({per_run:4.0f} ms/run) {example}",
-                      flush=True)
+                print(
+                    f"{name:24} {window:9} {lock:6}: {failed:3}/{runs} runs misbehaved ({per_run:4.0f} ms/run) {example}",
+                    flush=True,
+                )
                 if not unprotected:
                     bad_with_lock += failed
     finally:

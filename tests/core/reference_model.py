@@ -57,7 +57,6 @@ OPEN = "open"
 HALF_OPEN = "half_open"
 
 
-
 @dataclass(frozen=True)
 class ModelPermit:
     """What the model handed out: its generation, whether it is a trial, and when it was
@@ -146,7 +145,7 @@ class ReferenceBreaker:
             # the window holds the whole seconds floor(now) - N + 1 .. floor(now)
             newest = math.floor(self.now)
             return [o for o in self.outcomes if newest - math.floor(o.at) < self.sliding_window_seconds]
-        return self.outcomes[-self.sliding_window_size:]
+        return self.outcomes[-self.sliding_window_size :]
 
     @property
     def window_calls(self) -> int:

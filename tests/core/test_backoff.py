@@ -13,8 +13,14 @@ import pytest
 import baldur_django as baldur
 from baldur_django.core.stores.logic import next_open, open_duration
 
-OPTS = {"failure_threshold": 1, "failure_rate_threshold": 0, "recovery_timeout": 10, "half_open_max_calls": 1,
-        "sliding_window_size": 10, "minimum_calls": 1}
+OPTS = {
+    "failure_threshold": 1,
+    "failure_rate_threshold": 0,
+    "recovery_timeout": 10,
+    "half_open_max_calls": 1,
+    "sliding_window_size": 10,
+    "minimum_calls": 1,
+}
 
 
 def _configure(breaker, **extra):

@@ -90,8 +90,18 @@ def test_cb1_new_breaker_is_closed_and_admits_without_trial(clock):
 def test_cb1_snapshot_has_the_contract_keys(clock):
     """CB-1/section 0: a snapshot carries at least the documented keys with sane values."""
     snap = make("snap").snapshot()
-    for key in ("service", "state", "consecutive_failures", "window_calls", "window_failures", "opened_at",
-                "forced", "force_expires_at", "dry_run_rejections", "backend"):
+    for key in (
+        "service",
+        "state",
+        "consecutive_failures",
+        "window_calls",
+        "window_failures",
+        "opened_at",
+        "forced",
+        "force_expires_at",
+        "dry_run_rejections",
+        "backend",
+    ):
         assert key in snap, key
     assert snap["service"] == "snap"
     assert snap["state"] == "closed"
@@ -216,6 +226,7 @@ def test_cb3_minimum_calls_gates_only_the_rate_trigger(clock):
 
 def test_cb3_status_on_neither_list_is_a_success(clock):
     """CB-3/CB-11: a returned 404 (on neither list) is a recorded success."""
+
     @baldur.circuit_breaker("not-found", failure_threshold=2, sliding_window_size=4, minimum_calls=4)
     def lookup(status):
         return Response(status)
@@ -451,7 +462,10 @@ def test_cb8_stale_outcome_in_half_open_takes_no_slot_and_decides_nothing(clock,
     trial = breaker.acquire()
     assert trial.trial
     assert rejection(breaker).reason == "half_open_full"
-    assert events.transitions() == [("closed", "open", "consecutive_failures"), ("open", "half_open", "recovery_timeout")]
+    assert events.transitions() == [
+        ("closed", "open", "consecutive_failures"),
+        ("open", "half_open", "recovery_timeout"),
+    ]
 
 
 def test_cb8_stale_outcome_after_reclose_never_enters_the_new_window(clock):
@@ -560,6 +574,7 @@ def test_cb10_ignored_subclass_is_neither_success_nor_failure(clock):
 
 def test_cb10_single_type_ignore_is_accepted(clock):
     """CB-10: ignore_exceptions may be given as a single type."""
+
     @baldur.circuit_breaker("ignored-one", failure_threshold=1, ignore_exceptions=KeyError)
     def call():
         raise KeyError("k")
@@ -572,6 +587,7 @@ def test_cb10_single_type_ignore_is_accepted(clock):
 @pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit, GeneratorExit])
 def test_cb10_base_exceptions_are_never_failures(clock, exc_type):
     """CB-10: BaseExceptions that are not Exceptions propagate and never count as failures."""
+
     @baldur.circuit_breaker("base-exc", failure_threshold=1)
     def call():
         raise exc_type()
@@ -585,6 +601,7 @@ def test_cb10_base_exceptions_are_never_failures(clock, exc_type):
 
 def test_cb10_cancelled_error_is_never_a_failure(clock):
     """CB-10: asyncio.CancelledError in an async protected call is not a failure."""
+
     @baldur.circuit_breaker("cancel", failure_threshold=1)
     async def call():
         raise asyncio.CancelledError()
@@ -601,8 +618,9 @@ def test_cb10_trial_ending_uncounted_gives_its_slot_back(clock, exc_type):
     """CB-10: a trial that ends in an ignored exception or a BaseException returns its slot."""
     calls = []
 
-    @baldur.circuit_breaker("slot-back", failure_threshold=1, recovery_timeout=1, half_open_max_calls=1,
-                            ignore_exceptions=(BaseIgnored,))
+    @baldur.circuit_breaker(
+        "slot-back", failure_threshold=1, recovery_timeout=1, half_open_max_calls=1, ignore_exceptions=(BaseIgnored,)
+    )
     def call(mode):
         calls.append(mode)
         if mode == "fail":
@@ -626,6 +644,7 @@ def test_cb10_trial_ending_uncounted_gives_its_slot_back(clock, exc_type):
 
 def test_cb10_async_trial_cancelled_gives_its_slot_back(clock):
     """CB-10: an async trial cancelled mid-flight returns its slot."""
+
     @baldur.circuit_breaker("slot-back-async", failure_threshold=1, recovery_timeout=1, half_open_max_calls=1)
     async def call(mode):
         if mode == "fail":
@@ -674,6 +693,7 @@ def test_cb11_returned_failure_status_counts_and_is_returned_unchanged(clock):
 
 def test_cb11_status_attribute_is_read_too(clock):
     """CB-11: an object with an integer `status` (aiohttp style) is classified the same way."""
+
     @baldur.circuit_breaker("aio-status", failure_threshold=1)
     def call():
         return AioResponse(500)
@@ -683,10 +703,24 @@ def test_cb11_status_attribute_is_read_too(clock):
     assert baldur.get_breaker("aio-status").state is OPEN
 
 
-@pytest.mark.parametrize("value", [Response(200), Response(404), Response("503"), Response(True),
-                                   Response(None), AioResponse(302), {"status_code": 503}, 503, "503", None])
+@pytest.mark.parametrize(
+    "value",
+    [
+        Response(200),
+        Response(404),
+        Response("503"),
+        Response(True),
+        Response(None),
+        AioResponse(302),
+        {"status_code": 503},
+        503,
+        "503",
+        None,
+    ],
+)
 def test_cb11_other_returns_are_successes(clock, value):
     """CB-11: only an *integer* status on the list fails; strings, booleans, dicts, plain ints succeed."""
+
     @baldur.circuit_breaker("not-failure", failure_threshold=1)
     def call():
         return value
@@ -699,6 +733,7 @@ def test_cb11_other_returns_are_successes(clock, value):
 
 def test_cb11_status_property_that_raises_is_not_an_error(clock):
     """CB-11: a returned object whose status property blows up is returned as-is, as a success."""
+
     class Weird:
         @property
         def status_code(self):
@@ -746,6 +781,7 @@ def test_cb11_async_returned_failure_counts(clock):
 
 def test_cb12_same_name_shares_state(clock):
     """CB-12: two functions protected under one name share one breaker."""
+
     @baldur.circuit_breaker("shared", failure_threshold=2)
     def a():
         raise ConnectionError()
@@ -892,19 +928,25 @@ def test_cb13_lines_below_the_logger_level_are_not_emitted(clock, caplog, monkey
 def test_cb14_events_for_transitions_forces_releases_lapses_and_rejections(clock, events):
     """CB-14: one in-process event per transition, force, release, lapse and rejection."""
     breaker = make("evt", failure_threshold=1, recovery_timeout=1, half_open_max_calls=1)
-    fail(breaker)                      # state_changed closed->open
-    rejection(breaker)                 # call_rejected
+    fail(breaker)  # state_changed closed->open
+    rejection(breaker)  # call_rejected
     clock.advance(1)
     breaker.state  # noqa: B018 - state_changed open->half_open
     breaker.record_success(breaker.acquire())  # state_changed half_open->closed
     breaker.force_open(ttl_minutes=1)  # forced
-    breaker.release()                  # released
+    breaker.release()  # released
     breaker.force_close(ttl_minutes=1)  # forced
     clock.advance(60)
     breaker.state  # noqa: B018 - force_lapsed
     assert events.kinds() == [
-        "state_changed", "call_rejected", "state_changed", "state_changed",
-        "forced", "released", "forced", "force_lapsed",
+        "state_changed",
+        "call_rejected",
+        "state_changed",
+        "state_changed",
+        "forced",
+        "released",
+        "forced",
+        "force_lapsed",
     ]
     assert all(e.service == "evt" for e in events.events)
 
@@ -1168,8 +1210,9 @@ def test_op5_dry_run_never_rejects_and_counts_would_be_rejections(clock, dry_run
     fallback_calls = []
     calls = []
 
-    @baldur.protected("dry", failure_threshold=2, recovery_timeout=30,
-                      fallback=lambda *a: fallback_calls.append(a) or "fallback")
+    @baldur.protected(
+        "dry", failure_threshold=2, recovery_timeout=30, fallback=lambda *a: fallback_calls.append(a) or "fallback"
+    )
     def call(mode):
         calls.append(mode)
         if mode == "fail":
@@ -1205,6 +1248,7 @@ def rejection_free(breaker) -> bool:
 
 def test_op5_dry_run_lets_forced_open_through(clock, dry_run):
     """OP-5: a forced-open breaker is applied (and reads OPEN) but rejects nothing in dry-run."""
+
     @baldur.circuit_breaker("dry-forced")
     def call():
         return "through"

@@ -59,6 +59,7 @@ def test_cb11_status_of_reads_integer_status_code_then_status(value, expected):
 
 def test_cb11_status_of_survives_a_raising_property():
     """CB-11: a status property that raises reads as no status (the call's value is not turned into an error)."""
+
     class Lazy:
         @property
         def status_code(self):
@@ -80,7 +81,15 @@ def test_cb11_status_of_real_client_responses():
 
 @pytest.mark.parametrize(
     "code,expected",
-    [(None, SUCCESS), (200, SUCCESS), (404, SUCCESS), (500, FAILURE), (504, FAILURE), (429, RATE_LIMITED), (501, SUCCESS)],
+    [
+        (None, SUCCESS),
+        (200, SUCCESS),
+        (404, SUCCESS),
+        (500, FAILURE),
+        (504, FAILURE),
+        (429, RATE_LIMITED),
+        (501, SUCCESS),
+    ],
 )
 def test_cb11_classify_status_against_the_two_lists(code, expected):
     """CB-11/CB-3: a status on the failure list fails, on the rate-limit list is a 429 sighting, else success."""
@@ -160,6 +169,7 @@ def test_rl1_exception_carrying_a_429_response():
 
 def test_rl1_unprintable_exception_is_not_an_error():
     """RL-1: an exception whose str() raises is simply not a rate limit."""
+
     class Unprintable(Exception):
         def __str__(self):
             raise RuntimeError("no")
@@ -210,7 +220,9 @@ def test_rl2_retry_after_of_responses_and_exceptions():
     response = httpx.Response(429, headers={"Retry-After": "12"})
     assert retry_after_of(response) == "12"
     request = httpx.Request("GET", "https://example.test/")
-    err = httpx.HTTPStatusError("x", request=request, response=httpx.Response(429, headers={"retry-after": "3"}, request=request))
+    err = httpx.HTTPStatusError(
+        "x", request=request, response=httpx.Response(429, headers={"retry-after": "3"}, request=request)
+    )
     assert retry_after_of(err) == "3"
     sdk_error = RateLimitError("slow down")
     sdk_error.retry_after = 4.5

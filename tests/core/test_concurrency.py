@@ -208,11 +208,14 @@ def scenario_consecutive_count(rig: Rig, threads: int = 16, per_thread: int = 30
     run_threads(threads, work)
     total = threads * per_thread
     counts = rig.counts()
-    return [] if counts == (total, total, total) else [f"(consecutive, calls, failures) = {counts}, expected {total} each"]
+    return (
+        [] if counts == (total, total, total) else [f"(consecutive, calls, failures) = {counts}, expected {total} each"]
+    )
 
 
-def scenario_full_window(rig: Rig, threads: int = 16, per_thread: int = 1500, failing: int = 8,
-                         every: int = 16) -> list[str]:
+def scenario_full_window(
+    rig: Rig, threads: int = 16, per_thread: int = 1500, failing: int = 8, every: int = 16
+) -> list[str]:
     """CB-9 on a full window: successes take the lock-free healthy path while *failing*
     threads inject a failure every *every* calls (each failure switches the healthy path
     off until the window is clean again, so the two paths keep alternating). No outcome
@@ -257,8 +260,9 @@ def scenario_full_window(rig: Rig, threads: int = 16, per_thread: int = 1500, fa
     return problems
 
 
-def scenario_trip_once(rig: Rig, rounds: int = 300, threads: int = 16, threshold: int = 8,
-                       stop_at_first: bool = False) -> list[str]:
+def scenario_trip_once(
+    rig: Rig, rounds: int = 300, threads: int = 16, threshold: int = 8, stop_at_first: bool = False
+) -> list[str]:
     """CB-2, CB-8, CB-9: each round, *threads* callers all admitted while CLOSED fail at
     once. The breaker trips exactly once, at exactly *threshold* failures; the later
     failures are stale and dropped, so the counts the ``opened`` listener saw are final.
@@ -410,22 +414,43 @@ def scenario_half_open_giveback(rig: Rig, rounds: int = 15, threads: int = 32) -
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 def test_cb9_no_lost_updates_while_window_fills(window):
     """CB-9: 16 threads x 400 outcomes into a window that never fills: exact counts."""
-    assert scenario_filling_window(make_breaker(window=window, failure_threshold=NEVER, failure_rate_threshold=0,
-                                                sliding_window_size=100_000, minimum_calls=1)) == []
+    assert (
+        scenario_filling_window(
+            make_breaker(
+                window=window,
+                failure_threshold=NEVER,
+                failure_rate_threshold=0,
+                sliding_window_size=100_000,
+                minimum_calls=1,
+            )
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 def test_cb2_cb9_consecutive_failures_not_lost(window):
     """CB-2, CB-9: 16 threads x 300 failures: consecutive count and window exact."""
-    assert scenario_consecutive_count(make_breaker(window=window, failure_threshold=NEVER, failure_rate_threshold=0,
-                                                   sliding_window_size=100_000, minimum_calls=1)) == []
+    assert (
+        scenario_consecutive_count(
+            make_breaker(
+                window=window,
+                failure_threshold=NEVER,
+                failure_rate_threshold=0,
+                sliding_window_size=100_000,
+                minimum_calls=1,
+            )
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 def test_cb9_full_window_healthy_path_loses_nothing(window):
     """CB-9: lock-free healthy successes racing locked failures on a full window."""
-    rig = make_breaker(window=window, failure_threshold=NEVER, failure_rate_threshold=0,
-                       sliding_window_size=16, minimum_calls=1)
+    rig = make_breaker(
+        window=window, failure_threshold=NEVER, failure_rate_threshold=0, sliding_window_size=16, minimum_calls=1
+    )
     for _ in range(16):  # start full and healthy
         rig.breaker.record_success(rig.breaker.acquire())
     assert rig.breaker._healthy_permit is not None
@@ -446,31 +471,50 @@ def test_cb9_window_fills_under_contention_then_goes_lock_free():
 def test_cb2_cb8_cb9_trips_exactly_once(window):
     """CB-2, CB-8, CB-9: 300 rounds of 16 concurrent failures, threshold 8: one open
     event per round, counts exactly 8."""
-    rig = make_breaker(window=window, failure_threshold=8, failure_rate_threshold=0,
-                       sliding_window_size=100, minimum_calls=1)
+    rig = make_breaker(
+        window=window, failure_threshold=8, failure_rate_threshold=0, sliding_window_size=100, minimum_calls=1
+    )
     assert scenario_trip_once(rig) == []
 
 
 @pytest.mark.parametrize("budget", [1, 3])
 def test_cb6_cb9_half_open_budget_under_32_threads(budget):
     """CB-5, CB-6, CB-9: 32 threads race into HALF_OPEN: budget respected, one close."""
-    rig = make_breaker(failure_threshold=1, failure_rate_threshold=0, half_open_max_calls=budget,
-                       recovery_timeout=5, sliding_window_size=10, minimum_calls=1)
+    rig = make_breaker(
+        failure_threshold=1,
+        failure_rate_threshold=0,
+        half_open_max_calls=budget,
+        recovery_timeout=5,
+        sliding_window_size=10,
+        minimum_calls=1,
+    )
     assert scenario_half_open_race(rig) == []
 
 
 def test_cb6_cb10_half_open_slots_given_back_under_threads():
     """CB-6, CB-9, CB-10: ignored trials return slots; never more than N outstanding."""
-    rig = make_breaker(failure_threshold=1, failure_rate_threshold=0, half_open_max_calls=3,
-                       recovery_timeout=5, sliding_window_size=10, minimum_calls=1)
+    rig = make_breaker(
+        failure_threshold=1,
+        failure_rate_threshold=0,
+        half_open_max_calls=3,
+        recovery_timeout=5,
+        sliding_window_size=10,
+        minimum_calls=1,
+    )
     assert scenario_half_open_giveback(rig) == []
 
 
 def test_cb6_half_open_trials_held_concurrently_exactly_budget():
     """CB-6, CB-9: 32 threads each try to hold a trial at the same time: exactly N hold
     one, the other 32-N are refused with half_open_full (retry_after None)."""
-    rig = make_breaker(failure_threshold=1, failure_rate_threshold=0, half_open_max_calls=3,
-                       recovery_timeout=5, sliding_window_size=10, minimum_calls=1)
+    rig = make_breaker(
+        failure_threshold=1,
+        failure_rate_threshold=0,
+        half_open_max_calls=3,
+        recovery_timeout=5,
+        sliding_window_size=10,
+        minimum_calls=1,
+    )
     b = rig.breaker
     b.record_failure(b.acquire())
     rig.clock.advance(5)
@@ -503,8 +547,14 @@ def test_cb8_stale_trials_of_an_earlier_round_take_no_slot():
     other threads take round 2's slots: the stale successes do not count towards
     closing, the stale ignored ones give no slot back, round 2 grants exactly its budget
     and closes once."""
-    rig = make_breaker(failure_threshold=1, failure_rate_threshold=0, half_open_max_calls=3,
-                       recovery_timeout=5, sliding_window_size=10, minimum_calls=1)
+    rig = make_breaker(
+        failure_threshold=1,
+        failure_rate_threshold=0,
+        half_open_max_calls=3,
+        recovery_timeout=5,
+        sliding_window_size=10,
+        minimum_calls=1,
+    )
     b = rig.breaker
     b.record_failure(b.acquire())
     rig.clock.advance(5)
@@ -537,8 +587,13 @@ def test_cb8_stale_trials_of_an_earlier_round_take_no_slot():
         b.acquire()
     run_threads(3, lambda i: b.record_success(granted[i]))
     moved = [t[:2] for t in rig.transitions()]
-    assert moved == [("closed", "open"), ("open", "half_open"), ("half_open", "open"), ("open", "half_open"),
-                     ("half_open", "closed")]
+    assert moved == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "open"),
+        ("open", "half_open"),
+        ("half_open", "closed"),
+    ]
 
 
 class HookedClock(FakeClock):
@@ -559,9 +614,18 @@ class HookedClock(FakeClock):
 def _ordering_rig() -> tuple[CircuitBreaker, HookedClock, EventBus, threading.Event]:
     """An OPEN breaker whose recovery timeout has expired, plus an Event set as soon as
     another thread has *decided* (not yet published) the HALF_OPEN -> CLOSED step."""
-    config = build_config("order", {"failure_threshold": 1, "failure_rate_threshold": 0, "recovery_timeout": 5,
-                                    "half_open_max_calls": 1, "sliding_window_size": 10, "minimum_calls": 1},
-                          SettingsSource(environ={}))
+    config = build_config(
+        "order",
+        {
+            "failure_threshold": 1,
+            "failure_rate_threshold": 0,
+            "recovery_timeout": 5,
+            "half_open_max_calls": 1,
+            "sliding_window_size": 10,
+            "minimum_calls": 1,
+        },
+        SettingsSource(environ={}),
+    )
     clock = HookedClock()
     bus = EventBus()
     b = CircuitBreaker("order", config, clock=clock, bus=bus)
@@ -666,9 +730,16 @@ def _slow_calls(service: str, count: int, gate: threading.Event, inside: threadi
     a 503 response, 3 raises an ignored exception."""
     outcomes: dict[int, Any] = {}
 
-    @baldur.circuit_breaker(service, failure_threshold=3, failure_rate_threshold=0, sliding_window_size=50,
-                            minimum_calls=1, recovery_timeout=10, half_open_max_calls=2,
-                            ignore_exceptions=(Ignored,))
+    @baldur.circuit_breaker(
+        service,
+        failure_threshold=3,
+        failure_rate_threshold=0,
+        sliding_window_size=50,
+        minimum_calls=1,
+        recovery_timeout=10,
+        half_open_max_calls=2,
+        ignore_exceptions=(Ignored,),
+    )
     def slow(i: int) -> Any:
         inside.wait()
         assert gate.wait(30)
@@ -772,7 +843,11 @@ def test_cb8_stale_outcomes_during_half_open_take_no_slot(clock, events):
     b.record_success(second_trial)
     assert b.state is baldur.CircuitState.CLOSED
     assert b.snapshot()["window_calls"] == 0
-    assert _service_transitions(events, "stale-half") == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+    assert _service_transitions(events, "stale-half") == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "closed"),
+    ]
 
 
 def test_cb8_stale_outcomes_racing_the_trip(clock, events):
@@ -841,8 +916,9 @@ def test_cb9_async_closed_calls_run_concurrently(clock):
 IS_TRIAL: contextvars.ContextVar[bool] = contextvars.ContextVar("IS_TRIAL", default=False)
 
 
-def _async_half_open_round(clock: FakeClock, loops: int, tasks_per_loop: int, budget: int, hold: bool,
-                           seed: int) -> tuple[str, dict[str, Any]]:
+def _async_half_open_round(
+    clock: FakeClock, loops: int, tasks_per_loop: int, budget: int, hold: bool, seed: int
+) -> tuple[str, dict[str, Any]]:
     """Trip an async-decorated breaker, expire its timeout, and race ``loops`` event
     loops (one per thread) of ``tasks_per_loop`` tasks each into HALF_OPEN.
 
@@ -852,11 +928,24 @@ def _async_half_open_round(clock: FakeClock, loops: int, tasks_per_loop: int, bu
     """
     service = f"async-half-{loops}-{hold}-{budget}-{seed}"
     book = threading.Lock()
-    tally: dict[str, Any] = {"granted": 0, "trial_bodies": 0, "trials_inside": 0, "max_trials_inside": 0,
-                             "reasons": set(), "bodies": 0}
+    tally: dict[str, Any] = {
+        "granted": 0,
+        "trial_bodies": 0,
+        "trials_inside": 0,
+        "max_trials_inside": 0,
+        "reasons": set(),
+        "bodies": 0,
+    }
     release = threading.Event()
-    decorate = baldur.circuit_breaker(service, failure_threshold=1, failure_rate_threshold=0, recovery_timeout=5,
-                                      half_open_max_calls=budget, sliding_window_size=10, minimum_calls=1)
+    decorate = baldur.circuit_breaker(
+        service,
+        failure_threshold=1,
+        failure_rate_threshold=0,
+        recovery_timeout=5,
+        half_open_max_calls=budget,
+        sliding_window_size=10,
+        minimum_calls=1,
+    )
     b = baldur.get_breaker(service)
     admit = b.acquire_slow
 
@@ -933,7 +1022,11 @@ def test_cb6_cb9_async_half_open_budget(clock, events, loops, hold):
         assert tally["bodies"] == 64, tally
         assert tally["reasons"] == {"half_open_full"}, tally
         assert tally["state"] == "closed"
-        assert _service_transitions(events, service) == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+        assert _service_transitions(events, service) == [
+            ("closed", "open"),
+            ("open", "half_open"),
+            ("half_open", "closed"),
+        ]
         if hold:
             assert tally["max_trials_inside"] == 3, tally
 
@@ -967,8 +1060,14 @@ def test_meta_lost_updates_show_without_the_lock():
     """Meta (CB-9): without the lock (and with switch points inside ``calls += 1``), the
     filling-window scenario loses updates. Measured: 12-14 runs in 20."""
     problems = _misbehaves(
-        lambda: make_breaker(unprotected=True, window="yielding", failure_threshold=NEVER, failure_rate_threshold=0,
-                             sliding_window_size=100_000, minimum_calls=1),
+        lambda: make_breaker(
+            unprotected=True,
+            window="yielding",
+            failure_threshold=NEVER,
+            failure_rate_threshold=0,
+            sliding_window_size=100_000,
+            minimum_calls=1,
+        ),
         scenario_filling_window,
     )
     assert problems, "the scenario did not notice a missing lock"
@@ -978,8 +1077,14 @@ def test_meta_consecutive_count_loses_failures_without_the_lock():
     """Meta (CB-2, CB-9): without the lock, the consecutive/window counts lose failures.
     Measured: 12-19 runs in 20."""
     problems = _misbehaves(
-        lambda: make_breaker(unprotected=True, window="yielding", failure_threshold=NEVER, failure_rate_threshold=0,
-                             sliding_window_size=100_000, minimum_calls=1),
+        lambda: make_breaker(
+            unprotected=True,
+            window="yielding",
+            failure_threshold=NEVER,
+            failure_rate_threshold=0,
+            sliding_window_size=100_000,
+            minimum_calls=1,
+        ),
         scenario_consecutive_count,
     )
     assert problems, "the scenario did not notice a missing lock"
@@ -991,8 +1096,14 @@ def test_meta_full_window_drifts_without_the_lock():
     failure count. Measured: 7-16 runs in 20."""
 
     def build() -> Rig:
-        rig = make_breaker(unprotected=True, window="yielding", failure_threshold=NEVER, failure_rate_threshold=0,
-                           sliding_window_size=16, minimum_calls=1)
+        rig = make_breaker(
+            unprotected=True,
+            window="yielding",
+            failure_threshold=NEVER,
+            failure_rate_threshold=0,
+            sliding_window_size=16,
+            minimum_calls=1,
+        )
         for _ in range(16):
             rig.breaker.record_success(rig.breaker.acquire())
         return rig
@@ -1004,8 +1115,9 @@ def test_meta_double_trip_shows_without_the_lock():
     """Meta (CB-2, CB-9): without the lock, concurrent failures sometimes trip twice (two
     ``opened`` events in one round). Measured: about 1 round in 100 to 300, so this runs up to
     3000 rounds and stops at the first double trip."""
-    rig = make_breaker(unprotected=True, failure_threshold=8, failure_rate_threshold=0,
-                       sliding_window_size=100, minimum_calls=1)
+    rig = make_breaker(
+        unprotected=True, failure_threshold=8, failure_rate_threshold=0, sliding_window_size=100, minimum_calls=1
+    )
     problems = _crash_is_a_problem(scenario_trip_once, rig, rounds=3000, stop_at_first=True)
     assert problems, "the scenario did not notice a missing lock"
 
@@ -1014,8 +1126,15 @@ def test_meta_half_open_budget_breaks_without_the_lock():
     """Meta (CB-6, CB-9): without the lock, the half-open race grants too many trials or
     publishes a transition twice. Measured: 19-20 runs in 20."""
     problems = _misbehaves(
-        lambda: make_breaker(unprotected=True, failure_threshold=1, failure_rate_threshold=0, half_open_max_calls=3,
-                             recovery_timeout=5, sliding_window_size=10, minimum_calls=1),
+        lambda: make_breaker(
+            unprotected=True,
+            failure_threshold=1,
+            failure_rate_threshold=0,
+            half_open_max_calls=3,
+            recovery_timeout=5,
+            sliding_window_size=10,
+            minimum_calls=1,
+        ),
         scenario_half_open_race,
     )
     assert problems, "the scenario did not notice a missing lock"

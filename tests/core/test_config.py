@@ -245,8 +245,18 @@ def test_cfg1_env_json_list_of_rules():
 
 @pytest.mark.parametrize(
     "raw,expected",
-    [("true", True), ("TRUE", True), ("1", True), ("yes", True), ("on", True),
-     ("false", False), ("0", False), ("no", False), ("Off", False), ("", False)],
+    [
+        ("true", True),
+        ("TRUE", True),
+        ("1", True),
+        ("yes", True),
+        ("on", True),
+        ("false", False),
+        ("0", False),
+        ("no", False),
+        ("Off", False),
+        ("", False),
+    ],
 )
 def test_cfg1_env_booleans(raw, expected):
     """CFG-1: environment booleans read true/false, 1/0, yes/no, on/off in any case."""
@@ -259,7 +269,11 @@ WHOLE_SECONDS = {"BALDUR_CB_SLIDING_WINDOW_SECONDS"}
 
 @pytest.mark.parametrize(
     "name",
-    [*sorted(n for n in SPEC_DEFAULTS if n.endswith("_SECONDS") and n not in WHOLE_SECONDS), "BALDUR_CB_RECOVERY_TIMEOUT", "BALDUR_CB_RECOVERY_TIMEOUT_MAX"],
+    [
+        *sorted(n for n in SPEC_DEFAULTS if n.endswith("_SECONDS") and n not in WHOLE_SECONDS),
+        "BALDUR_CB_RECOVERY_TIMEOUT",
+        "BALDUR_CB_RECOVERY_TIMEOUT_MAX",
+    ],
 )
 def test_cfg3_seconds_knobs_accept_floats(name):
     """CFG-3: every *_SECONDS value (but the time window's whole seconds, CB-15) and the recovery
@@ -488,10 +502,18 @@ def test_cfg3_services_entry_cannot_set_ignore_exceptions_or_unknown_things():
     """CFG-3, CB-15..CB-17: only the breaker knobs may appear in BALDUR_SERVICES (the CB-15..CB-17
     keys included)."""
     assert set(SERVICE_KEYS) == {
-        "failure_threshold", "failure_rate_threshold", "sliding_window_size",
-        "minimum_calls", "recovery_timeout", "half_open_max_calls",
-        "sliding_window_type", "sliding_window_seconds", "recovery_backoff_factor",
-        "recovery_timeout_max", "slow_call_duration", "slow_call_rate_threshold",
+        "failure_threshold",
+        "failure_rate_threshold",
+        "sliding_window_size",
+        "minimum_calls",
+        "recovery_timeout",
+        "half_open_max_calls",
+        "sliding_window_type",
+        "sliding_window_seconds",
+        "recovery_backoff_factor",
+        "recovery_timeout_max",
+        "slow_call_duration",
+        "slow_call_rate_threshold",
     }
     with pytest.raises(ConfigError, match="ignore_exceptions"):
         lookup_source({"BALDUR_SERVICES": {"pay": {"ignore_exceptions": ["KeyError"]}}}).get("BALDUR_SERVICES")
@@ -515,7 +537,9 @@ def test_cfg3_minimum_calls_above_window_per_call():
 
 def test_cfg3_minimum_calls_above_window_in_services_entry():
     """CFG-3: the same inside one BALDUR_SERVICES entry, or a service minimum above the global window."""
-    src = env_source(BALDUR_SERVICES='{"a": {"minimum_calls": 20, "sliding_window_size": 10}, "b": {"minimum_calls": 200}}')
+    src = env_source(
+        BALDUR_SERVICES='{"a": {"minimum_calls": 20, "sliding_window_size": 10}, "b": {"minimum_calls": 200}}'
+    )
     with pytest.raises(ConfigError, match="minimum_calls=20"):
         build_config("a", {}, src)
     with pytest.raises(ConfigError, match="minimum_calls=200"):
@@ -619,7 +643,7 @@ def test_cfg3_float_recovery_timeout_per_call_is_accepted(clock):
 )
 def test_cfg3_bad_retry_policy_is_config_error_naming_the_field(kwargs):
     """CFG-3/FAC-3: a RetryPolicy field out of range is a ConfigError naming the field and value."""
-    (field, value), = kwargs.items()
+    ((field, value),) = kwargs.items()
     with pytest.raises(ConfigError) as info:
         RetryPolicy(**kwargs)
     assert field in str(info.value)
@@ -827,8 +851,14 @@ def test_cb15_window_seconds_accepts_whole_numbers(raw, expected):
 
 @pytest.mark.parametrize(
     "key,value",
-    [("slow_call_duration", 0), ("slow_call_rate_threshold", 0), ("slow_call_rate_threshold", 100),
-     ("recovery_backoff_factor", 1), ("sliding_window_seconds", 1), ("sliding_window_type", "TIME")],
+    [
+        ("slow_call_duration", 0),
+        ("slow_call_rate_threshold", 0),
+        ("slow_call_rate_threshold", 100),
+        ("recovery_backoff_factor", 1),
+        ("sliding_window_seconds", 1),
+        ("sliding_window_type", "TIME"),
+    ],
 )
 def test_cfg3_cb15_cb16_cb17_boundary_values_are_valid(key, value):
     """CFG-3: the edges are allowed: 0 turns the slow-call trigger off, factor 1 turns backoff off."""
@@ -841,7 +871,8 @@ def test_cb15_time_window_does_not_bound_minimum_calls_by_the_window_size():
     """CB-15: with the time window, minimum_calls counts outcomes over its seconds, so a value above
     sliding_window_size is neither an error nor lowered to the size."""
     cfg = build_config(
-        "t", validate_overrides("t", {"sliding_window_type": "time", "sliding_window_size": 10, "minimum_calls": 50}),
+        "t",
+        validate_overrides("t", {"sliding_window_type": "time", "sliding_window_size": 10, "minimum_calls": 50}),
         env_source(),
     )
     assert cfg.minimum_calls == 50
@@ -857,12 +888,22 @@ def test_cb15_time_window_does_not_bound_minimum_calls_by_the_window_size():
         ({"recovery_timeout": 30, "recovery_timeout_max": 10}, {}, "per-call argument"),
         ({"recovery_timeout_max": 10}, {}, "default of BALDUR_CB_RECOVERY_TIMEOUT"),
         ({"recovery_timeout_max": 10}, {"BALDUR_CB_RECOVERY_TIMEOUT": "30"}, "from BALDUR_CB_RECOVERY_TIMEOUT"),
-        ({}, {"BALDUR_CB_RECOVERY_TIMEOUT": "30", "BALDUR_CB_RECOVERY_TIMEOUT_MAX": "10"}, "BALDUR_CB_RECOVERY_TIMEOUT_MAX"),
+        (
+            {},
+            {"BALDUR_CB_RECOVERY_TIMEOUT": "30", "BALDUR_CB_RECOVERY_TIMEOUT_MAX": "10"},
+            "BALDUR_CB_RECOVERY_TIMEOUT_MAX",
+        ),
         ({}, {"BALDUR_SERVICES": '{"svc": {"recovery_timeout": 30, "recovery_timeout_max": 10}}'}, "BALDUR_SERVICES"),
-        ({}, {"BALDUR_SERVICES": '{"svc": {"recovery_timeout_max": 10}}', "BALDUR_CB_RECOVERY_TIMEOUT": "30"}, "BALDUR_SERVICES"),
+        (
+            {},
+            {"BALDUR_SERVICES": '{"svc": {"recovery_timeout_max": 10}}', "BALDUR_CB_RECOVERY_TIMEOUT": "30"},
+            "BALDUR_SERVICES",
+        ),
     ],
 )
-def test_cb16_recovery_cap_below_the_timeout_at_the_same_or_a_more_specific_level_is_an_error(overrides, environ, named):
+def test_cb16_recovery_cap_below_the_timeout_at_the_same_or_a_more_specific_level_is_an_error(
+    overrides, environ, named
+):
     """CB-16, CFG-3: recovery_timeout_max below recovery_timeout, when the cap was given at the same
     level as the timeout or more specifically, is a ConfigError naming both values and their origins."""
     with pytest.raises(ConfigError) as info:

@@ -56,6 +56,7 @@ def snap(name):
 
 def test_fac1_protected_sync_keeps_metadata(clock):
     """FAC-1: protected on a def returns a plain function with functools.wraps metadata."""
+
     def charge(order_id: int, *, amount: float = 1.0) -> str:
         """Charge an order."""
         return f"charged {order_id} {amount}"
@@ -76,6 +77,7 @@ def test_fac1_protected_sync_keeps_metadata(clock):
 @pytest.mark.parametrize("decorator", ["protected", "circuit_breaker", "aprotected"])
 def test_fac1_async_def_stays_a_coroutine_function(clock, decorator):
     """FAC-1: a decorated async def is a coroutine function (inspect.iscoroutinefunction) with its metadata."""
+
     async def fetch(x):
         """Fetch x."""
         await asyncio.sleep(0)
@@ -89,6 +91,7 @@ def test_fac1_async_def_stays_a_coroutine_function(clock, decorator):
 
 def test_fac1_circuit_breaker_on_def_is_sync(clock):
     """FAC-1: circuit_breaker on a def returns a sync function."""
+
     @baldur.circuit_breaker("cb-sync")
     def f():
         return "sync"
@@ -99,6 +102,7 @@ def test_fac1_circuit_breaker_on_def_is_sync(clock):
 
 def test_fac1_partial_of_async_def_is_detected(clock):
     """FAC-1: a functools.partial of an async def is detected as async."""
+
     async def add(a, b):
         return a + b
 
@@ -109,6 +113,7 @@ def test_fac1_partial_of_async_def_is_detected(clock):
 
 def test_fac1_aprotected_refuses_a_plain_def(clock):
     """FAC-1: aprotected is the explicit async form; a plain def is a ConfigError naming it."""
+
     def not_async():
         return 1
 
@@ -136,6 +141,7 @@ def test_fac1_generators_are_refused_at_decoration(clock, decorator, func):
 
 def test_fac1_protect_refuses_generators_and_coroutine_functions(clock):
     """FAC-1: protect() wants a plain callable: generators and async defs are ConfigErrors."""
+
     async def coro():
         return 1
 
@@ -196,6 +202,7 @@ def test_fac_every_form_accepts_every_override(clock, form):
     if form == "protect":
         baldur.protect(name, lambda: None, **ALL_OVERRIDES)
     elif form == "aprotect":
+
         async def noop():
             return None
 
@@ -210,8 +217,10 @@ def test_fac_every_form_accepts_every_override(clock, form):
 def test_fac_precedence_per_call_over_services_over_global(clock, monkeypatch):
     """Section 0/CFG-1: per-call override > BALDUR_SERVICES[service] > global setting, end to end."""
     monkeypatch.setenv("BALDUR_CB_FAILURE_THRESHOLD", "7")
-    monkeypatch.setenv("BALDUR_SERVICES", '{"svc-a": {"failure_threshold": 3, "recovery_timeout": 2.5},'
-                                          ' "svc-c": {"failure_threshold": 3}}')
+    monkeypatch.setenv(
+        "BALDUR_SERVICES",
+        '{"svc-a": {"failure_threshold": 3, "recovery_timeout": 2.5}, "svc-c": {"failure_threshold": 3}}',
+    )
     settings.reset()
 
     @baldur.circuit_breaker("svc-a")
@@ -382,6 +391,7 @@ def test_fac3_budget_bounds_the_whole_sequence(clock):
 
 def test_fac3_budget_counts_time_spent_in_attempts(clock):
     """FAC-3: slow attempts eat the budget too."""
+
     def slow():
         clock.advance(1.0)
         raise ConnectionError()
@@ -400,15 +410,19 @@ def test_fac3_ignored_exceptions_are_never_retried(clock):
     """FAC-3/CB-10: an ignored exception ends the sequence at once, uncounted."""
     call = Flaky(Ignored("x"))
     with pytest.raises(Ignored):
-        baldur.protect("retry-ignored", call, retry=RetryPolicy(max_attempts=5, **NO_JITTER),
-                       ignore_exceptions=(Ignored,))
+        baldur.protect(
+            "retry-ignored", call, retry=RetryPolicy(max_attempts=5, **NO_JITTER), ignore_exceptions=(Ignored,)
+        )
     assert call.calls == 1 and clock.sleeps == []
     s = snap("retry-ignored")
     assert (s["consecutive_failures"], s["window_calls"]) == (0, 0)
 
 
-@pytest.mark.parametrize("error", [CircuitOpenError("inner", "open", 5.0), RateLimitCooldownError("inner", 5.0)],
-                         ids=["CircuitOpenError", "RateLimitCooldownError"])
+@pytest.mark.parametrize(
+    "error",
+    [CircuitOpenError("inner", "open", 5.0), RateLimitCooldownError("inner", 5.0)],
+    ids=["CircuitOpenError", "RateLimitCooldownError"],
+)
 def test_fac3_breaker_and_cooldown_refusals_are_never_retried(clock, error):
     """FAC-3: a CircuitOpenError or RateLimitCooldownError raised inside the call is not retried."""
     call = Flaky(error)
@@ -434,8 +448,12 @@ def test_fac3_returned_failure_responses_are_retried_and_the_last_returned_uncha
     answers = [Response(503), Response(502), Response(500)]
     fallback_calls = []
     call = Flaky(*answers)
-    result = baldur.protect("retry-returned", call, retry=RetryPolicy(max_attempts=3, **NO_JITTER),
-                            fallback=lambda: fallback_calls.append(1))
+    result = baldur.protect(
+        "retry-returned",
+        call,
+        retry=RetryPolicy(max_attempts=3, **NO_JITTER),
+        fallback=lambda: fallback_calls.append(1),
+    )
     assert result is answers[2]
     assert call.calls == 3
     assert fallback_calls == []
@@ -467,6 +485,7 @@ def test_fac3_retry_stops_when_the_breaker_changes_state_mid_sequence(clock):
 
 def test_fac3_async_waits_use_asyncio_sleep_not_the_blocking_sleep(clock, monkeypatch):
     """FAC-3: the async retry stage waits with asyncio.sleep (never the clock's blocking sleep)."""
+
     class AsyncOnlyClock:
         def __init__(self):
             self.now = 0.0
@@ -533,6 +552,7 @@ def test_cb6_a_trial_is_never_retried(clock, events, style):
     policy = RetryPolicy(max_attempts=5, **NO_JITTER)
     name = f"trial-{style}"
     if style == "sync":
+
         @baldur.protected(name, retry=policy, failure_threshold=1, recovery_timeout=1)
         def call():
             attempts.append(1)
@@ -540,6 +560,7 @@ def test_cb6_a_trial_is_never_retried(clock, events, style):
 
         run = call
     else:
+
         @baldur.protected(name, retry=policy, failure_threshold=1, recovery_timeout=1)
         async def acall():
             attempts.append(1)
@@ -583,8 +604,12 @@ def test_fac4_fallback_after_the_final_counted_exception_only(clock):
     """FAC-4: with retry, the fallback runs once, after the last attempt."""
     fallback_calls = []
     call = Flaky(ConnectionError())
-    result = baldur.protect("fb-final", call, retry=RetryPolicy(max_attempts=3, **NO_JITTER),
-                            fallback=lambda: fallback_calls.append(1) or "queued")
+    result = baldur.protect(
+        "fb-final",
+        call,
+        retry=RetryPolicy(max_attempts=3, **NO_JITTER),
+        fallback=lambda: fallback_calls.append(1) or "queued",
+    )
     assert result == "queued"
     assert call.calls == 3 and fallback_calls == [1]
 
@@ -626,6 +651,7 @@ def test_fac4_fallback_error_is_chained_from_the_original(clock):
 
 def test_fac4_without_fallback_the_error_propagates(clock):
     """FAC-4: no fallback: the rejection propagates as CircuitOpenError."""
+
     @baldur.protected("fb-none", failure_threshold=1)
     def call():
         raise ConnectionError()
@@ -653,6 +679,7 @@ def test_fac4_fallback_when_the_cooldown_refuses(clock):
 @pytest.mark.parametrize("form", ["protected", "aprotected", "aprotect"])
 def test_fac4_coroutine_fallback_is_awaited_in_async_forms(clock, form):
     """FAC-4: a coroutine-function fallback is awaited by the async forms, on failure and rejection."""
+
     async def fallback(*args, **kwargs):
         await asyncio.sleep(0)
         return ("fallback", args)
@@ -662,6 +689,7 @@ def test_fac4_coroutine_fallback_is_awaited_in_async_forms(clock, form):
 
     name = f"afb-{form}"
     if form == "aprotect":
+
         def run(*args):
             return asyncio.run(baldur.aprotect(name, failing, fallback=fallback, failure_threshold=1))
     else:
@@ -678,6 +706,7 @@ def test_fac4_coroutine_fallback_is_awaited_in_async_forms(clock, form):
 
 def test_fac4_sync_fallback_in_async_form(clock):
     """FAC-4: a plain-function fallback works in the async forms too."""
+
     @baldur.aprotected("afb-sync", fallback=lambda *a: "plain")
     async def call():
         raise ConnectionError()
@@ -716,6 +745,7 @@ def test_fac4_no_fallback_for_a_returned_response_in_async(clock):
 
 def test_circuit_open_error_retry_after_open_and_forced(clock):
     """Section 0: retry_after is the time until a probe (OPEN) or until the force lapses (forced open)."""
+
     @baldur.protected("retry-after", failure_threshold=1, recovery_timeout=40)
     def call():
         raise ConnectionError()

@@ -164,7 +164,7 @@ class BreakerVersusModel(RuleBasedStateMachine):
         elif how == "record_success":
             b.record_success(permit)
         elif how.startswith("status_"):
-            settle_result(b, permit, Response(int(how[len("status_"):])))
+            settle_result(b, permit, Response(int(how[len("status_") :])))
         elif how == "raise_error":
             assert settle_exception(b, permit, RuntimeError("boom")) is True
         elif how == "record_failure":

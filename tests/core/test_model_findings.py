@@ -20,8 +20,14 @@ def test_cb16_k_counts_consecutive_opens_while_backoff_is_off():
     snapshot's ``consecutive_opens`` reads 2 (the model's minimal failing program)."""
     config = build_config(
         "k-off",
-        {"failure_threshold": 1, "failure_rate_threshold": 0, "sliding_window_size": 1, "minimum_calls": 1,
-         "recovery_timeout": 1, "half_open_max_calls": 1},
+        {
+            "failure_threshold": 1,
+            "failure_rate_threshold": 0,
+            "sliding_window_size": 1,
+            "minimum_calls": 1,
+            "recovery_timeout": 1,
+            "half_open_max_calls": 1,
+        },
         SettingsSource(environ={}),
     )
     assert (config.recovery_backoff_factor, config.recovery_timeout_max) == (1.0, 600.0)
@@ -45,8 +51,14 @@ def test_cb16_forced_open_snapshot_does_not_claim_a_stale_open_duration():
     timeout that does not apply to a forced open."""
     config = build_config(
         "forced-duration",
-        {"failure_threshold": 1, "failure_rate_threshold": 0, "sliding_window_size": 1, "minimum_calls": 1,
-         "recovery_timeout": 10, "half_open_max_calls": 1},
+        {
+            "failure_threshold": 1,
+            "failure_rate_threshold": 0,
+            "sliding_window_size": 1,
+            "minimum_calls": 1,
+            "recovery_timeout": 10,
+            "half_open_max_calls": 1,
+        },
         SettingsSource(environ={}),
     )
     clock = FakeClock()

@@ -18,8 +18,14 @@ import pytest
 
 import baldur_django as baldur
 
-OPTS = {"failure_threshold": 1, "failure_rate_threshold": 0, "recovery_timeout": 5, "half_open_max_calls": 1,
-        "sliding_window_size": 10, "minimum_calls": 1}
+OPTS = {
+    "failure_threshold": 1,
+    "failure_rate_threshold": 0,
+    "recovery_timeout": 5,
+    "half_open_max_calls": 1,
+    "sliding_window_size": 10,
+    "minimum_calls": 1,
+}
 
 
 def test_cb10_nested_refusal_gives_the_trial_slot_back(clock, events):

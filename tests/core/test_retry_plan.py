@@ -168,7 +168,9 @@ def test_cb10_an_ignored_exception_ends_the_sequence_unrecorded(clock):
     assert cascade(breaker) == (0, 0)
 
 
-@pytest.mark.parametrize("error", [KeyboardInterrupt(), asyncio.CancelledError()], ids=["KeyboardInterrupt", "CancelledError"])
+@pytest.mark.parametrize(
+    "error", [KeyboardInterrupt(), asyncio.CancelledError()], ids=["KeyboardInterrupt", "CancelledError"]
+)
 def test_cb10_base_exceptions_end_the_sequence_unrecorded(clock, error):
     """CB-10: a BaseException that is not an Exception is neither success nor failure."""
     breaker = make(clock)
@@ -184,7 +186,9 @@ def test_cb10_base_exceptions_end_the_sequence_unrecorded(clock, error):
 def test_fac3_refusals_and_types_outside_retry_on_are_not_retried(clock, error):
     """FAC-3: CircuitOpenError, RateLimitCooldownError and types outside retry_on end the
     sequence after one attempt; they still count as a failure."""
-    policy = RetryPolicy(max_attempts=5, retry_on=(ConnectionError, CircuitOpenError, RateLimitCooldownError), **NO_JITTER)
+    policy = RetryPolicy(
+        max_attempts=5, retry_on=(ConnectionError, CircuitOpenError, RateLimitCooldownError), **NO_JITTER
+    )
     breaker = make(clock)
     assert drive(start(breaker, policy), clock, [Raised(error)]) == [ATTEMPT, Done(error=error, fallback=True)]
     assert counts(breaker) == (1, 1, 1)

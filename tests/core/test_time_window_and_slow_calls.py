@@ -16,10 +16,25 @@ from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.events import EventBus
 from baldur_django.core.testing import FakeClock, RecordingListener
 
-TIME = {"sliding_window_type": "time", "sliding_window_seconds": 10, "failure_rate_threshold": 50,
-        "minimum_calls": 4, "failure_threshold": 100, "recovery_timeout": 5, "half_open_max_calls": 1}
-SLOW = {"slow_call_duration": 1.0, "slow_call_rate_threshold": 50, "minimum_calls": 2, "failure_threshold": 100,
-        "failure_rate_threshold": 0, "recovery_timeout": 5, "half_open_max_calls": 1, "sliding_window_size": 10}
+TIME = {
+    "sliding_window_type": "time",
+    "sliding_window_seconds": 10,
+    "failure_rate_threshold": 50,
+    "minimum_calls": 4,
+    "failure_threshold": 100,
+    "recovery_timeout": 5,
+    "half_open_max_calls": 1,
+}
+SLOW = {
+    "slow_call_duration": 1.0,
+    "slow_call_rate_threshold": 50,
+    "minimum_calls": 2,
+    "failure_threshold": 100,
+    "failure_rate_threshold": 0,
+    "recovery_timeout": 5,
+    "half_open_max_calls": 1,
+    "sliding_window_size": 10,
+}
 
 
 def make(overrides, clock=None):
@@ -87,8 +102,14 @@ def test_cb15_time_window_per_call_override_and_setting(clock, monkeypatch):
     """CB-15: the window type is a per-call override and a global setting; the decorator's
     breaker counts by time."""
 
-    @baldur.circuit_breaker("timed-window", sliding_window_type="time", sliding_window_seconds=5, minimum_calls=2,
-                            failure_rate_threshold=50, failure_threshold=100)
+    @baldur.circuit_breaker(
+        "timed-window",
+        sliding_window_type="time",
+        sliding_window_seconds=5,
+        minimum_calls=2,
+        failure_rate_threshold=50,
+        failure_threshold=100,
+    )
     def call(ok=True):
         if not ok:
             raise RuntimeError("down")
@@ -155,14 +176,16 @@ def test_cb17_ignored_exceptions_are_never_slow():
 def test_cb17_decorated_sync_and_async_calls_are_timed(clock):
     """CB-17: through the decorators, a call's own duration on the injected clock decides."""
 
-    @baldur.protected("slow-sync", slow_call_duration=1, slow_call_rate_threshold=100, minimum_calls=2,
-                      failure_rate_threshold=0)
+    @baldur.protected(
+        "slow-sync", slow_call_duration=1, slow_call_rate_threshold=100, minimum_calls=2, failure_rate_threshold=0
+    )
     def slow_call():
         clock.advance(1.5)
         return {"value": 1}
 
-    @baldur.aprotected("slow-async", slow_call_duration=1, slow_call_rate_threshold=100, minimum_calls=2,
-                       failure_rate_threshold=0)
+    @baldur.aprotected(
+        "slow-async", slow_call_duration=1, slow_call_rate_threshold=100, minimum_calls=2, failure_rate_threshold=0
+    )
     async def aslow_call():
         clock.advance(1.5)
         return "v"

@@ -33,7 +33,17 @@ def demo_run(tmp_path_factory):
     env.pop("DJANGO_SETTINGS_MODULE", None)  # pytest's tests.settings is not the demo's
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     result = subprocess.run(
-        [sys.executable, "-m", "testproject.demo", "--short", "--no-color", "--json-summary", str(summary_path), "--out-dir", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "testproject.demo",
+            "--short",
+            "--no-color",
+            "--json-summary",
+            str(summary_path),
+            "--out-dir",
+            str(out),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -65,11 +75,7 @@ def test_cb2_cb5_cb6_transitions_closed_open_half_open_closed(demo_run):
     assert (first["from"], first["to"], first["trigger"]) == ("closed", "open", "consecutive_failures")
     # up to the operator's phases the server decided every transition itself, so the chain
     # is unbroken (the force and the release are published by the command's own process)
-    automatic = [
-        step
-        for key in ("healthy", "failing", "recovering")
-        for step in summary["phases"][key]["transitions"]
-    ]
+    automatic = [step for key in ("healthy", "failing", "recovering") for step in summary["phases"][key]["transitions"]]
     for before, after in itertools.pairwise(automatic):
         assert before.split("->")[1] == after.split("->")[0], automatic
     wanted = [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
@@ -215,7 +221,6 @@ def test_timeline_picture_is_written_and_shows_the_run(demo_run):
     assert "Level 3" in level3["title"] and "steps the level down" in step_down["title"]
     assert level3["start"] < states[frozen]["t"] < level3["end"] < states[frozen + 1]["t"] < step_down["end"]
     assert len(timeline["requests"]) == summary["totals"]["sent"]
-
 
 
 def test_em2_em3_level_3_from_another_process_holds_the_breaker_then_step_down_recovers(demo_run):

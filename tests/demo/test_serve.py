@@ -86,13 +86,17 @@ def dev_serve(tmp_path_factory):
     try:
         deadline = time.monotonic() + START_SECONDS
         while True:
-            assert proc.poll() is None, f"./dev serve exited with {proc.returncode}:\n{(tmp_path / 'serve.log').read_text()}"
+            assert proc.poll() is None, (
+                f"./dev serve exited with {proc.returncode}:\n{(tmp_path / 'serve.log').read_text()}"
+            )
             try:
                 if get(port, "/")[0] == 200:
                     break
             except OSError:
                 pass
-            assert time.monotonic() < deadline, "./dev serve did not answer in time:\n" + (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, (
+                "./dev serve did not answer in time:\n" + (tmp_path / "serve.log").read_text()
+            )
             time.sleep(0.2)  # polling a starting server, bounded by the deadline
         yield proc, port, tmp_path / "serve.log"
     finally:

@@ -100,7 +100,9 @@ def test_cb2_cb4_open_breaker_answers_without_calling_upstream(shop, shop_app, c
     assert order.status == "queued"
     data = breakers(client)
     assert data["breakers"]["payments"]["state"] == "open"
-    assert [(t["from"], t["to"], t["trigger"]) for t in data["transitions"]] == [("closed", "open", "consecutive_failures")]
+    assert [(t["from"], t["to"], t["trigger"]) for t in data["transitions"]] == [
+        ("closed", "open", "consecutive_failures")
+    ]
     assert data["rejections"] == {"payments": {"open": 1}}
 
 
@@ -195,12 +197,19 @@ def test_charge_get_is_allowed_other_methods_are_not(shop, shop_app, client):
 
 def test_orders_endpoint_creates_and_validates(shop, shop_app, client):
     """POST /orders/ creates orders (JSON 201, form redirect); bad input is a 400 naming the field."""
-    response = client.post("/orders/", data=json.dumps({"count": 3, "amount_cents": 500}), content_type="application/json")
+    response = client.post(
+        "/orders/", data=json.dumps({"count": 3, "amount_cents": 500}), content_type="application/json"
+    )
     assert response.status_code == 201
     ids = response.json()["ids"]
     assert len(ids) == 3
     assert set(shop_app.objects.filter(pk__in=ids).values_list("amount_cents", flat=True)) == {500}
-    for bad, field in (({"count": 0}, "count"), ({"count": "x"}, "count"), ({"amount_cents": -1}, "amount_cents"), ({"count": 1.5}, "count")):
+    for bad, field in (
+        ({"count": 0}, "count"),
+        ({"count": "x"}, "count"),
+        ({"amount_cents": -1}, "amount_cents"),
+        ({"count": 1.5}, "count"),
+    ):
         response = client.post("/orders/", data=json.dumps(bad), content_type="application/json")
         assert response.status_code == 400, bad
         assert response.json()["error"].startswith(f"{field}="), bad
@@ -216,7 +225,14 @@ def test_home_page_lists_what_to_visit(shop, shop_app, client):
     """The front page links the JSON views, the admin and each unpaid order's charge links."""
     order = make_order(shop_app)
     html = client.get("/").content.decode()
-    for needle in ("/breakers/", "/emergency/", "/orders/", "/admin/", f"/orders/{order.pk}/charge/", f"/orders/{order.pk}/charge-unprotected/"):
+    for needle in (
+        "/breakers/",
+        "/emergency/",
+        "/orders/",
+        "/admin/",
+        f"/orders/{order.pk}/charge/",
+        f"/orders/{order.pk}/charge-unprotected/",
+    ):
         assert needle in html
     assert "closed" in html
 

@@ -31,11 +31,25 @@ def test_every_state_of_the_table_is_drawn_in_its_colour_frozen_included(tmp_pat
     """Each state named in the data gets its BAND_STATES colour in the band, so a state that
     lands later (Emergency Mode's ``frozen``) needs only its line in the table; the bars
     take the OUTCOMES colours."""
-    states = [{"t": 0.0, "state": "closed"}, {"t": 4.5, "state": "open"}, {"t": 7.0, "state": "half_open"},
-              {"t": 8.0, "state": "forced_open"}, {"t": 10.0, "state": "frozen"}]
+    states = [
+        {"t": 0.0, "state": "closed"},
+        {"t": 4.5, "state": "open"},
+        {"t": 7.0, "state": "half_open"},
+        {"t": 8.0, "state": "forced_open"},
+        {"t": 10.0, "state": "frozen"},
+    ]
     requests = [{"t": i * 0.25, "outcome": "paid" if i < 16 else "failed" if i < 20 else "rejected"} for i in range(50)]
-    path = timeline.draw(tmp_path / "t.png", {"phases": PHASES, "states": states, "requests": requests,
-                                              "notes": [{"t": 4.6, "text": "opens"}], "title": "t", "subtitle": "s"})
+    path = timeline.draw(
+        tmp_path / "t.png",
+        {
+            "phases": PHASES,
+            "states": states,
+            "requests": requests,
+            "notes": [{"t": 4.6, "text": "opens"}],
+            "title": "t",
+            "subtitle": "s",
+        },
+    )
     assert path.read_bytes()[:4] == b"\x89PNG"
     found = colours(path)
     for state in ("closed", "open", "half_open", "forced_open", "frozen"):
@@ -47,7 +61,9 @@ def test_every_state_of_the_table_is_drawn_in_its_colour_frozen_included(tmp_pat
 
 def test_a_state_missing_from_the_table_is_drawn_grey(tmp_path):
     """A state the table does not know yet is drawn in the 'state unknown' grey, not dropped."""
-    path = timeline.draw(tmp_path / "t.png", {"phases": PHASES, "states": [{"t": 0.0, "state": "melted"}], "requests": []})
+    path = timeline.draw(
+        tmp_path / "t.png", {"phases": PHASES, "states": [{"t": 0.0, "state": "melted"}], "requests": []}
+    )
     assert colours(path)[rgb(timeline.UNKNOWN_STATE[1])] > 1000
 
 
@@ -69,7 +85,10 @@ def test_call_outs_never_cover_each_other(tmp_path):
     fig = plt.figure(figsize=(15, 9), dpi=100)
     ax = fig.add_subplot()
     ax.set_xlim(0, 20)
-    notes = [{"t": t, "text": f"note {i}:\na call-out\nof three lines"} for i, t in enumerate((1.0, 1.5, 2.0, 2.2, 9.0, 19.5, 19.8))]
+    notes = [
+        {"t": t, "text": f"note {i}:\na call-out\nof three lines"}
+        for i, t in enumerate((1.0, 1.5, 2.0, 2.2, 9.0, 19.5, 19.8))
+    ]
     try:
         boxes = timeline.place_callouts(ax, notes, 20, fig.canvas.get_renderer())
         assert len(boxes) == len(notes)

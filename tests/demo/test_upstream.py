@@ -41,7 +41,10 @@ def test_modes_ok_fail_recover_and_counts(server):
     /charge is counted, and every request (control ones too) in ``requests``."""
     status, body = call(server, "POST", "/charge", {"order": 7, "amount_cents": 100})
     assert status == 200 and body["charge_id"] == "ch_1" and body["order"] == 7
-    assert call(server, "POST", "/control/mode", {"mode": "fail"}) == (200, {"mode": "fail", "previous": "ok", "hang_seconds": 10.0})
+    assert call(server, "POST", "/control/mode", {"mode": "fail"}) == (
+        200,
+        {"mode": "fail", "previous": "ok", "hang_seconds": 10.0},
+    )
     assert call(server, "POST", "/charge", {})[0] == 503
     assert call(server, "POST", "/control/mode", b"recover")[1]["mode"] == "ok"
     assert call(server, "POST", "/charge", {})[0] == 200
@@ -163,7 +166,10 @@ def test_hold_keeps_charges_waiting_until_release(server):
     phase keeps trial calls in flight this way)."""
     assert call(server, "POST", "/control/hold") == (200, {"holding": True})
     answers = []
-    clients = [threading.Thread(target=lambda: answers.append(call(server, "POST", "/charge", {"order": 1}, timeout=20))) for _ in range(2)]
+    clients = [
+        threading.Thread(target=lambda: answers.append(call(server, "POST", "/charge", {"order": 1}, timeout=20)))
+        for _ in range(2)
+    ]
     for thread in clients:
         thread.start()
     assert server.state.wait_for(lambda s: s.held == 2, timeout=5)

@@ -464,8 +464,11 @@ def test_st2_redis_backend_with_url_or_django_redis_alias_is_fine():
     """ST-2/CFG-3: a URL, or an alias whose backend is django-redis, satisfies the redis backend check."""
     with override_settings(BALDUR_STATE_BACKEND="redis", BALDUR_REDIS_URL="redis://127.0.0.1:6379/15"):
         assert baldur_messages(check_settings()) == []
-    with override_settings(CACHES={"default": LOCMEM["default"], "shared": DJANGO_REDIS},
-                           BALDUR_STATE_BACKEND="redis", BALDUR_REDIS_CACHE_ALIAS="shared"):
+    with override_settings(
+        CACHES={"default": LOCMEM["default"], "shared": DJANGO_REDIS},
+        BALDUR_STATE_BACKEND="redis",
+        BALDUR_REDIS_CACHE_ALIAS="shared",
+    ):
         assert baldur_messages(check_settings()) == []
 
 
@@ -550,8 +553,14 @@ def test_cb15_window_seconds_hint_says_whole_seconds():
 
 @pytest.mark.parametrize(
     "key, value",
-    [("sliding_window_seconds", 0.5), ("sliding_window_type", "hourly"), ("recovery_backoff_factor", 0.9),
-     ("recovery_timeout_max", -3), ("slow_call_duration", True), ("slow_call_rate_threshold", 101)],
+    [
+        ("sliding_window_seconds", 0.5),
+        ("sliding_window_type", "hourly"),
+        ("recovery_backoff_factor", 0.9),
+        ("recovery_timeout_max", -3),
+        ("slow_call_duration", True),
+        ("slow_call_rate_threshold", 101),
+    ],
 )
 def test_cfg3_bad_new_key_in_services_names_entry_key_and_value(key, value):
     """CFG-3, CB-15..CB-17: a bad new key in a BALDUR_SERVICES entry names the entry, the key and the value."""
@@ -564,8 +573,12 @@ def test_cfg3_bad_new_key_in_services_names_entry_key_and_value(key, value):
 def test_cfg3_new_keys_in_services_are_accepted():
     """CFG-3, CB-15..CB-17: every new key with a good value passes the checks."""
     entry = {
-        "sliding_window_type": "time", "sliding_window_seconds": 30, "recovery_backoff_factor": 2.0,
-        "recovery_timeout_max": 120, "slow_call_duration": 1.5, "slow_call_rate_threshold": 50,
+        "sliding_window_type": "time",
+        "sliding_window_seconds": 30,
+        "recovery_backoff_factor": 2.0,
+        "recovery_timeout_max": 120,
+        "slow_call_duration": 1.5,
+        "slow_call_rate_threshold": 50,
     }
     with override_settings(BALDUR_SERVICES={"pay": entry}):
         assert baldur_messages(check_settings()) == []
@@ -574,8 +587,9 @@ def test_cfg3_new_keys_in_services_are_accepted():
 def test_cb15_time_window_lifts_the_minimum_calls_bound():
     """CB-15, CFG-3: with the time window, minimum_calls above sliding_window_size is no error or
     warning (globally or per service); with the count window it still is."""
-    with override_settings(BALDUR_CB_SLIDING_WINDOW_TYPE="time", BALDUR_CB_MINIMUM_CALLS=20,
-                           BALDUR_CB_SLIDING_WINDOW_SIZE=10):
+    with override_settings(
+        BALDUR_CB_SLIDING_WINDOW_TYPE="time", BALDUR_CB_MINIMUM_CALLS=20, BALDUR_CB_SLIDING_WINDOW_SIZE=10
+    ):
         assert baldur_messages(check_settings()) == []
     with override_settings(BALDUR_CB_SLIDING_WINDOW_SIZE=5, BALDUR_CB_SLIDING_WINDOW_TYPE="time"):
         assert baldur_messages(check_settings()) == []

@@ -52,7 +52,11 @@ def parse_default(text: str):
 
 def same_default(documented, actual) -> bool:
     if isinstance(actual, (set, frozenset)):
-        return isinstance(documented, list) and sorted(documented) == sorted(actual) and len(set(documented)) == len(documented)
+        return (
+            isinstance(documented, list)
+            and sorted(documented) == sorted(actual)
+            and len(set(documented)) == len(documented)
+        )
     return type(documented) is type(actual) and documented == actual
 
 
@@ -171,6 +175,8 @@ def test_cfg1_quickstart_plain_python_example_runs_with_its_environment():
         "assert baldur.get_breaker('payments').config.failure_threshold == 2\n"
         "assert 'django' not in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "'service': 'payments'" in done.stdout

@@ -119,7 +119,9 @@ def test_cfg1_env_dicts_are_json(clean_env):
     assert baldur_settings.get("BALDUR_RATE_LIMIT_RULES") == [{"path": "/api/", "rate": "10/m", "key": "ip"}]
 
 
-@pytest.mark.parametrize("raw, expected", [("true", True), ("1", True), ("On", True), ("false", False), ("0", False), ("no", False)])
+@pytest.mark.parametrize(
+    "raw, expected", [("true", True), ("1", True), ("On", True), ("false", False), ("0", False), ("no", False)]
+)
 def test_cfg1_env_booleans(clean_env, raw, expected):
     """CFG-1: boolean environment values accept true/false, 1/0, yes/no, on/off."""
     clean_env.setenv("BALDUR_DRY_RUN", raw)
@@ -205,7 +207,9 @@ def test_cfg1_plain_python_process_is_configured_by_environment_variables():
         BALDUR_SERVICES='{"search": {"failure_threshold": 9}}',
         PYTHONPATH=str(ROOT),
     )
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
 
@@ -246,6 +250,7 @@ def test_cfg2_services_entry_applies_live_but_not_over_a_per_call_override():
 
 def test_cfg2_ignore_exceptions_survive_a_reload():
     """CFG-2: per-call ignore_exceptions are kept when settings change."""
+
     @baldur.circuit_breaker("ignoring", ignore_exceptions=(KeyError,))
     def call():
         raise KeyError("not a failure")
@@ -460,8 +465,11 @@ def test_cfg2_cb15_cb16_cb17_changes_reach_existing_breakers_and_keep_per_call_o
     breaker's per-call new overrides stay; the old values come back afterwards."""
     plain = baldur.get_breaker("live-new")
     pinned = _fail("live-new-pinned", 0, recovery_backoff_factor=3.0).breaker
-    with override_settings(BALDUR_CB_RECOVERY_BACKOFF_FACTOR=1.5, BALDUR_CB_SLOW_CALL_RATE_THRESHOLD=25.0,
-                           BALDUR_SERVICES={"live-new": {"sliding_window_seconds": 7}}):
+    with override_settings(
+        BALDUR_CB_RECOVERY_BACKOFF_FACTOR=1.5,
+        BALDUR_CB_SLOW_CALL_RATE_THRESHOLD=25.0,
+        BALDUR_SERVICES={"live-new": {"sliding_window_seconds": 7}},
+    ):
         assert (plain.config.recovery_backoff_factor, plain.config.slow_call_rate_threshold) == (1.5, 25.0)
         assert plain.config.sliding_window_seconds == 7
         assert (pinned.config.recovery_backoff_factor, pinned.config.slow_call_rate_threshold) == (3.0, 25.0)
@@ -492,10 +500,22 @@ def test_cfg4_config_report_shows_the_new_knobs_with_their_sources(clean_env):
     entry = {"pay": {"slow_call_duration": 0.75, "recovery_timeout_max": 120}}
     with override_settings(BALDUR_CB_SLIDING_WINDOW_TYPE="time", BALDUR_SERVICES=entry):
         rows = {row["name"]: row for row in services.config_report()}
-    assert rows["BALDUR_CB_SLIDING_WINDOW_TYPE"] == {"name": "BALDUR_CB_SLIDING_WINDOW_TYPE", "value": "time", "source": "setting"}
-    assert rows["BALDUR_CB_SLIDING_WINDOW_SECONDS"] == {"name": "BALDUR_CB_SLIDING_WINDOW_SECONDS", "value": 15, "source": "env"}
-    for name, value in [("BALDUR_CB_RECOVERY_BACKOFF_FACTOR", 1.0), ("BALDUR_CB_RECOVERY_TIMEOUT_MAX", 600.0),
-                        ("BALDUR_CB_SLOW_CALL_DURATION_SECONDS", 0.0), ("BALDUR_CB_SLOW_CALL_RATE_THRESHOLD", 100.0)]:
+    assert rows["BALDUR_CB_SLIDING_WINDOW_TYPE"] == {
+        "name": "BALDUR_CB_SLIDING_WINDOW_TYPE",
+        "value": "time",
+        "source": "setting",
+    }
+    assert rows["BALDUR_CB_SLIDING_WINDOW_SECONDS"] == {
+        "name": "BALDUR_CB_SLIDING_WINDOW_SECONDS",
+        "value": 15,
+        "source": "env",
+    }
+    for name, value in [
+        ("BALDUR_CB_RECOVERY_BACKOFF_FACTOR", 1.0),
+        ("BALDUR_CB_RECOVERY_TIMEOUT_MAX", 600.0),
+        ("BALDUR_CB_SLOW_CALL_DURATION_SECONDS", 0.0),
+        ("BALDUR_CB_SLOW_CALL_RATE_THRESHOLD", 100.0),
+    ]:
         assert (rows[name]["value"], rows[name]["source"]) == (value, "default"), name
     assert rows["BALDUR_SERVICES"]["value"] == {"pay": {"slow_call_duration": 0.75, "recovery_timeout_max": 120.0}}
 

@@ -38,6 +38,7 @@ class Received:
         self._lock = threading.Lock()
         self._receivers = {}
         for name, signal in ALL.items():
+
             def receiver(sender, _name=name, **kwargs):
                 with self._lock:
                     self.calls.append((_name, dict(kwargs, sender=sender)))
@@ -97,7 +98,9 @@ def test_cb14_circuit_opened_on_failure_rate(clock, received):
     """CB-14: a failure-rate trip names the failure_rate trigger."""
     outcomes = iter([True, True, False, False])
 
-    @baldur.circuit_breaker("rate", failure_threshold=100, sliding_window_size=4, minimum_calls=4, failure_rate_threshold=50)
+    @baldur.circuit_breaker(
+        "rate", failure_threshold=100, sliding_window_size=4, minimum_calls=4, failure_rate_threshold=50
+    )
     def call():
         if next(outcomes):
             return "ok"
@@ -133,7 +136,9 @@ def test_cb14_half_open_then_closed_after_successful_trials(clock, received):
     assert received.of("circuit_closed") == []
     assert call() == "fine"  # the returned value is untouched by the close and its signal
     closed = received.of("circuit_closed")
-    assert [(k["from_state"], k["to_state"], k["trigger"]) for k in closed] == [("half_open", "closed", "half_open_success")]
+    assert [(k["from_state"], k["to_state"], k["trigger"]) for k in closed] == [
+        ("half_open", "closed", "half_open_success")
+    ]
     assert received.names() == ["circuit_opened", "circuit_half_opened", "circuit_closed"]
 
 
@@ -144,7 +149,10 @@ def test_cb14_failed_trial_reopens_with_half_open_failure(clock, received):
     clock.advance(5)
     trip(call, 1)
     opened = received.of("circuit_opened")
-    assert [(k["from_state"], k["trigger"]) for k in opened] == [("closed", "consecutive_failures"), ("half_open", "half_open_failure")]
+    assert [(k["from_state"], k["trigger"]) for k in opened] == [
+        ("closed", "consecutive_failures"),
+        ("half_open", "half_open_failure"),
+    ]
 
 
 def test_cb14_call_rejected_open_and_half_open_full(clock, received):
@@ -174,7 +182,13 @@ def test_cb14_forced_released_and_lapsed(clock, received):
     assert len(forced) == 1
     k = forced[0]
     assert (k["service"], k["from_state"], k["to_state"], k["trigger"], k["reason"], k["mode"], k["actor"]) == (
-        "ops", "closed", "open", "forced", "maintenance", "open", "alice",
+        "ops",
+        "closed",
+        "open",
+        "forced",
+        "maintenance",
+        "open",
+        "alice",
     )
     assert k["ttl_minutes"] == 5 and k["expires_at"] == pytest.approx(clock.wall() + 300)
     assert received.of("circuit_opened") == []  # a force is announced on circuit_forced only
@@ -207,6 +221,7 @@ def test_cb14_dry_run_rejection_is_signalled_as_dry_run(clock, received):
 
 def test_cb14_raising_receiver_is_logged_others_run_and_the_call_is_unchanged(clock, received, caplog):
     """CB-14: a receiver that raises is logged; other receivers run; the call's result or error is unchanged."""
+
     def bad_receiver(sender, **kwargs):
         raise RuntimeError("receiver bug")
 
@@ -214,6 +229,7 @@ def test_cb14_raising_receiver_is_logged_others_run_and_the_call_is_unchanged(cl
     for signal in ALL.values():
         signal.connect(bad_receiver, weak=False)
     try:
+
         def good_receiver(sender, **kwargs):
             good.append(kwargs["service"])
 

@@ -61,7 +61,12 @@ class Peer:
         env.update(env_vars)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.emergency.peer", spec],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.hello = self._answer()
 

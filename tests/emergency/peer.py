@@ -45,11 +45,13 @@ def main() -> None:
     else:
         from baldur_django.core.stores.redis import connect
 
-        url, prefix = spec[len("redis:"):].split("|")
+        url, prefix = spec[len("redis:") :].split("|")
         inner = emergency.RedisLevelBackend(connect(url, socket_timeout=2.0), prefix=prefix)
     backend = Counting(inner)
     emergency.use_backend(backend)
-    print(json.dumps({"ready": True, "level": emergency.current_level(), "django": "django" in sys.modules}), flush=True)
+    print(
+        json.dumps({"ready": True, "level": emergency.current_level(), "django": "django" in sys.modules}), flush=True
+    )
     for line in sys.stdin:
         command = json.loads(line)
         op = command["op"]

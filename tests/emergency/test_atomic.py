@@ -23,7 +23,7 @@ class InPlaceBackend(emergency.FileLevelBackend):
             handle.flush()
             self.reader_read.clear()
             self.reader_read.wait(2.0)
-            handle.write(data[len(data) // 2:])
+            handle.write(data[len(data) // 2 :])
 
 
 def hammer(backend, reader_read: threading.Event, writes: int = 300) -> tuple[int, int]:
@@ -51,8 +51,11 @@ def hammer(backend, reader_read: threading.Event, writes: int = 300) -> tuple[in
         try:
             for i in range(writes):
                 level = 1 + i % 3
-                backend.update(lambda current, level=level: emergency.LevelState(
-                    level=level, expires_at=2e9, reason="x" * (i % 50), actor="writer"))
+                backend.update(
+                    lambda current, level=level: emergency.LevelState(
+                        level=level, expires_at=2e9, reason="x" * (i % 50), actor="writer"
+                    )
+                )
         finally:
             done.set()
 

@@ -124,7 +124,11 @@ def test_em3_step_down_keeps_the_expiry_and_stops_at_zero(em_clock, memory_level
         bus.unsubscribe(events)
     changes = [e for e in events.events if isinstance(e, EmergencyLevelChanged)]
     assert [(e.previous, e.level, e.action) for e in changes] == [
-        (0, 3, "set"), (3, 2, "step_down"), (2, 1, "step_down"), (1, 0, "step_down")]
+        (0, 3, "set"),
+        (3, 2, "step_down"),
+        (2, 1, "step_down"),
+        (1, 0, "step_down"),
+    ]
     assert changes[1].actor == "bob" and changes[0].actor == "alice" and changes[0].source == "manual"
     assert _records(caplog, "emergency.stepped_down")[0].level == 2
 
@@ -190,7 +194,9 @@ def test_em1_corrupt_file_keeps_the_last_level_and_warns_once_per_interval(em_cl
     assert emergency.current_level() == 0
 
 
-@pytest.mark.parametrize("content", ["", "[]", '{"level": true}', '{"level": 9}', '{"level": 3, "expires_at": "soon"}', "\x00\x01"])
+@pytest.mark.parametrize(
+    "content", ["", "[]", '{"level": true}', '{"level": 9}', '{"level": 3, "expires_at": "soon"}', "\x00\x01"]
+)
 def test_em1_a_process_that_never_read_a_level_runs_unfrozen(content, em_clock, emergency_state_file, caplog):
     """EM-1: with an unreadable state from the start the process runs at level 0, without an exception."""
     emergency_state_file.write_text(content)

@@ -119,4 +119,7 @@ def test_em5_beat_entry(settings):
     entry = BEAT_SCHEDULE["baldur-meta-watchdog"]
     assert entry == {"task": "baldur_django.tasks.meta_watchdog", "schedule": 45.0, "options": {"expires": 45.0}}
     check = BEAT_SCHEDULE["baldur-emergency-check"]
-    assert check["task"] == "baldur_django.tasks.emergency_check" and check["options"]["expires"] == check["schedule"] == 10.0
+    assert (
+        check["task"] == "baldur_django.tasks.emergency_check"
+        and check["options"]["expires"] == check["schedule"] == 10.0
+    )

@@ -17,7 +17,9 @@ def hammer(location: str, rules: list, path: str, attempts: int, barrier, result
         from django.conf import settings
 
         settings.configure(
-            CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location, "KEY_PREFIX": prefix}},
+            CACHES={
+                "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location, "KEY_PREFIX": prefix}
+            },
             INSTALLED_APPS=[],
             USE_TZ=True,
             BALDUR_RATE_LIMIT_RULES=rules,

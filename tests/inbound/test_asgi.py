@@ -153,9 +153,20 @@ def test_in6_asgi_streaming_recorded_by_status_unread():
             else:
                 seen.append(("body", message.get("body")))
 
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-                 "scheme": "http", "path": "/stream", "raw_path": b"/stream", "query_string": b"",
-                 "root_path": "", "headers": [], "server": ("t", 80), "client": ("127.0.0.1", 1)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/stream",
+            "raw_path": b"/stream",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [],
+            "server": ("t", 80),
+            "client": ("127.0.0.1", 1),
+        }
         await app(scope, receive, send)
 
     asyncio.run(go())

@@ -42,8 +42,17 @@ def test_inbound_benchmark_smoke():
         to_json,
     )
 
-    tiny = InboundSettings(rounds=2, requests=50, async_rounds=2, async_requests=20, limiter_rounds=2,
-                           limiter_requests=20, count_requests=30, warmup=20, redis_url=URL)
+    tiny = InboundSettings(
+        rounds=2,
+        requests=50,
+        async_rounds=2,
+        async_requests=20,
+        limiter_rounds=2,
+        limiter_requests=20,
+        count_requests=30,
+        warmup=20,
+        redis_url=URL,
+    )
     result = bench_inbound(tiny)
     for name in MIDDLEWARES:
         assert len(result.sync[name].per_call) == 2 and len(result.async_[name].per_call) == 2

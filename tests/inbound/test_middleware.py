@@ -104,6 +104,7 @@ def test_in1_view_exception_is_one_500_counted_once(site, mode, reraise):
             assert sync_get(path).status_code == 500
     else:
         if reraise:
+
             async def go():
                 return await AsyncClient().get(path)
 
@@ -162,7 +163,10 @@ def test_in1_record_response_outcomes_follow_the_lists(configure, status, header
     assert record_response(breaker, breaker.acquire(), request, _Answer(status, headers)) == expected
     snap = breaker.snapshot()
     assert (snap["window_calls"], snap["window_failures"]) == {
-        "success": (1, 0), "failure": (1, 1), "rate_limited": (1, 1), "ignored": (0, 0)
+        "success": (1, 0),
+        "failure": (1, 1),
+        "rate_limited": (1, 1),
+        "ignored": (0, 0),
     }[expected]
 
 
@@ -300,7 +304,9 @@ def test_in1_shed_load_answers_503_with_retry_after_uncounted(site, clock, mode)
     assert len(views.CALLS) == calls  # the view never ran
     after = breaker.snapshot()
     assert (after["window_calls"], after["consecutive_failures"], after["state"]) == (
-        before["window_calls"], before["consecutive_failures"], "open",
+        before["window_calls"],
+        before["consecutive_failures"],
+        "open",
     )
     # other domains are untouched
     assert sync_get("/payments/status/200/").status_code == 200
@@ -318,7 +324,9 @@ def test_in1_shed_load_retry_after_is_at_least_one_second(site, clock):
     trials = [breaker.acquire() for _ in range(3)]
     response = sync_get("/status/200/")
     assert (response.status_code, response.headers["Retry-After"], response.headers[SHED_HEADER]) == (
-        503, "1", "half_open_full",
+        503,
+        "1",
+        "half_open_full",
     )
     for permit in trials:
         breaker.record_success(permit)
@@ -441,8 +449,11 @@ def test_in2_relayed_429s_feed_the_cascade(site, events):
 
 def test_in2_a_429_on_both_lists_is_one_rate_limited_failure(site, events):
     """IN-2, RL-8: a status on both lists records one failure that also feeds the cascade."""
-    site(BALDUR_MIDDLEWARE_CB_STATUS_CODES=[500, 429], BALDUR_CB_RATE_LIMIT_CASCADE_THRESHOLD=2,
-         BALDUR_CB_RATE_LIMIT_CASCADE_MIN_CALLS=2)
+    site(
+        BALDUR_MIDDLEWARE_CB_STATUS_CODES=[500, 429],
+        BALDUR_CB_RATE_LIMIT_CASCADE_THRESHOLD=2,
+        BALDUR_CB_RATE_LIMIT_CASCADE_MIN_CALLS=2,
+    )
     sync_get("/relay/")
     assert counts("default") == (1, 1, 1)
     sync_get("/relay/")

@@ -191,7 +191,10 @@ def test_in4_trusted_forwarded_for_uses_the_entry_from_the_right(limited, config
     assert same == [200, 200, 200, 429]
     assert get(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.8").status_code == 200
     configure(BALDUR_RATE_LIMIT_TRUSTED_PROXIES=2)
-    two = [get(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR=f"1.1.1.{i}, 198.51.100.9, 10.0.0.2").status_code for i in range(4)]
+    two = [
+        get(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR=f"1.1.1.{i}, 198.51.100.9, 10.0.0.2").status_code
+        for i in range(4)
+    ]
     assert two == [200, 200, 200, 429]
 
 
@@ -239,8 +242,13 @@ def test_in4_ipv6_spellings_share_one_counter(limited):
     spellings = ["2001:db8::1", "2001:DB8:0:0:0:0:0:1", "2001:0db8:0000:0000:0000:0000:0000:0001", "2001:db8::1"]
     assert [get(REMOTE_ADDR=s).status_code for s in spellings] == [200, 200, 200, 429]
     assert get(REMOTE_ADDR="2001:db8::2").status_code == 200
-    assert [get(REMOTE_ADDR=s).status_code for s in ("192.0.2.1", "::ffff:192.0.2.1", "192.0.2.1", "::ffff:c000:201")] == [
-        200, 200, 200, 429,
+    assert [
+        get(REMOTE_ADDR=s).status_code for s in ("192.0.2.1", "::ffff:192.0.2.1", "192.0.2.1", "::ffff:c000:201")
+    ] == [
+        200,
+        200,
+        200,
+        429,
     ]
 
 
@@ -405,7 +413,9 @@ def test_in4_counter_key_ignores_the_count_and_the_rule_position(limited):
 def test_in4_rules_sharing_path_key_and_period_share_one_counter_the_stricter_limit_applies(limited):
     """IN-4: two rules with one path, key and period count each request once; the smaller count rules."""
     now = Now()
-    get = limited([{"path": "/limited/", "rate": "5/m", "key": "ip"}, {"path": "/limited/", "rate": "3/m", "key": "ip"}], now)
+    get = limited(
+        [{"path": "/limited/", "rate": "5/m", "key": "ip"}, {"path": "/limited/", "rate": "3/m", "key": "ip"}], now
+    )
     assert statuses(get, 4) == [200, 200, 200, 429]
     assert get().headers["X-RateLimit-Limit"] == "3"
     key = get.limiter.key(get.limiter.rules()[0], int(now.t // 60), "ip:127.0.0.1")
@@ -443,7 +453,11 @@ def test_in4_retry_after_waits_for_every_rule_that_refused(limited):
     )
     assert statuses(get, 2) == [200, 200]
     refused = get()  # minute rule over, hour rule at 3 of 4: only the minute refuses
-    assert (refused.status_code, refused.headers["Retry-After"], refused.headers["X-RateLimit-Limit"]) == (429, "30", "2")
+    assert (refused.status_code, refused.headers["Retry-After"], refused.headers["X-RateLimit-Limit"]) == (
+        429,
+        "30",
+        "2",
+    )
     now.t += 30
     assert statuses(get, 2) == [200, 200]  # minute 2 of 2; hour 4 of 4
     refused = get()  # both rules over now

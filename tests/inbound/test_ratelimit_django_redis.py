@@ -47,8 +47,13 @@ class Now:
         return self.t
 
 
-def _caches(location: str, prefix: str, version: int = 1, options: dict | None = None,
-            backend: str = "django_redis.cache.RedisCache") -> dict:
+def _caches(
+    location: str,
+    prefix: str,
+    version: int = 1,
+    options: dict | None = None,
+    backend: str = "django_redis.cache.RedisCache",
+) -> dict:
     if backend.startswith("django_redis."):
         timeouts = {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2}
     else:  # Django's own backend hands OPTIONS to redis-py's connection pool
@@ -196,7 +201,9 @@ def test_in4_django_redis_async_chain(shared_redis):
     middleware = RateLimitMiddleware(view, limiter=site.limiter)
 
     async def go():
-        return [(await middleware(site.factory.get("/api/x/", REMOTE_ADDR="203.0.113.5"))).status_code for _ in range(4)]
+        return [
+            (await middleware(site.factory.get("/api/x/", REMOTE_ADDR="203.0.113.5"))).status_code for _ in range(4)
+        ]
 
     assert asyncio.run(go()) == [200, 200, 429, 429]
     assert caches["limits"].get(site.key(ident="ip:203.0.113.5")) == 2
@@ -219,8 +226,9 @@ def test_in4_django_redis_key_holding_another_value_fails_open_and_keeps_no_hit(
 
 def test_in4_django_redis_server_down_admits_and_warns_once(shared_redis, caplog):
     """IN-4: a django-redis cache whose server does not answer admits requests uncounted, one warning."""
-    site = shared_redis([{"path": "/api/", "rate": "1/m", "key": "ip"}], Now(MINUTE),
-                        location=f"redis://127.0.0.1:{free_port()}/0")
+    site = shared_redis(
+        [{"path": "/api/", "rate": "1/m", "key": "ip"}], Now(MINUTE), location=f"redis://127.0.0.1:{free_port()}/0"
+    )
     with caplog.at_level(logging.WARNING, logger="baldur.inbound"):
         assert site.statuses(4) == [200] * 4
     warnings = [r for r in caplog.records if r.name == "baldur.inbound"]
@@ -230,8 +238,11 @@ def test_in4_django_redis_server_down_admits_and_warns_once(shared_redis, caplog
 def test_in4_djangos_own_redis_backend_uses_the_generic_protocol(shared_redis, configure):
     """IN-4: another backend on the same server (Django's own RedisCache) is counted through the
     generic cache protocol, with the same results: lowered rate at once, refusals not counted."""
-    site = shared_redis([{"path": "/api/", "rate": "10/m", "key": "ip"}], Now(MINUTE + 10),
-                        backend="django.core.cache.backends.redis.RedisCache")
+    site = shared_redis(
+        [{"path": "/api/", "rate": "10/m", "key": "ip"}],
+        Now(MINUTE + 10),
+        backend="django.core.cache.backends.redis.RedisCache",
+    )
     assert site.statuses(8) == [200] * 8
     configure(BALDUR_RATE_LIMIT_RULES=[{"path": "/api/", "rate": "5/m", "key": "ip"}])
     refused = site.get()

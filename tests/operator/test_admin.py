@@ -251,7 +251,10 @@ def test_audit_is_listed_read_only(client, superuser, viewer, breakers, audit):
     assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
     assert client.post(change_url, {"reason": "rewritten"}).status_code == 403
     assert client.get(f"{AUDIT_URL}add/").status_code == 403
-    assert client.post(reverse("admin:baldur_django_breakeraudit_delete", args=[row.pk]), {"post": "yes"}).status_code == 403
+    assert (
+        client.post(reverse("admin:baldur_django_breakeraudit_delete", args=[row.pk]), {"post": "yes"}).status_code
+        == 403
+    )
     assert BreakerAudit.objects.get().reason == "checking audit"
     client.force_login(viewer)
     assert client.get(AUDIT_URL).status_code == 200

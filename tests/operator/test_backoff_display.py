@@ -21,9 +21,16 @@ LIST_URL = "/admin/baldur_django/breaker/"
 @pytest.fixture
 def backed_off(clock, db, settings):
     """'pay' opened twice in a row with factor 2: its current open lasts 20 s."""
-    settings.BALDUR_SERVICES = {"pay": {"failure_threshold": 1, "recovery_timeout": 10, "half_open_max_calls": 1,
-                                        "recovery_backoff_factor": 2, "recovery_timeout_max": 100,
-                                        "slow_call_duration": 3}}
+    settings.BALDUR_SERVICES = {
+        "pay": {
+            "failure_threshold": 1,
+            "recovery_timeout": 10,
+            "half_open_max_calls": 1,
+            "recovery_backoff_factor": 2,
+            "recovery_timeout_max": 100,
+            "slow_call_duration": 3,
+        }
+    }
     breaker = baldur.get_breaker("pay")
     breaker.record_failure(breaker.acquire())
     clock.advance(10)

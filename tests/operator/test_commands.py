@@ -260,21 +260,30 @@ def project(tmp_path_factory):
         PYTHONIOENCODING="ascii",  # the commands must still print UTF-8
         PYTHONUTF8="0",
     )
-    done = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env,
-                          capture_output=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     return root, env
 
 
 def manage(project, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
     _root, env = project
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env={**env, **extra_env}, capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=REPO, env={**env, **extra_env}, capture_output=True, timeout=120
+    )
 
 
 def audit_in(project) -> list[tuple]:
     root, _env = project
     with sqlite3.connect(root / "db.sqlite3") as db:
-        return db.execute("select service, action, source, ttl_minutes, reason from baldur_django_breakeraudit order by id").fetchall()
+        return db.execute(
+            "select service, action, source, ttl_minutes, reason from baldur_django_breakeraudit order by id"
+        ).fetchall()
 
 
 @pytest.mark.multiprocess
@@ -297,7 +306,9 @@ def test_process_output_is_utf8_whatever_the_locale(project):
     assert f'"{name}"' in line and line.split()[-1] == "env"
     done = manage(project, "baldur_status", "--config", "--json", BALDUR_DOMAIN_DEFAULT=name)
     assert done.returncode == 0
-    assert {r["name"]: r["value"] for r in json.loads(done.stdout.decode("utf-8"))["settings"]}["BALDUR_DOMAIN_DEFAULT"] == name
+    assert {r["name"]: r["value"] for r in json.loads(done.stdout.decode("utf-8"))["settings"]}[
+        "BALDUR_DOMAIN_DEFAULT"
+    ] == name
 
 
 @pytest.mark.multiprocess
@@ -347,8 +358,17 @@ def test_process_force_is_audited(project):
 
     Needs ``services.install_audit_listener()`` in ``BaldurDjangoConfig.ready()``."""
     before = len(audit_in(project))
-    done = manage(project, "baldur_force", "close", "proc-audited", "--ttl", "3", "--reason", "audit me",
-                  BALDUR_STATE_BACKEND="database")
+    done = manage(
+        project,
+        "baldur_force",
+        "close",
+        "proc-audited",
+        "--ttl",
+        "3",
+        "--reason",
+        "audit me",
+        BALDUR_STATE_BACKEND="database",
+    )
     assert done.returncode == 0, done.stderr
     assert audit_in(project)[before:] == [("proc-audited", "close", "command", 3.0, "audit me")]
 

@@ -33,8 +33,16 @@ def test_slack_examples_are_what_the_notifier_sends():
     examples = [
         StateChanged("payments", 1740837600.0, from_state="closed", to_state="open", trigger="consecutive_failures"),
         StateChanged("payments", 1740837665.0, from_state="half_open", to_state="closed", trigger="half_open_success"),
-        Forced("search", 1740841200.0, mode="open", from_state="closed", to_state="open", ttl_minutes=30.0,
-               reason="reindex", actor="alice"),
+        Forced(
+            "search",
+            1740841200.0,
+            mode="open",
+            from_state="closed",
+            to_state="open",
+            ttl_minutes=30.0,
+            reason="reindex",
+            actor="alice",
+        ),
     ]
     for event in examples:
         assert SlackNotifier.message_for(event) in GUIDE.splitlines()

@@ -58,8 +58,10 @@ def test_em1_operator_sets_the_level_on_a_confirmation_page(client, operator, au
     received = []
     signals.emergency_level_changed.connect(lambda **kw: received.append(kw), weak=False, dispatch_uid="em1-admin")
     try:
-        response = client.post(EMERGENCY_URL, {"action": "set", "post": "yes", "level": "3", "minutes": "15",
-                                               "reason": "payments and search down"})
+        response = client.post(
+            EMERGENCY_URL,
+            {"action": "set", "post": "yes", "level": "3", "minutes": "15", "reason": "payments and search down"},
+        )
     finally:
         signals.emergency_level_changed.disconnect(dispatch_uid="em1-admin")
     assert response.status_code == 302 and response["Location"] == LIST_URL
@@ -68,7 +70,9 @@ def test_em1_operator_sets_the_level_on_a_confirmation_page(client, operator, au
     (row,) = audit_rows()
     assert (row["action"], row["source"], row["actor"], row["ttl_minutes"]) == ("level_set", "admin", "operator", 15.0)
     assert (row["from_state"], row["to_state"], row["reason"]) == ("level 0", "level 3", "payments and search down")
-    assert [(kw["level"], kw["previous"], kw["source"], kw["actor"]) for kw in received] == [(3, 0, "manual", "operator")]
+    assert [(kw["level"], kw["previous"], kw["source"], kw["actor"]) for kw in received] == [
+        (3, 0, "manual", "operator")
+    ]
     html = client.get(LIST_URL).content.decode()
     assert 'data-level="3"' in html and 'id="baldur-emergency-step-down"' in html
 
@@ -85,7 +89,9 @@ def test_em3_operator_steps_down_on_a_confirmation_page(client, operator, audit,
     assert response.status_code == 302
     assert emergency.status()["level"] == 2 and emergency.status()["expires_at"] == expires
     rows = audit_rows(action="level_step_down")
-    assert [(r["source"], r["actor"], r["from_state"], r["to_state"]) for r in rows] == [("admin", "operator", "level 3", "level 2")]
+    assert [(r["source"], r["actor"], r["from_state"], r["to_state"]) for r in rows] == [
+        ("admin", "operator", "level 3", "level 2")
+    ]
 
 
 @pytest.mark.parametrize("minutes", ["0", "1441", "-5", "abc"])

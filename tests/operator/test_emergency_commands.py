@@ -25,7 +25,12 @@ def test_em1_status_set_and_step_down_in_process(emergency_state_file, audit, au
     assert emergency.current_level() == 3
     out, _err = run("baldur_emergency", "status", "--json")
     document = json.loads(out)
-    assert (document["level"], document["reason"], document["source"], document["backend"]) == (3, "db down", "manual", "file")
+    assert (document["level"], document["reason"], document["source"], document["backend"]) == (
+        3,
+        "db down",
+        "manual",
+        "file",
+    )
     assert document["actor"].startswith("command:")
     expires = document["expires_at"]
     out, _err = run("baldur_emergency", "step-down")
@@ -142,7 +147,10 @@ def test_em1_json_stays_clean_when_logging_goes_to_stdout(project, tmp_path):  #
         " 'loggers': {'baldur': {'handlers': ['out'], 'level': 'DEBUG'}}}\n"
         "BALDUR_STATE_BACKEND = 'database'\n"
     )
-    state = {"BALDUR_EMERGENCY_STATE_FILE": str(tmp_path / "level.json"), "DJANGO_SETTINGS_MODULE": "op_logging_settings"}
+    state = {
+        "BALDUR_EMERGENCY_STATE_FILE": str(tmp_path / "level.json"),
+        "DJANGO_SETTINGS_MODULE": "op_logging_settings",
+    }
     assert manage(project, "baldur_emergency", "set", "2", "--minutes", "5", **state).returncode == 0
     done = manage(project, "baldur_emergency", "status", "--json", **state)
     assert done.returncode == 0, done.stderr

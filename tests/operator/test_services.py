@@ -151,8 +151,18 @@ def test_status_rows_list_every_breaker_sorted(clock):
     services.force("mid", "open", 5)
     rows = services.status_rows()
     assert [row["service"] for row in rows] == ["alpha", "mid", "zeta"]
-    for key in ("service", "state", "consecutive_failures", "window_calls", "window_failures", "opened_at", "forced",
-                "force_expires_at", "dry_run_rejections", "backend"):
+    for key in (
+        "service",
+        "state",
+        "consecutive_failures",
+        "window_calls",
+        "window_failures",
+        "opened_at",
+        "forced",
+        "force_expires_at",
+        "dry_run_rejections",
+        "backend",
+    ):
         assert key in rows[0]
     assert {row["service"]: row["state"] for row in rows} == {"alpha": "closed", "mid": "open", "zeta": "open"}
     assert services.status_rows("zeta")[0]["consecutive_failures"] == 5
@@ -186,7 +196,11 @@ def test_config_report_lists_every_knob_with_its_source(settings, monkeypatch):
     rows = services.config_report()
     assert [row["name"] for row in rows] == list(KNOBS)
     by_name = {row["name"]: row for row in rows}
-    assert by_name["BALDUR_CB_FAILURE_THRESHOLD"] == {"name": "BALDUR_CB_FAILURE_THRESHOLD", "value": 9, "source": "setting"}
+    assert by_name["BALDUR_CB_FAILURE_THRESHOLD"] == {
+        "name": "BALDUR_CB_FAILURE_THRESHOLD",
+        "value": 9,
+        "source": "setting",
+    }
     assert by_name["BALDUR_CB_MINIMUM_CALLS"] == {"name": "BALDUR_CB_MINIMUM_CALLS", "value": 7, "source": "env"}
     assert by_name["BALDUR_CB_RECOVERY_TIMEOUT"]["source"] == "default"
     assert by_name["BALDUR_MIDDLEWARE_CB_STATUS_CODES"]["value"] == [500, 502, 503, 504]
@@ -234,7 +248,10 @@ def test_audit_records_public_api_calls_as_api(clock, audit, audit_rows):
     baldur.force_open_circuit("pay", ttl_minutes=3, reason="deploy", actor="deploy-bot")
     baldur.release_circuit("pay", actor="deploy-bot")
     rows = audit_rows()
-    assert [(r["action"], r["source"], r["actor"]) for r in rows] == [("open", "api", "deploy-bot"), ("release", "api", "deploy-bot")]
+    assert [(r["action"], r["source"], r["actor"]) for r in rows] == [
+        ("open", "api", "deploy-bot"),
+        ("release", "api", "deploy-bot"),
+    ]
 
 
 def test_audit_database_error_never_breaks_the_force(clock, audit, audit_rows, monkeypatch, caplog):
@@ -257,6 +274,7 @@ def test_audit_written_when_forcing_from_async_code(clock, monkeypatch):
     had = services.audit_listener in bus.listeners
     services.install_audit_listener()
     try:
+
         async def main():
             baldur.force_open_circuit("async-svc", ttl_minutes=2, actor="async-user")
 

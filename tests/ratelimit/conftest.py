@@ -67,4 +67,3 @@ def no_blocking_sleep(monkeypatch):
 
     monkeypatch.setattr(time, "sleep", refuse)
     monkeypatch.setattr(SystemClock, "sleep", staticmethod(refuse))
-

@@ -150,7 +150,9 @@ def test_rl3_not_while_forced_closed(upstream, session, clock, events, caplog):
     breaker = baldur.get_breaker("payments")
     assert breaker.state is baldur.CircuitState.CLOSED
     assert breaker.snapshot()["window_failures"] == 14
-    assert not [r for r in _records(caplog) if r.event in ("circuit_breaker.rate_limit_storm", "circuit_breaker.opened")]
+    assert not [
+        r for r in _records(caplog) if r.event in ("circuit_breaker.rate_limit_storm", "circuit_breaker.opened")
+    ]
     assert all(t[1] != "open" for t in events.transitions())
     assert baldur.release_circuit("payments") is True
     upstream.script("429")

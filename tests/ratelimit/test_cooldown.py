@@ -211,10 +211,12 @@ def test_rl6_refusal_after_attempts_records_last_and_chains(kind, upstream, sess
     if kind == "raise":
         call = _get_raising(session, upstream, seen)
     else:
+
         def call():
             response = session.get(upstream.endpoint(), timeout=5)
             seen.append(response)
             return response
+
     with pytest.raises(baldur.RateLimitCooldownError) as info:
         baldur.protect("payments", call, retry=NO_BACKOFF)
     assert upstream.hits == 2

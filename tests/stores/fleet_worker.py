@@ -44,7 +44,12 @@ def _breaker(backend: str, name: str, sync: float, lease: float, max_calls: int,
     }
     config = build_config(
         name,
-        {"failure_threshold": 1, "recovery_timeout": timeout, "half_open_max_calls": max_calls, "failure_rate_threshold": 0},
+        {
+            "failure_threshold": 1,
+            "recovery_timeout": timeout,
+            "half_open_max_calls": max_calls,
+            "failure_rate_threshold": 0,
+        },
         SettingsSource(environ=environ),
     )
     guard = StoreGuard(store, lambda: 60.0, bus.publish, clock.monotonic, clock.wall)
@@ -70,8 +75,18 @@ def dependency(client, dep: str, permit=None) -> str:
     return "ok"
 
 
-def main(backend: str, name: str, commands, answers, sync: float = 0.2, lease: float = 30.0, max_calls: int = 3,
-         timeout: float = 0.3, prefix: str = "baldur", dep: str = "dep") -> None:
+def main(
+    backend: str,
+    name: str,
+    commands,
+    answers,
+    sync: float = 0.2,
+    lease: float = 30.0,
+    max_calls: int = 3,
+    timeout: float = 0.3,
+    prefix: str = "baldur",
+    dep: str = "dep",
+) -> None:
     import redis
 
     from baldur_django.core.errors import CircuitOpenError
@@ -152,8 +167,17 @@ def main(backend: str, name: str, commands, answers, sync: float = 0.2, lease: f
                 else:
                     breaker.record_success(permit)
                     outcomes.append("ok")
-            answers.put(("called", {"outcomes": outcomes, "kinds": events.kinds(), "forced": breaker.forced,
-                                    "state": breaker.state.value}))
+            answers.put(
+                (
+                    "called",
+                    {
+                        "outcomes": outcomes,
+                        "kinds": events.kinds(),
+                        "forced": breaker.forced,
+                        "state": breaker.state.value,
+                    },
+                )
+            )
         elif command == "acquire_probe_and_hang":
             permit = None
             deadline = time.monotonic() + 10

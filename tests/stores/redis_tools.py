@@ -79,8 +79,21 @@ class RedisServer:
         """Start the server and return once it answers PING (bounded by *timeout* seconds)."""
         assert self.process is None or self.process.poll() is not None, "already running"
         self.process = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--daemonize", "no", "--loglevel", "warning"],
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--loglevel",
+                "warning",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -122,10 +135,12 @@ Counter = CommandCounter
 def commandstats(client: redis.Redis) -> dict[str, int]:
     """``INFO commandstats`` as ``{"evalsha": calls, "get": calls, ...}`` (server-wide)."""
     stats = client.info("commandstats")
-    return {key[len("cmdstat_"):]: int(value["calls"]) for key, value in stats.items() if key.startswith("cmdstat_")}
+    return {key[len("cmdstat_") :]: int(value["calls"]) for key, value in stats.items() if key.startswith("cmdstat_")}
 
 
-def delta(before: dict[str, int], after: dict[str, int], exclude: tuple[str, ...] = ("info", "config|resetstat")) -> dict[str, int]:
+def delta(
+    before: dict[str, int], after: dict[str, int], exclude: tuple[str, ...] = ("info", "config|resetstat")
+) -> dict[str, int]:
     """Per-command growth between two :func:`commandstats` readings, without *exclude*."""
     out = {}
     for name, calls in after.items():

@@ -148,8 +148,15 @@ def test_st2_every_store_operation_of_async_calls_runs_off_the_loop(fresh_regist
     fresh_registry.set_store(spy)
     outcomes = iter([RuntimeError("down"), "up"])
 
-    @baldur.aprotected("off-loop", failure_threshold=1, failure_rate_threshold=0, recovery_timeout=5,
-                       half_open_max_calls=1, sliding_window_size=10, minimum_calls=1)
+    @baldur.aprotected(
+        "off-loop",
+        failure_threshold=1,
+        failure_rate_threshold=0,
+        recovery_timeout=5,
+        half_open_max_calls=1,
+        sliding_window_size=10,
+        minimum_calls=1,
+    )
     async def call() -> str:
         outcome = next(outcomes)
         if isinstance(outcome, Exception):

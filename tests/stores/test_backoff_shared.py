@@ -54,9 +54,18 @@ def test_cb17_store_slow_trial_reopens_with_its_trigger(backend):
 
 
 def _worker(store, clock, name):
-    config = build_config(name, {"failure_threshold": 1, "failure_rate_threshold": 0, "recovery_timeout": 10,
-                                 "half_open_max_calls": 1, "sliding_window_size": 10, "minimum_calls": 1},
-                          SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "0"}))
+    config = build_config(
+        name,
+        {
+            "failure_threshold": 1,
+            "failure_rate_threshold": 0,
+            "recovery_timeout": 10,
+            "half_open_max_calls": 1,
+            "sliding_window_size": 10,
+            "minimum_calls": 1,
+        },
+        SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "0"}),
+    )
     import dataclasses
 
     config = dataclasses.replace(config, recovery_backoff_factor=3.0, recovery_timeout_max=1000.0)
@@ -91,10 +100,20 @@ def test_cb15_cb17_shared_breaker_slow_calls_trip_and_fail_the_fleet_round(backe
     record with trigger slow_call_rate, and a slow trial fails the fleet's round."""
     name = f"slow-fleet-{backend.name}"
     clock = FakeClock()
-    config = build_config(name, {"sliding_window_type": "time", "sliding_window_seconds": 30, "minimum_calls": 2,
-                                 "failure_rate_threshold": 0, "slow_call_duration": 1, "slow_call_rate_threshold": 100,
-                                 "recovery_timeout": 10, "half_open_max_calls": 1},
-                          SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "0"}))
+    config = build_config(
+        name,
+        {
+            "sliding_window_type": "time",
+            "sliding_window_seconds": 30,
+            "minimum_calls": 2,
+            "failure_rate_threshold": 0,
+            "slow_call_duration": 1,
+            "slow_call_rate_threshold": 100,
+            "recovery_timeout": 10,
+            "half_open_max_calls": 1,
+        },
+        SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "0"}),
+    )
     breaker = CircuitBreaker(name, config, clock=clock, bus=EventBus())
     breaker.use_store(StoreGuard(backend.store, lambda: 60.0, lambda e: None, clock.monotonic, clock.wall))
     for _ in range(2):

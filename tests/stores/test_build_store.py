@@ -34,7 +34,9 @@ def test_st2_redis_url_builds_a_client_with_short_timeouts():
     timeout and pool size of the settings and no client-side retries."""
     need_server("Redis at 127.0.0.1:6379", reachable("127.0.0.1", 6379))
     with override_settings(
-        BALDUR_STATE_BACKEND="redis", BALDUR_REDIS_URL=REDIS_URL, BALDUR_REDIS_SOCKET_TIMEOUT=0.4,
+        BALDUR_STATE_BACKEND="redis",
+        BALDUR_REDIS_URL=REDIS_URL,
+        BALDUR_REDIS_SOCKET_TIMEOUT=0.4,
         BALDUR_REDIS_MAX_CONNECTIONS=7,
     ):
         store = build_store()

@@ -61,9 +61,25 @@ class Worker:
             PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
         )
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.stores.celery_app", "worker", "--pool=solo",
-             "--concurrency=1", "-Q", queue, "-n", f"{queue}@%h", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "-l", "INFO"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "tests.stores.celery_app",
+                "worker",
+                "--pool=solo",
+                "--concurrency=1",
+                "-Q",
+                queue,
+                "-n",
+                f"{queue}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "INFO",
+            ],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -81,8 +97,9 @@ class Worker:
     def wait_ready(self, timeout: float = 25.0) -> None:
         if not self.ready.wait(timeout):
             tail = "\n".join(self.lines[-30:])
-            raise AssertionError(f"celery worker for {self.queue} not ready after {timeout} s "
-                                 f"(exit code {self.process.poll()}):\n{tail}")
+            raise AssertionError(
+                f"celery worker for {self.queue} not ready after {timeout} s (exit code {self.process.poll()}):\n{tail}"
+            )
 
     def terminate(self) -> None:
         if self.process.poll() is None:

@@ -119,7 +119,12 @@ def test_st5_beat_schedule_intervals_and_expiry(settings):
     settings.BALDUR_TASK_RECOVERY_SWEEP_SECONDS = 7
     from baldur_django.tasks import BEAT_SCHEDULE
 
-    assert set(BEAT_SCHEDULE) == {"baldur-recovery-sweep", "baldur-sync-state", "baldur-emergency-check", "baldur-meta-watchdog"}
+    assert set(BEAT_SCHEDULE) == {
+        "baldur-recovery-sweep",
+        "baldur-sync-state",
+        "baldur-emergency-check",
+        "baldur-meta-watchdog",
+    }
     sweep = BEAT_SCHEDULE["baldur-recovery-sweep"]
     assert sweep["task"] == "baldur_django.tasks.recovery_sweep"
     assert sweep["schedule"] == 7.0 and sweep["options"]["expires"] == 7.0

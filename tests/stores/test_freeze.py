@@ -30,8 +30,14 @@ from baldur_django.core.testing import FakeClock, RecordingListener
 from tests.conftest import need_server
 from tests.stores import conftest
 
-OVERRIDES = {"failure_threshold": 2, "failure_rate_threshold": 0, "recovery_timeout": 10, "half_open_max_calls": 1,
-             "sliding_window_size": 10, "minimum_calls": 1}
+OVERRIDES = {
+    "failure_threshold": 2,
+    "failure_rate_threshold": 0,
+    "recovery_timeout": 10,
+    "half_open_max_calls": 1,
+    "sliding_window_size": 10,
+    "minimum_calls": 1,
+}
 KINDS = ["local", "memory", "fakeredis", "redis", "sqlite", "postgres"]
 
 
@@ -62,13 +68,17 @@ class Rig:
         emergency.use_backend(emergency.MemoryLevelBackend())
         self.name = name
         self.backend = make_backend(kind, request)
-        config = build_config(name, OVERRIDES, SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": sync_interval}))
+        config = build_config(
+            name, OVERRIDES, SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": sync_interval})
+        )
         self.bus = EventBus()
         self.events = RecordingListener(self.bus)
         self.breaker = CircuitBreaker(name, config, clock=self.clock, bus=self.bus)
         if self.backend is not None:
             store = self.backend.store
-            self.breaker.use_store(StoreGuard(store, lambda: 60.0, lambda e: None, self.clock.monotonic, self.clock.wall))
+            self.breaker.use_store(
+                StoreGuard(store, lambda: 60.0, lambda e: None, self.clock.monotonic, self.clock.wall)
+            )
 
     def advance(self, seconds):
         self.clock.advance(seconds)

@@ -57,7 +57,9 @@ def dead_store(fresh_registry, clock, monkeypatch):
     monkeypatch.setenv("BALDUR_STORE_WARNING_INTERVAL_SECONDS", "30")
     monkeypatch.setenv("BALDUR_CB_SYNC_INTERVAL_SECONDS", "5")
     baldur_settings.reset()
-    store = RedisStore(connect(f"redis://127.0.0.1:{free_port()}/11", socket_timeout=0.25), prefix=f"outage-{uuid.uuid4().hex[:8]}")
+    store = RedisStore(
+        connect(f"redis://127.0.0.1:{free_port()}/11", socket_timeout=0.25), prefix=f"outage-{uuid.uuid4().hex[:8]}"
+    )
     fresh_registry.set_store(store)
     yield store
     fresh_registry.set_store(None)
@@ -413,7 +415,9 @@ def test_st4_read_only_replica_after_failover(private_redis, private_shared, fre
     assert record.state == "open" and record.trigger == "consecutive_failures"
 
 
-def test_st4_stalled_server_times_out_within_socket_timeout(private_redis, private_shared, fresh_registry, clock, caplog):
+def test_st4_stalled_server_times_out_within_socket_timeout(
+    private_redis, private_shared, fresh_registry, clock, caplog
+):
     """ST-4: a server that accepts but never answers (SIGSTOP) costs a call at most about
     BALDUR_REDIS_SOCKET_TIMEOUT (0.2 s here) once per sync interval, never an exception; the
     calls between consults are not slowed at all."""
@@ -464,7 +468,9 @@ def test_st4_exhausted_pool_is_an_error_not_a_wait(private_redis, private_shared
         holding.join(10)
 
 
-def test_st4_trip_recovered_locally_during_outage_is_not_pushed(private_redis, private_shared, fresh_registry, clock, events):
+def test_st4_trip_recovered_locally_during_outage_is_not_pushed(
+    private_redis, private_shared, fresh_registry, clock, events
+):
     """ST-4/CB-14: a worker that tripped during an outage and then recovered on its own (local
     probe succeeded) has no trip left to push: when the store returns it rejoins CLOSED, the
     shared record is not reopened, and no second 'opened' is published."""

@@ -57,7 +57,9 @@ def fleet():
         environ = {"BALDUR_CB_SYNC_INTERVAL_SECONDS": str(sync), "BALDUR_STORE_WARNING_INTERVAL_SECONDS": "60"}
         source = SettingsSource(environ=environ)
         guard = StoreGuard(store, lambda: 60.0, bus.publish, clock.monotonic, clock.wall)
-        config = build_config(name, {"failure_threshold": 3, "recovery_timeout": 10, "half_open_max_calls": 2, **overrides}, source)
+        config = build_config(
+            name, {"failure_threshold": 3, "recovery_timeout": 10, "half_open_max_calls": 2, **overrides}, source
+        )
         breaker = CircuitBreaker(name, config, clock=clock, bus=bus)
         breaker.use_store(guard)
         breaker.events = events

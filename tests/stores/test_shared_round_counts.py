@@ -14,8 +14,14 @@ from baldur_django.core.events import EventBus
 from baldur_django.core.sync import StoreGuard
 from baldur_django.core.testing import FakeClock
 
-OVERRIDES = {"failure_threshold": 1, "failure_rate_threshold": 0, "recovery_timeout": 10, "half_open_max_calls": 3,
-             "sliding_window_size": 10, "minimum_calls": 1}
+OVERRIDES = {
+    "failure_threshold": 1,
+    "failure_rate_threshold": 0,
+    "recovery_timeout": 10,
+    "half_open_max_calls": 3,
+    "sliding_window_size": 10,
+    "minimum_calls": 1,
+}
 
 
 def _breaker(name, clock, guard=None):

@@ -20,10 +20,9 @@ Implements ST-2, OP-4 (atomic refusal of a trip that meets a force), CB-12 (keys
 
 from __future__ import annotations
 
-import math
-
 import hashlib
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -151,7 +150,9 @@ class StateStore(Protocol):
     def inspect(self, name: str) -> Answer:
         """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks."""
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf) -> Answer:
+    def trip(
+        self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+    ) -> Answer:
         """CLOSED (unforced) -> OPEN for the backed-off duration of one more consecutive open
         (CB-16: *factor*, *cap* seconds). ``result``: TRIPPED, BLOCKED (a force holds) or ALREADY."""
 
@@ -159,8 +160,15 @@ class StateStore(Protocol):
         """OPEN past its timeout -> HALF_OPEN, then admit *token* if a slot is free (``result`` True)."""
 
     def finish_probe(
-        self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
-        factor: float = 1.0, cap: float = math.inf,
+        self,
+        name: str,
+        token: str,
+        version: int,
+        outcome: str,
+        max_calls: int,
+        recovery_timeout: float,
+        factor: float = 1.0,
+        cap: float = math.inf,
     ) -> Answer:
         """Record a trial ``"success"``, ``"failure"``, ``"slow"`` or ``"abandon"`` (slot back).
         A reopen lasts the backed-off duration (CB-16). Stale tokens are ignored."""

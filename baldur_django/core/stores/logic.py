@@ -12,7 +12,18 @@ import math
 
 from .base import ALREADY, BLOCKED, TRIPPED, Answer, Record
 
-__all__ = ["open_duration", "next_open", "normalise", "op_trip", "op_acquire_probe", "op_finish_probe", "op_force", "op_release", "op_sweep", "run"]
+__all__ = [
+    "open_duration",
+    "next_open",
+    "normalise",
+    "op_trip",
+    "op_acquire_probe",
+    "op_finish_probe",
+    "op_force",
+    "op_release",
+    "op_sweep",
+    "run",
+]
 
 
 def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float = math.inf) -> float:

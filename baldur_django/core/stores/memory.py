@@ -8,7 +8,6 @@ single-process tools that want the protocol without a server.
 from __future__ import annotations
 
 import math
-
 import threading
 import uuid
 from collections.abc import Callable
@@ -57,15 +56,24 @@ class MemoryStore:
     def inspect(self, name: str) -> Answer:
         return self._op(name, "inspect")
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf) -> Answer:
+    def trip(
+        self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+    ) -> Answer:
         return self._op(name, "trip", trigger, recovery_timeout, factor, cap)
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
         return self._op(name, "acquire_probe", token, max_calls, lease_seconds)
 
     def finish_probe(
-        self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
-        factor: float = 1.0, cap: float = math.inf,
+        self,
+        name: str,
+        token: str,
+        version: int,
+        outcome: str,
+        max_calls: int,
+        recovery_timeout: float,
+        factor: float = 1.0,
+        cap: float = math.inf,
     ) -> Answer:
         return self._op(name, "finish_probe", token, version, outcome, max_calls, recovery_timeout, factor, cap)
 

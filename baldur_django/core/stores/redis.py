@@ -13,9 +13,8 @@ judgement, ST-4). ``redis`` is imported lazily, only here.
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 import uuid
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -133,7 +132,9 @@ class RedisStore:
     def inspect(self, name: str) -> Answer:
         return self._run("load", name)
 
-    def trip(self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf) -> Answer:
+    def trip(
+        self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+    ) -> Answer:
         return self._run("trip", name, trigger, repr(float(recovery_timeout)), repr(float(factor)), _cap(cap))
 
     def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
@@ -142,12 +143,26 @@ class RedisStore:
         return answer
 
     def finish_probe(
-        self, name: str, token: str, version: int, outcome: str, max_calls: int, recovery_timeout: float,
-        factor: float = 1.0, cap: float = math.inf,
+        self,
+        name: str,
+        token: str,
+        version: int,
+        outcome: str,
+        max_calls: int,
+        recovery_timeout: float,
+        factor: float = 1.0,
+        cap: float = math.inf,
     ) -> Answer:
         return self._run(
-            "finish_probe", name, token, int(version), outcome, int(max_calls), repr(float(recovery_timeout)),
-            repr(float(factor)), _cap(cap),
+            "finish_probe",
+            name,
+            token,
+            int(version),
+            outcome,
+            int(max_calls),
+            repr(float(recovery_timeout)),
+            repr(float(factor)),
+            _cap(cap),
         )
 
     def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
@@ -190,7 +205,9 @@ class RedisStore:
 
         token = uuid.uuid4().hex
         try:
-            ok = self.client.set(f"{self.prefix}:lock:{{{safe_key(name)}}}", token, nx=True, px=max(1, int(ttl_seconds * 1000)))
+            ok = self.client.set(
+                f"{self.prefix}:lock:{{{safe_key(name)}}}", token, nx=True, px=max(1, int(ttl_seconds * 1000))
+            )
         except (redis.RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis lock failed: {exc}") from exc
         return token if ok else None

@@ -74,10 +74,14 @@ class Command(Utf8OutputMixin, BaseCommand):
         set_ = sub.add_parser("set", help="set the level for a lifetime")
         set_.add_argument("level", metavar="LEVEL", help="0, 1, 2 or 3 (0 clears)")
         set_.add_argument(
-            "--minutes", metavar="M", default=None,
+            "--minutes",
+            metavar="M",
+            default=None,
             help="lifetime in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
         )
-        set_.add_argument("--reason", metavar="TEXT", default="", help="why; recorded in the log, the audit and the status")
+        set_.add_argument(
+            "--reason", metavar="TEXT", default="", help="why; recorded in the log, the audit and the status"
+        )
         sub.add_parser("step-down", help="lower the level by one (its expiry is kept)")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
@@ -125,7 +129,9 @@ class Command(Utf8OutputMixin, BaseCommand):
             raise CommandError(f"--reason: {len(reason)} characters, at most {services.MAX_REASON_LENGTH} allowed")
         before = self._read()["level"]
         try:
-            status = services.set_emergency_level(level, minutes, reason=reason, actor=command_actor(), source="command")
+            status = services.set_emergency_level(
+                level, minutes, reason=reason, actor=command_actor(), source="command"
+            )
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
         except BaldurError as exc:

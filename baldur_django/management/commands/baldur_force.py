@@ -72,12 +72,16 @@ class Command(Utf8OutputMixin, BaseCommand):
         parser.add_argument("action", choices=["open", "close", "release"], help="force open, force closed, or release")
         parser.add_argument("service", metavar="SERVICE", help="the breaker's name")
         parser.add_argument(
-            "--ttl", metavar="MINUTES", default=None,
+            "--ttl",
+            metavar="MINUTES",
+            default=None,
             help="lifetime of the force in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
         )
         parser.add_argument("--reason", metavar="TEXT", default="", help="why; recorded in the log and the audit")
 
-    def handle(self, *args: Any, action: str, service: str, ttl: str | None = None, reason: str = "", **options: Any) -> None:
+    def handle(
+        self, *args: Any, action: str, service: str, ttl: str | None = None, reason: str = "", **options: Any
+    ) -> None:
         if not service:
             raise CommandError("SERVICE: a breaker name must be a non-empty string")
         if action == "release" and ttl is not None:
@@ -101,7 +105,9 @@ class Command(Utf8OutputMixin, BaseCommand):
             raise CommandError(str(exc)) from None
         except BaldurError as exc:
             verb = "release" if action == "release" else "force"
-            raise CommandError(f"the {verb} of {service!r} was not stored, nothing changed for the fleet: {exc}") from None
+            raise CommandError(
+                f"the {verb} of {service!r} was not stored, nothing changed for the fleet: {exc}"
+            ) from None
         if action == "release":
             if changed:
                 self.stdout.write(f"Released {service!r}: back to automatic judgement.")

@@ -163,7 +163,9 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
         group.add_argument("--service", metavar="NAME", help="show only this breaker (error if unknown)")
         group.add_argument("--config", action="store_true", help="list every effective setting and where it came from")
 
-    def handle(self, *args: Any, as_json: bool = False, service: str | None = None, config: bool = False, **options: Any) -> None:
+    def handle(
+        self, *args: Any, as_json: bool = False, service: str | None = None, config: bool = False, **options: Any
+    ) -> None:
         if config:
             self._config(as_json)
             return
@@ -226,8 +228,15 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
                 ]
             )
         header = [
-            "SERVICE", "STATE", "FORCED", "FORCE EXPIRES", "CONSECUTIVE", "WINDOW CALLS/FAILURES", "OPENED AT",
-            "OPEN FOR", "LAST TRIGGER",
+            "SERVICE",
+            "STATE",
+            "FORCED",
+            "FORCE EXPIRES",
+            "CONSECUTIVE",
+            "WINDOW CALLS/FAILURES",
+            "OPENED AT",
+            "OPEN FOR",
+            "LAST TRIGGER",
         ]
         self.stdout.write(format_table(header, table))
 

@@ -4,27 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Order',
+            name="Order",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('amount_cents', models.PositiveIntegerField(help_text='Amount to charge, in cents.')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('paid', 'Paid'), ('queued', 'Queued for a later attempt')], db_index=True, default='pending', max_length=16)),
-                ('charge_id', models.CharField(blank=True, help_text='Id the payments service gave the charge.', max_length=64)),
-                ('attempts', models.PositiveIntegerField(default=0, help_text='Charge attempts made through the shop.')),
-                ('last_error', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("amount_cents", models.PositiveIntegerField(help_text="Amount to charge, in cents.")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("paid", "Paid"), ("queued", "Queued for a later attempt")],
+                        db_index=True,
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "charge_id",
+                    models.CharField(blank=True, help_text="Id the payments service gave the charge.", max_length=64),
+                ),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(default=0, help_text="Charge attempts made through the shop."),
+                ),
+                ("last_error", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['-id'],
+                "ordering": ["-id"],
             },
         ),
     ]
