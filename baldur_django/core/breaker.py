@@ -620,7 +620,6 @@ class CircuitBreaker:
         changes (lock held). Every mutating path calls this first; see the module docstring."""
         self._healthy_permit = None
         self._reject_until = 0.0
-        self._timing_permit = None
 
     def _trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
         """An automatic trigger fired (lock held): open at once for this process's traffic;

@@ -236,3 +236,15 @@ def test_cb17_trigger_off_adds_no_clock_read_to_the_closed_hot_path(fresh_regist
     before_timed = counting.reads
     timed()
     assert counting.reads - before_timed >= 2
+
+
+def test_cb17_admission_stays_lock_free_after_a_failure():
+    """CB-17: with the slow-call trigger on, a recorded failure in CLOSED leaves admission on
+    the lock-free timed permit (only a state change replaces it)."""
+    clock = FakeClock()
+    b, _, _ = make(dict(SLOW, minimum_calls=10), clock)
+    b.record_failure(b.acquire())
+    assert b._timing_permit is not None
+    with b._lock:  # admission must not need the lock: this would deadlock if it did
+        permit = b.acquire_slow()
+    assert permit.started is not None and not permit.trial
