@@ -254,6 +254,15 @@ def continue_sync(
     return call_fallback(fallback, args, kwargs, error)
 
 
+async def _recording(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)``, which may record *permit*'s outcome: a shared breaker's trial
+    outcome is a store write, made from a worker thread so the event loop never waits on
+    the store (ST-2); anything else inline."""
+    if permit.trial and breaker._timed:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
+
+
 async def run_async(
     breaker: CircuitBreaker,
     permit: Permit,
@@ -276,9 +285,9 @@ async def run_async(
             first = Raised(exc)
         else:
             if type(result) in PLAIN_TYPES:  # settled()'s first test, inlined
-                breaker.record_success(permit)
+                await _recording(breaker, permit, breaker.record_success, permit)
                 return result
-            if settled(breaker, permit, result):
+            if await _recording(breaker, permit, settled, breaker, permit, result):
                 return result
             first = Returned(result)
     return await continue_async(breaker, permit, policy, factory, args, kwargs, fallback, start, first)
@@ -295,9 +304,11 @@ async def continue_async(
     start: float,
     first: Outcome | None,
 ) -> Any:
-    """The async :func:`continue_sync`: the rest of :func:`run_async` after its first attempt."""
+    """The async :func:`continue_sync`: the rest of :func:`run_async` after its first attempt.
+    The plan records outcomes as it advances, so a shared breaker's trial advances it off
+    the event loop (see :func:`_recording`)."""
     plan = retry_plan(breaker, permit, policy, start, first)
-    step = next(plan)
+    step = await _recording(breaker, permit, next, plan)
     while True:
         if step is ATTEMPT:
             outcome: Outcome
@@ -305,12 +316,12 @@ async def continue_async(
                 outcome = Returned(await factory(*args, **kwargs))
             except BaseException as exc:
                 outcome = Raised(exc)
-            step = plan.send(outcome)
+            step = await _recording(breaker, permit, plan.send, outcome)
         elif isinstance(step, Sleep):
             clock = breaker._clock
             asleep = getattr(clock, "asleep", None) or asyncio.sleep
             await asleep(step.seconds)
-            step = next(plan)
+            step = await _recording(breaker, permit, next, plan)
         else:
             break
     plan.close()
