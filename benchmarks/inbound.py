@@ -35,11 +35,8 @@ Results and method: ``docs/performance.md``, section "Inbound side".
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
-import logging
 import sys
 import time
 import uuid
@@ -48,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from .cli import run_redis_bench
 from .harness import Sample, ainterleave, aloop_calls, interleave, loop_calls
 from .stores import CommandCounter, commandstats, counting_client
 
@@ -576,38 +574,19 @@ def main(
     redis_url: str | None = None,
 ) -> int:
     """``python -m benchmarks.inbound [--quick] [--redis-url URL] [--json FILE]``; returns the exit code."""
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.inbound", description="inbound-side benchmark (IN-1, IN-4)"
+    return run_redis_bench(
+        argv,
+        prog="python -m benchmarks.inbound",
+        description="inbound-side benchmark (IN-1, IN-4)",
+        default_url=DEFAULT_URL,
+        settings=(INBOUND_DEFAULT, INBOUND_QUICK),
+        bench=bench_inbound,
+        render=format_inbound,
+        as_json=to_json,
+        quick=quick,
+        json_file=json_file,
+        redis_url=redis_url,
     )
-    parser.add_argument("--quick", action="store_true", help="a short run (noisier figures)")
-    parser.add_argument("--redis-url", default=DEFAULT_URL, help=f"server and database to use (default {DEFAULT_URL})")
-    parser.add_argument("--json", metavar="FILE", default=None, help="also write the figures as JSON to FILE")
-    args = parser.parse_args(argv or [])
-    quick = args.quick if quick is None else quick
-    json_file = args.json if json_file is None else json_file
-    settings = INBOUND_QUICK if quick else INBOUND_DEFAULT
-    url = redis_url or args.redis_url
-    if url != DEFAULT_URL:
-        from dataclasses import replace
-
-        settings = replace(settings, redis_url=url)
-    logging.getLogger("baldur").setLevel(logging.CRITICAL)
-    try:
-        result = bench_inbound(
-            settings, progress=lambda text: print(f"measuring {text} ...", file=sys.stderr, flush=True)
-        )
-    except Exception as exc:  # a missing server is a usage problem, not a crash
-        import redis
-
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-            print(f"cannot reach Redis at {settings.redis_url}: {exc}", file=sys.stderr)
-            return 2
-        raise
-    print(format_inbound(result))
-    if json_file:
-        with open(json_file, "w", encoding="utf-8") as handle:
-            json.dump(to_json(result), handle, indent=2)
-    return 0
 
 
 if __name__ == "__main__":

@@ -30,9 +30,6 @@ admission. Results and method: ``docs/performance.md``, section "Shared stores".
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
 import threading
 import time
@@ -48,6 +45,7 @@ from baldur_django.core.registry import registry
 from baldur_django.core.stores.redis import RedisStore
 from baldur_django.core.sync import StoreGuard
 
+from .cli import run_redis_bench
 from .harness import Sample, interleave, loop_calls, loop_rejections
 
 __all__ = [
@@ -565,36 +563,19 @@ def to_json(result: StoresResult) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, *, quick: bool | None = None, json_file: str | None = None) -> int:
     """``python -m benchmarks.stores [--quick] [--redis-url URL] [--json FILE]``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.stores", description="shared-store benchmark (ST-3)")
-    parser.add_argument("--quick", action="store_true", help="a short run (noisier figures)")
-    parser.add_argument("--redis-url", default=DEFAULT_URL, help=f"server and database to use (default {DEFAULT_URL})")
-    parser.add_argument("--json", metavar="FILE", default=None, help="also write the figures as JSON to FILE")
-    args = parser.parse_args(argv or [])
-    quick = args.quick if quick is None else quick
-    json_file = args.json if json_file is None else json_file
-    settings = STORES_QUICK if quick else STORES_DEFAULT
-    if args.redis_url != DEFAULT_URL:
-        from dataclasses import replace
-
-        settings = replace(settings, redis_url=args.redis_url)
-    logging.getLogger("baldur").setLevel(logging.CRITICAL)  # the OPEN scenario trips on purpose
-    logging.getLogger("pybreaker").setLevel(logging.CRITICAL)
-    try:
-        result = bench_stores(
-            settings, progress=lambda text: print(f"measuring {text} ...", file=sys.stderr, flush=True)
-        )
-    except Exception as exc:  # a missing server is a usage problem, not a crash
-        import redis
-
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-            print(f"cannot reach Redis at {settings.redis_url}: {exc}", file=sys.stderr)
-            return 2
-        raise
-    print(format_stores(result))
-    if json_file:
-        with open(json_file, "w", encoding="utf-8") as handle:
-            json.dump(to_json(result), handle, indent=2)
-    return 0
+    return run_redis_bench(
+        argv,
+        prog="python -m benchmarks.stores",
+        description="shared-store benchmark (ST-3)",
+        default_url=DEFAULT_URL,
+        settings=(STORES_DEFAULT, STORES_QUICK),
+        bench=bench_stores,
+        render=format_stores,
+        as_json=to_json,
+        quick=quick,
+        json_file=json_file,
+        quiet=("baldur", "pybreaker"),  # the OPEN scenario trips on purpose
+    )
 
 
 if __name__ == "__main__":
