@@ -21,11 +21,6 @@ from collections import deque
 
 __all__ = ["CountWindow", "TimeWindow", "SecondBuckets"]
 
-# Flags of one slot of the count window's ring.
-_FAILED = 1
-_SLOW = 2
-
-
 class CountWindow:
     """The last ``size`` recorded outcomes, as a ring of flags (CB-3, CB-17).
 
@@ -68,23 +63,27 @@ class CountWindow:
         ring = self._ring
         if self.calls == self.size:
             old = ring[pos]
-            if old:
+            if old:  # evict a marked outcome (flags: 1 failed, 2 slow, 3 both)
                 self.marked -= 1
-                if old & _FAILED:
+                if old == 1:
                     self.failures -= 1
-                if old & _SLOW:
+                else:
+                    if old == 3:
+                        self.failures -= 1
                     self.slow -= 1
         else:
             self.calls += 1
-        if failed or slow:
-            flag = 0
-            if failed:
-                flag = _FAILED
-                self.failures += 1
+        if failed:
+            self.failures += 1
+            self.marked += 1
             if slow:
-                flag |= _SLOW
+                ring[pos] = 3
                 self.slow += 1
-            ring[pos] = flag
+            else:
+                ring[pos] = 1
+        elif slow:
+            ring[pos] = 2
+            self.slow += 1
             self.marked += 1
         else:
             ring[pos] = 0
@@ -131,6 +130,7 @@ class CountWindow:
         return threshold > 0 and self.calls >= minimum_calls and self.slow * 100.0 >= threshold * self.calls
 
 
+_floor = math.floor  # the second of a clock reading (a float: its C fast path)
 _NEVER = -(1 << 62)  # "no second seen yet": further in the past than any window reaches
 
 
@@ -183,13 +183,13 @@ class TimeWindow:
             slow (bool): the call was slow (CB-17).
             now (float): monotonic seconds, the breaker's clock reading.
         """
-        second = math.floor(now)
-        if second == self._head:
+        second = _floor(now)
+        head = self._head
+        if second == head:
             i = self._idx
-        elif second > self._head:
-            self.advance(now)
-            i = self._idx
-        elif self._head - second < self.seconds:
+        elif second > head:
+            i = self._roll(second)
+        elif head - second < self.seconds:
             i = second % self.seconds  # a late outcome: its second is still in the window
         else:
             return  # its second has already left the window
@@ -211,12 +211,23 @@ class TimeWindow:
         Args:
             now (float): monotonic seconds.
         """
-        second = math.floor(now)
-        head = self._head
-        if second <= head:
-            return
+        second = _floor(now)
+        if second > self._head:
+            self._roll(second)
+
+    def _roll(self, second: int) -> int:
+        """Make *second* (newer than the newest) the newest second; return its bucket."""
         n = self.seconds
-        if second - head >= n:
+        gap = second - self._head
+        i = second % n
+        if gap == 1:  # the common case: one second later, one bucket to reuse
+            c = self._calls[i]
+            if c:
+                self.calls -= c
+                self.failures -= self._failures[i]
+                self.slow -= self._slow[i]
+                self._calls[i] = self._failures[i] = self._slow[i] = 0
+        elif gap >= n:
             if self.calls:  # a quiet spell as long as the window: nothing in it survives
                 self._calls = [0] * n
                 self._failures = [0] * n
@@ -224,16 +235,17 @@ class TimeWindow:
                 self.calls = self.failures = self.slow = 0
         else:
             calls, failures, slow = self._calls, self._failures, self._slow
-            for s in range(head + 1, second + 1):
-                i = s % n
-                c = calls[i]
+            for s in range(self._head + 1, second + 1):
+                j = s % n
+                c = calls[j]
                 if c:  # a bucket without calls holds no failure or slow outcome either
                     self.calls -= c
-                    self.failures -= failures[i]
-                    self.slow -= slow[i]
-                    calls[i] = failures[i] = slow[i] = 0
+                    self.failures -= failures[j]
+                    self.slow -= slow[j]
+                    calls[j] = failures[j] = slow[j] = 0
         self._head = second
-        self._idx = second % n
+        self._idx = i
+        return i
 
     def clear(self) -> None:
         """Forget every outcome (CB-7)."""

@@ -180,3 +180,24 @@ def test_cfg1_quickstart_plain_python_example_runs_with_its_environment():
     )
     assert done.returncode == 0, done.stderr
     assert "'service': 'payments'" in done.stdout
+
+
+def test_cfg1_settings_md_lists_every_per_call_key_with_its_setting():
+    """CFG-1: the table of per-call / BALDUR_SERVICES keys in docs/settings.md is the one derived
+    from the knob rows (CB-15..CB-17 keys included)."""
+    from baldur_django.core.knobs import OVERRIDE_KEYS
+
+    pairs = dict(re.findall(r"^\|\s*`([a-z_]+)`\s*\|\s*`(BALDUR_[A-Z_]+)`\s*\|\s*$", read("settings.md"), flags=re.M))
+    assert pairs == OVERRIDE_KEYS
+
+
+def test_cfg3_settings_md_reserved_section_lists_exactly_the_reserved_knobs():
+    """CFG-3: the "Reserved" section of docs/settings.md names exactly the knobs marked reserved
+    (whose setting draws warning baldur.W006), and no reserved knob is documented elsewhere."""
+    from baldur_django.core.knobs import RESERVED
+
+    text = read("settings.md")
+    reserved_part = text[text.index("## Reserved"):]
+    rows = [line for line in reserved_part.splitlines() if ROW.match(line)]
+    assert sorted(ROW.match(line).group(1) for line in rows) == sorted(RESERVED)
+    assert "baldur.W006" in reserved_part
