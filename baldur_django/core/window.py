@@ -21,6 +21,7 @@ from collections import deque
 
 __all__ = ["CountWindow", "TimeWindow", "SecondBuckets"]
 
+
 class CountWindow:
     """The last ``size`` recorded outcomes, as a ring of flags (CB-3, CB-17).
 

@@ -197,7 +197,7 @@ def test_cfg3_settings_md_reserved_section_lists_exactly_the_reserved_knobs():
     from baldur_django.core.knobs import RESERVED
 
     text = read("settings.md")
-    reserved_part = text[text.index("## Reserved"):]
+    reserved_part = text[text.index("## Reserved") :]
     rows = [line for line in reserved_part.splitlines() if ROW.match(line)]
     assert sorted(ROW.match(line).group(1) for line in rows) == sorted(RESERVED)
     assert "baldur.W006" in reserved_part
