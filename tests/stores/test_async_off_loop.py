@@ -141,15 +141,20 @@ class LoopSpy:
         return call
 
 
-def test_st2_every_store_operation_of_async_calls_runs_off_the_loop(fresh_registry, clock):
-    """ST-2, CB-6: first use, a trip, a probe and its outcome from async calls: each store
-    operation ran, and none of them on the event loop's thread."""
+@pytest.mark.parametrize("retry", [False, True], ids=["no-retry", "retry"])
+def test_st2_every_store_operation_of_async_calls_runs_off_the_loop(fresh_registry, clock, retry):
+    """ST-2, CB-6: first use, a trip, a probe and its outcome from async calls, with and
+    without the retry stage (a trial is one attempt): each store operation ran, and none of
+    them on the event loop's thread."""
     spy = LoopSpy(MemoryStore(now=clock.wall))
     fresh_registry.set_store(spy)
-    outcomes = iter([RuntimeError("down"), "up"])
+    failures = 3 if retry else 1  # the default retry policy makes 3 attempts
+    outcomes = iter([RuntimeError("down")] * failures + ["up"])
+    service = f"off-loop-{retry}"
 
     @baldur.aprotected(
-        "off-loop",
+        service,
+        retry=retry,
         failure_threshold=1,
         failure_rate_threshold=0,
         recovery_timeout=5,
@@ -174,7 +179,7 @@ def test_st2_every_store_operation_of_async_calls_runs_off_the_loop(fresh_regist
     asyncio.run(scenario())
     assert {"load", "trip", "acquire_probe", "finish_probe"} <= set(spy.ops)
     assert spy.on_loop == []
-    assert baldur.get_breaker("off-loop").state is baldur.CircuitState.CLOSED
+    assert baldur.get_breaker(service).state is baldur.CircuitState.CLOSED
 
 
 def test_st2_async_middleware_never_touches_the_store_on_the_loop(fresh_registry, clock, settings):
@@ -207,38 +212,3 @@ def test_st2_async_middleware_never_touches_the_store_on_the_loop(fresh_registry
     assert {"load", "trip", "acquire_probe", "finish_probe"} <= set(spy.ops)
     assert spy.on_loop == []
     assert baldur.get_breaker("default").state is baldur.CircuitState.CLOSED
-
-
-def test_st2_async_retry_trial_outcome_is_written_off_the_loop(fresh_registry, clock):
-    """ST-2, CB-6: with retry on, a shared breaker's trial (one attempt) is still settled off
-    the event loop: its finish_probe runs on a worker thread."""
-    spy = LoopSpy(MemoryStore(now=clock.wall))
-    fresh_registry.set_store(spy)
-    outcomes = iter([RuntimeError("down")] * 3 + ["up"])  # the default policy makes 3 attempts
-
-    @baldur.aprotected(
-        "off-loop-retry",
-        retry=True,
-        failure_threshold=1,
-        failure_rate_threshold=0,
-        recovery_timeout=5,
-        half_open_max_calls=1,
-        sliding_window_size=10,
-        minimum_calls=1,
-    )
-    async def call() -> str:
-        outcome = next(outcomes)
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-    async def scenario() -> None:
-        with pytest.raises(RuntimeError):
-            await call()
-        assert await asyncio.to_thread(spy.wait_for, "trip")
-        clock.advance(5)
-        assert await call() == "up"
-
-    asyncio.run(scenario())
-    assert "finish_probe" in spy.ops and spy.on_loop == []
-    assert baldur.get_breaker("off-loop-retry").state is baldur.CircuitState.CLOSED
