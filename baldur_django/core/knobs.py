@@ -97,7 +97,10 @@ def validate_number(
                 raise _fail(name, raw, "expected a whole number")
             value = int(value)
     else:
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an int too large for a float (10**400)
+            raise _fail(name, raw, "is too large") from None
     if minimum is not None:
         if min_exclusive and value <= minimum:
             raise _fail(name, raw, f"must be greater than {minimum:g}")

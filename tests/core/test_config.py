@@ -432,6 +432,7 @@ BAD_SETTING = [
     ("BALDUR_REDIS_URL", 6379),
     ("BALDUR_DRY_RUN", "yes"),
     ("BALDUR_SERVICES", []),
+    ("BALDUR_CB_RECOVERY_TIMEOUT", 10**400),  # an int no float can hold: ConfigError, not OverflowError
 ]
 
 
