@@ -133,9 +133,9 @@ class LocalCluster:
                 return self._ping(port)
 
             wait_for(up, timeout, f"redis-server on port {port} to answer PING")
+        nodes = [f"127.0.0.1:{p}" for p in self.ports]
         created = subprocess.run(
-            [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports)]
-            + ["--cluster-replicas", "0", "--cluster-yes"],
+            [REDIS_CLI, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
             capture_output=True,
             timeout=timeout,
         )
