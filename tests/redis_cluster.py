@@ -93,38 +93,8 @@ class LocalCluster:
         assert self.directory is not None and REDIS_SERVER is not None and REDIS_CLI is not None
         for _ in range(self.masters):
             port = cluster_port(self.ports)
-            log = open(os.path.join(self.directory, f"redis-{port}.log"), "wb")  # noqa: SIM115 - kept by Popen
-            self.processes.append(
-                subprocess.Popen(
-                    [
-                        REDIS_SERVER,
-                        "--port",
-                        str(port),
-                        "--bind",
-                        "127.0.0.1",
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        os.path.join(self.directory, f"nodes-{port}.conf"),
-                        "--cluster-node-timeout",
-                        "5000",
-                        "--dir",
-                        self.directory,
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--daemonize",
-                        "no",
-                        "--loglevel",
-                        "warning",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-            log.close()
             self.ports.append(port)
+            self.processes.append(self._spawn(port))
         for port, process in zip(self.ports, self.processes, strict=True):
 
             def up(port: int = port, process: subprocess.Popen[bytes] = process) -> bool:
@@ -144,6 +114,52 @@ class LocalCluster:
                 f"redis-cli --cluster create failed ({created.returncode}): {created.stdout[-800:]!r}"
             )
         wait_for(self.healthy, timeout, "cluster_state:ok on every node", step=0.05)
+
+    def _spawn(self, port: int) -> subprocess.Popen[bytes]:
+        assert self.directory is not None and REDIS_SERVER is not None
+        with open(os.path.join(self.directory, f"redis-{port}.log"), "ab") as log:
+            return subprocess.Popen(
+                [
+                    REDIS_SERVER,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    os.path.join(self.directory, f"nodes-{port}.conf"),
+                    "--cluster-node-timeout",
+                    "5000",
+                    "--dir",
+                    self.directory,
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--daemonize",
+                    "no",
+                    "--loglevel",
+                    "warning",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the master on *port* by its PID (an abrupt node failure) and reap it."""
+        process = self.processes[self.ports.index(port)]
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    def restart(self, port: int, timeout: float = 15.0) -> None:
+        """Start the killed master on *port* again (same node id and slots, from its cluster
+        config file; no data) and wait until the cluster is healthy."""
+        index = self.ports.index(port)
+        assert self.processes[index].poll() is not None, f"node {port} still runs"
+        self.processes[index] = self._spawn(port)
+        wait_for(lambda: self._ping(port), timeout, f"redis-server on port {port} to answer PING")
+        wait_for(self.healthy, timeout, "cluster_state:ok after the restart", step=0.05)
 
     def stop(self) -> None:
         """Terminate every node (SIGTERM, then SIGKILL) by its PID and remove the directory."""
@@ -212,6 +228,14 @@ class LocalCluster:
     def keyslot(self, key: str) -> int:
         with self.node(self.ports[0]) as client:
             return int(client.execute_command("CLUSTER KEYSLOT", key))
+
+    def error_count(self, port: int, code: str) -> int:
+        """How many error replies starting with *code* (``ASK``, ``MOVED``, ``NOSCRIPT``...) the
+        master on *port* has sent since it started (``INFO errorstats``)."""
+        with self.node(port) as client:
+            stats = client.info("errorstats")
+        entry = stats.get(f"errorstat_{code}") or {}
+        return int(entry.get("count", 0))
 
     def flush(self) -> None:
         """FLUSHALL on every master (this private cluster only) and forget loaded scripts."""
