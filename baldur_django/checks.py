@@ -231,8 +231,6 @@ def _check_redis_cluster(values: dict[str, Any]) -> list[CheckMessage]:
                 id=Codes.REDIS_CLUSTER_BAD_URL,
             )
         ]
-    except ImportError:
-        return []  # without redis-py the redis backend itself cannot load; reported where it is used
     return []
 
 

@@ -25,7 +25,8 @@ import math
 import threading
 import uuid
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import parse_qs, urlparse
 
 from ..emergency import frozen
 from .base import Answer, StoreUnavailable, decode, safe_key
@@ -125,23 +126,19 @@ class ClusterClient:
     """
 
     def __init__(self, url: str, *, socket_timeout: float = 0.25, max_connections: int = 50) -> None:
-        from redis.connection import parse_url
-
         from ..errors import ConfigError
 
-        try:
-            parts = parse_url(url)
-        except ValueError as exc:
-            raise ConfigError(f"BALDUR_REDIS_URL: {exc}") from None
-        if "path" in parts:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("redis", "rediss"):
             raise ConfigError(
                 "BALDUR_REDIS_CLUSTER: a Redis Cluster is reached over TCP; BALDUR_REDIS_URL must be a redis:// "
-                "or rediss:// URL of one node, not a unix:// socket"
+                f"or rediss:// URL of one node, not a {parsed.scheme}:// URL"
             )
-        if parts.get("db", 0) != 0:
+        db = (parse_qs(parsed.query).get("db") or [""])[0] or parsed.path.strip("/") or "0"
+        if not db.isdigit() or int(db) != 0:
             raise ConfigError(
                 f"BALDUR_REDIS_CLUSTER: a Redis Cluster has only database 0, but BALDUR_REDIS_URL names "
-                f"database {parts['db']} (use redis://host:port/0 or no database)"
+                f"database {db} (use redis://host:port/0 or no database)"
             )
         self.url = url
         self.socket_timeout = socket_timeout
@@ -177,16 +174,17 @@ class ClusterClient:
     def get_encoder(self) -> Any:
         """The encoder of the client (``register_script`` hashes scripts with it): redis-py's
         defaults, known without connecting."""
-        from redis.connection import Encoder
+        import redis.connection
 
-        return Encoder("utf-8", "strict", False)
+        module: Any = redis.connection  # Encoder is not in its typed exports
+        return module.Encoder("utf-8", "strict", False)
 
     def register_script(self, script: str) -> Script:
         """A ``Script`` bound to this wrapper: its SHA is computed now, the cluster is reached
         on its first call; after a ``NOSCRIPT`` it is loaded on every master and run again."""
         from redis.commands.core import Script
 
-        return Script(self, script)
+        return Script(cast(Any, self), script)
 
     def close(self) -> None:
         """Close the cluster client's connections, if it was ever built."""
