@@ -200,12 +200,24 @@ def test_st2_cluster_setting_builds_cluster_clients_without_connecting(redis_clu
     force through the installed store is what a separate cluster client reads; the knob is a
     store setting (changing it rebuilds the store)."""
     assert "BALDUR_REDIS_CLUSTER" in STORE_SETTINGS
-    with override_settings(BALDUR_STATE_BACKEND="redis", BALDUR_REDIS_URL=redis_cluster.url, BALDUR_REDIS_CLUSTER=True):
+    with override_settings(
+        BALDUR_STATE_BACKEND="redis",
+        BALDUR_REDIS_URL=redis_cluster.url,
+        BALDUR_REDIS_CLUSTER=True,
+        BALDUR_REDIS_SOCKET_TIMEOUT=0.4,
+        BALDUR_REDIS_MAX_CONNECTIONS=7,
+    ):
         store = build_store()
         assert isinstance(store.client, ClusterClient) and store.client._client is None  # nothing opened yet
         assert is_cluster(redis_client())
         name = f"django-{uuid.uuid4().hex[:8]}"
         store.force(name, "open", 60.0, "via settings", "ops")
+        nodes = store.client.get_nodes()
+        assert len(nodes) == 3 and store.client.retry.get_retries() == 0  # no retries but redirections
+        for node in nodes:  # the package's timeouts and pool size, on every node
+            pool = node.redis_connection.connection_pool
+            kwargs = pool.connection_kwargs
+            assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"], pool.max_connections) == (0.4, 0.4, 7)
         other = RedisStore(connect(redis_cluster.url, cluster=True))
         assert other.inspect(name).record.forced == "open"
         with override_settings(BALDUR_EMERGENCY_BACKEND="redis"):
@@ -220,6 +232,31 @@ def test_st2_cluster_setting_builds_cluster_clients_without_connecting(redis_clu
                 emergency.reset()
     with override_settings(BALDUR_STATE_BACKEND="redis", BALDUR_REDIS_URL=redis_cluster.url):
         assert not is_cluster(build_store().client)  # the knob off: a plain client
+
+
+def test_st2_cluster_client_carries_classic_pubsub(redis_cluster):
+    """ST-2 (pub/sub on a cluster, for EM-6): a subscriber on one cluster client receives what
+    another cluster client publishes, whichever nodes they talk to (classic pub/sub crosses
+    the cluster bus)."""
+    channel = f"baldur:test:{uuid.uuid4().hex[:8]}"
+    publisher = connect(redis_cluster.url, cluster=True)
+    subscriber = connect(redis_cluster.url, socket_timeout=2.0, cluster=True)
+    pubsub = subscriber.pubsub()
+    try:
+        pubsub.subscribe(channel)
+
+        def next_of(kind):
+            message = pubsub.get_message(timeout=0.1)
+            return message if message and message["type"] == kind else None
+
+        wait_for(lambda: next_of("subscribe"), 5, "the subscription")
+        assert publisher.publish(channel, "opened") >= 1
+        message = wait_for(lambda: next_of("message"), 5, "the message")
+        assert message["data"] == b"opened"
+    finally:
+        pubsub.close()
+        publisher.close()
+        subscriber.close()
 
 
 def test_cfg3_cluster_without_url_or_with_a_bad_url_is_refused():
