@@ -234,6 +234,35 @@ def test_st2_cluster_setting_builds_cluster_clients_without_connecting(redis_clu
         assert not is_cluster(build_store().client)  # the knob off: a plain client
 
 
+def test_st2_cluster_from_environment_variables_without_django(redis_cluster):
+    """ST-2 in plain Python: BALDUR_REDIS_CLUSTER from the environment gives the registry's
+    store and Emergency Mode's redis backend cluster clients (nothing connected at build)."""
+    from baldur_django.core.config import SettingsSource
+    from baldur_django.core.registry import Registry
+
+    environ = {
+        "BALDUR_STATE_BACKEND": "redis",
+        "BALDUR_REDIS_URL": redis_cluster.url,
+        "BALDUR_REDIS_CLUSTER": "true",
+        "BALDUR_EMERGENCY_BACKEND": "redis",
+    }
+    source = SettingsSource(environ=environ)
+    registry = Registry(source=source)
+    registry._store_from_settings()
+    assert isinstance(registry.store.client, ClusterClient) and registry.store.client._client is None
+    assert registry.store.load("plain").record.state == "closed"
+    mode = emergency.EmergencyMode(source=source)
+    emergency.set_redis_client_factory(None)  # plain Python: no Django client factory
+    try:
+        backend = mode.backend()
+        assert isinstance(backend.client, ClusterClient) and backend.read().level in (0, 1, 2, 3)
+    finally:
+        import baldur_django.emergency  # the Django factory back (installed on import)
+
+        emergency.set_redis_client_factory(baldur_django.emergency._django_redis_client)
+    registry.store.client.close()
+
+
 def test_st2_cluster_client_carries_classic_pubsub(redis_cluster):
     """ST-2 (pub/sub on a cluster, for EM-6): a subscriber on one cluster client receives what
     another cluster client publishes, whichever nodes they talk to (classic pub/sub crosses
