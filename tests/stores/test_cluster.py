@@ -265,27 +265,32 @@ def test_st2_cluster_from_environment_variables_without_django(redis_cluster):
 
 def test_st2_cluster_client_carries_classic_pubsub(redis_cluster):
     """ST-2 (pub/sub on a cluster, for EM-6): a subscriber on one cluster client receives what
-    another cluster client publishes, whichever nodes they talk to (classic pub/sub crosses
-    the cluster bus)."""
+    another cluster client publishes, and so does a plain client subscribed on every single
+    node: classic pub/sub crosses the cluster bus, so one node's URL is enough for it."""
     channel = f"baldur:test:{uuid.uuid4().hex[:8]}"
     publisher = connect(redis_cluster.url, cluster=True)
     subscriber = connect(redis_cluster.url, socket_timeout=2.0, cluster=True)
-    pubsub = subscriber.pubsub()
+    plain = [redis_cluster.node(port) for port in redis_cluster.ports]
+    subscriptions = [subscriber.pubsub()] + [node.pubsub() for node in plain]
     try:
-        pubsub.subscribe(channel)
+        for pubsub in subscriptions:
+            pubsub.subscribe(channel)
 
-        def next_of(kind):
+        def next_of(pubsub, kind):
             message = pubsub.get_message(timeout=0.1)
             return message if message and message["type"] == kind else None
 
-        wait_for(lambda: next_of("subscribe"), 5, "the subscription")
+        for pubsub in subscriptions:
+            wait_for(lambda pubsub=pubsub: next_of(pubsub, "subscribe"), 5, "the subscription")
         assert publisher.publish(channel, "opened") >= 1
-        message = wait_for(lambda: next_of("message"), 5, "the message")
-        assert message["data"] == b"opened"
+        for pubsub in subscriptions:
+            message = wait_for(lambda pubsub=pubsub: next_of(pubsub, "message"), 5, "the message")
+            assert message["data"] == b"opened"
     finally:
-        pubsub.close()
-        publisher.close()
-        subscriber.close()
+        for pubsub in subscriptions:
+            pubsub.close()
+        for client in [publisher, subscriber, *plain]:
+            client.close()
 
 
 def test_cfg3_cluster_without_url_or_with_a_bad_url_is_refused():
