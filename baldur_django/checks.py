@@ -58,6 +58,8 @@ class Codes:
     RATE_LIMIT_CACHE_NOT_SHARED = "baldur.W005"
     RESERVED_SETTING = "baldur.W006"
     BACKOFF_CANNOT_GROW = "baldur.W007"
+    REDIS_CLUSTER_WITHOUT_URL = "baldur.E070"
+    REDIS_CLUSTER_BAD_URL = "baldur.E071"
 
 
 #: One fixed error id per knob (``baldur.E0xx``), so a log search or
@@ -106,8 +108,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         backoff is asked for but the default cap is below the timeout (CB-16), W001 for
         an unknown ``BALDUR_*`` Django setting, W002 for an unknown ``BALDUR_*``
         environment variable close to a known name, W006 for a reserved knob (feature not
-        built yet) set to anything but its default, and E006 for the redis backend with
-        neither a URL nor a django-redis cache alias. Never raises.
+        built yet) set to anything but its default, E006 for the redis backend with
+        neither a URL nor a django-redis cache alias, E070 for ``BALDUR_REDIS_CLUSTER``
+        without ``BALDUR_REDIS_URL`` and E071 for a cluster URL that is a socket or names
+        a database other than 0 (ST-2). Never raises.
     """
     messages: list[CheckMessage] = []
     source = _source()
@@ -131,6 +135,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages.extend(_check_minimum_calls(source, values))
     messages.extend(_check_recovery_timeout_max(source, values))
     messages.extend(_check_redis_backend(values))
+    messages.extend(_check_redis_cluster(values))
     messages.extend(_check_reserved(values))
     messages.extend(_check_unknown_names())
     return messages
@@ -175,6 +180,8 @@ def _check_redis_backend(values: dict[str, Any]) -> list[CheckMessage]:
     # the redis backend needs a URL, or a django-redis cache whose connection it can borrow
     if values.get("BALDUR_STATE_BACKEND") != "redis" or values.get("BALDUR_REDIS_URL"):
         return []
+    if values.get("BALDUR_REDIS_CLUSTER"):
+        return []  # a cluster needs the URL whatever the alias: E070 says so
     if "BALDUR_REDIS_URL" not in values or "BALDUR_REDIS_CACHE_ALIAS" not in values:
         return []  # the bad value itself was already reported
     alias = values["BALDUR_REDIS_CACHE_ALIAS"]
@@ -193,6 +200,38 @@ def _check_redis_backend(values: dict[str, Any]) -> list[CheckMessage]:
             id=Codes.REDIS_NOT_CONFIGURED,
         )
     ]
+
+
+def _check_redis_cluster(values: dict[str, Any]) -> list[CheckMessage]:
+    # ST-2: a cluster is reached through BALDUR_REDIS_URL only (django-redis has no cluster client)
+    if not values.get("BALDUR_REDIS_CLUSTER") or "BALDUR_REDIS_URL" not in values:
+        return []  # off, or the URL's bad value was already reported
+    url = values["BALDUR_REDIS_URL"]
+    if not url:
+        return [
+            Error(
+                "BALDUR_REDIS_CLUSTER=True without BALDUR_REDIS_URL",
+                hint="Set BALDUR_REDIS_URL to one node of the Redis Cluster, for example "
+                "redis://10.0.0.5:6379/0: the client discovers the others. A django-redis cache alias "
+                "(BALDUR_REDIS_CACHE_ALIAS) cannot be used, its client does not speak the cluster protocol. "
+                "See docs/fleet.md, Redis Cluster.",
+                id=Codes.REDIS_CLUSTER_WITHOUT_URL,
+            )
+        ]
+    from .core.stores.redis import ClusterClient
+
+    try:
+        ClusterClient(url)  # validates the URL; connects to nothing
+    except ConfigError as exc:
+        return [
+            Error(
+                redact(str(exc)),
+                hint="A Redis Cluster is reached over TCP and has only database 0: use a redis:// or rediss:// "
+                "URL of one node, such as redis://10.0.0.5:6379/0. See docs/fleet.md, Redis Cluster.",
+                id=Codes.REDIS_CLUSTER_BAD_URL,
+            )
+        ]
+    return []
 
 
 def _check_minimum_calls(source: SettingsSource, values: dict[str, Any]) -> list[CheckMessage]:

@@ -13,6 +13,12 @@ a fixed window of its own, in the Django cache ``BALDUR_RATE_LIMIT_CACHE_ALIAS``
   processes, the refusal's hits never visible to anyone. Every other cache (local
   memory, database, memcached, Django's own Redis backend) is driven through the
   generic cache protocol: ``add`` + ``incr`` per rule, ``decr`` to give hits back.
+* On a django-redis cache whose connection is a Redis Cluster client (a ``CLIENT_CLASS``
+  that connects with ``redis.cluster.RedisCluster``), the counters of one request are
+  grouped by hash slot: the client part of every key is a hash tag, so the rules of a
+  request that share a client key are one slot and one atomic script as above; rules
+  keyed by different clients (``ip`` and ``user``) are counted one slot after the other,
+  and a refusal in one gives back what the slots before it took.
 
 Client keys (``ip``, ``user``, a dotted path) and the 429 the middleware answers with
 live here too.
@@ -47,6 +53,7 @@ __all__ = [
     "Refusal",
     "RateLimiter",
     "COUNT_SCRIPT",
+    "GIVE_BACK_SCRIPT",
     "rate_limited_response",
 ]
 
@@ -289,6 +296,17 @@ return hits
 """
 
 
+#: Gives back one hit of every counter in KEYS that still exists (a counter that expired
+#: meanwhile is not created again). Used on a Redis Cluster when a request's counters span
+#: slots and a later slot refused: the slots counted before it take their hits back.
+GIVE_BACK_SCRIPT = """
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('DECR', KEYS[i]) end
+end
+return #KEYS
+"""
+
+
 @dataclass(frozen=True)
 class _Counter:
     key: str  # the cache key before the cache's own make_key
@@ -314,6 +332,13 @@ def _django_redis_parts() -> tuple[Any, Any, tuple[type, ...]] | None:
             return None
         _django_redis = (RedisCache, get_redis_connection, (ShardClient, HerdClient))
     return _django_redis
+
+
+def _is_cluster(connection: Any) -> bool:
+    """True when the cache's Redis connection is a Redis Cluster client."""
+    from .core.stores.redis import is_cluster
+
+    return is_cluster(connection)
 
 
 def _script_client(cache: Any) -> bool:
@@ -373,6 +398,7 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._last_warning = 0.0
         self._script: Any = None  # redis-py Script, registered on first use
+        self._give_back: Any = None  # likewise, only on a Redis Cluster
 
     # ------------------------------------------------------------------ config
     def rules(self) -> tuple[Rule, ...]:
@@ -427,9 +453,11 @@ class RateLimiter:
             ident: the client key the rule's key function returned.
 
         Returns:
-            str: ``baldur:rl:<rule>:<window>:<client>``, safe for memcached.
+            str: ``baldur:rl:<rule>:<window>:{<client>}``, safe for memcached; the braces
+            make the client part a Redis Cluster hash tag, so the counters of one client
+            share a slot.
         """
-        return f"baldur:rl:{rule.ident}:{window}:{_cache_part(ident)}"
+        return f"baldur:rl:{rule.ident}:{window}:{{{_cache_part(ident)}}}"
 
     # ---------------------------------------------------------------- counting
     def check(self, request: Any, rules: tuple[Rule, ...] | None = None) -> Refusal | None:
@@ -484,7 +512,8 @@ class RateLimiter:
         return Refusal(entry.rule, retry_after, entry.rule.limit, remaining)
 
     def _count_script(self, cache: Any, entries: list[_Counter]) -> list[int] | None:
-        """One EVALSHA of :data:`COUNT_SCRIPT` on the cache's own Redis connection."""
+        """One EVALSHA of :data:`COUNT_SCRIPT` on the cache's own Redis connection (one per
+        hash slot on a Redis Cluster: :meth:`_count_slots`)."""
         try:
             parts = _django_redis_parts()
             assert parts is not None  # _script_client() chose this path
@@ -493,6 +522,8 @@ class RateLimiter:
             if script is None:
                 script = self._script = connection.register_script(COUNT_SCRIPT)
             keys = [cache.make_key(entry.key) for entry in entries]
+            if len(keys) > 1 and _is_cluster(connection):
+                return self._count_slots(connection, script, keys, entries)
             args = [entry.rule.limit for entry in entries] + [entry.ttl for entry in entries]
             # EVALSHA; on a server that lost the script (restart, SCRIPT FLUSH) redis-py
             # loads it and retries once
@@ -500,6 +531,34 @@ class RateLimiter:
         except Exception as exc:  # the server is down, or a key holds someone else's value
             self._warn("the cache is unavailable", exc)
             return None
+
+    def _count_slots(self, connection: Any, script: Any, keys: list[str], entries: list[_Counter]) -> list[int]:
+        """Redis Cluster: one :data:`COUNT_SCRIPT` per hash slot, in the order the counters
+        come; the first slot with a counter over its limit has given its own hits back, the
+        slots counted before it give theirs back (:data:`GIVE_BACK_SCRIPT`) and the rest are
+        not counted. Each slot is atomic; across slots another request may briefly see the
+        hits of a request that is then refused."""
+        from redis.crc import key_slot
+
+        groups: dict[int, list[int]] = {}
+        for index, key in enumerate(keys):
+            groups.setdefault(key_slot(key.encode("utf-8", "surrogatepass")), []).append(index)
+        hits = [0] * len(keys)
+        counted: list[list[str]] = []
+        for indexes in groups.values():
+            args = [entries[i].rule.limit for i in indexes] + [entries[i].ttl for i in indexes]
+            answer = script(keys=[keys[i] for i in indexes], args=args, client=connection)
+            for i, hit in zip(indexes, answer, strict=True):
+                hits[i] = int(hit)
+            if any(hits[i] > entries[i].rule.limit for i in indexes):
+                give_back = self._give_back
+                if give_back is None:
+                    give_back = self._give_back = connection.register_script(GIVE_BACK_SCRIPT)
+                for group in counted:
+                    give_back(keys=group, client=connection)
+                break
+            counted.append([keys[i] for i in indexes])
+        return hits
 
     def _count_generic(self, cache: Any, entries: list[_Counter]) -> list[int] | None:
         """``add`` + ``incr`` per counter; ``decr`` every hit taken when one is over."""

@@ -26,6 +26,19 @@ def need_server(what: str, reachable: bool, detail: str = "") -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(scope="session")
+def redis_cluster():
+    """A private three-master Redis Cluster for the whole session (tests/redis_cluster.py),
+    started on first use and stopped at the end. It cannot start: skipped locally, and under
+    CI=true every test that needs it fails (need_server)."""
+    from tests.redis_cluster import start_or_none
+
+    cluster, why = start_or_none()
+    need_server("a local Redis Cluster (3 masters)", cluster is not None, why)
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture(autouse=True)
 def fresh_registry():
     """Every test starts with no breakers, fresh settings and the base listeners only."""

@@ -9,7 +9,9 @@ Like django-axes' ``handlers``: this package decides *where breaker state lives*
   from ``baldur_django.models`` for migrations).
 * ``"redis"``: :class:`baldur_django.core.stores.redis.RedisStore` on ``BALDUR_REDIS_URL``,
   else on the django-redis cache alias ``BALDUR_REDIS_CACHE_ALIAS`` through
-  ``django_redis.get_redis_connection``.
+  ``django_redis.get_redis_connection``. With ``BALDUR_REDIS_CLUSTER``, ``BALDUR_REDIS_URL``
+  names one node of a Redis Cluster and the client is redis-py's ``RedisCluster`` (the
+  django-redis alias is not used: its clients do not speak the cluster protocol).
 
 :func:`install_store` is the one way a store is installed: ``BaldurDjangoConfig.ready()``
 and the settings reload (CFG-2) both call it. It reads settings from the core's settings
@@ -33,6 +35,7 @@ STORE_SETTINGS = (
     "BALDUR_REDIS_CACHE_ALIAS",
     "BALDUR_REDIS_SOCKET_TIMEOUT",
     "BALDUR_REDIS_MAX_CONNECTIONS",
+    "BALDUR_REDIS_CLUSTER",
 )
 _lock = threading.RLock()
 _installed: tuple[Any, ...] | None = None  # STORE_SETTINGS values of the store in use
@@ -62,24 +65,38 @@ def build_store() -> Any:
 
 def redis_client(purpose: str = "BALDUR_STATE_BACKEND='redis'") -> Any:
     """The redis-py client the Redis settings name: ``BALDUR_REDIS_URL`` (with the package's
-    timeouts and pool size), else the django-redis cache ``BALDUR_REDIS_CACHE_ALIAS``.
+    timeouts and pool size; a Redis Cluster client when ``BALDUR_REDIS_CLUSTER`` is true),
+    else the django-redis cache ``BALDUR_REDIS_CACHE_ALIAS``. Opens no connection.
 
     Used by the redis state backend and by Emergency Mode's redis backend (EM-1).
+    Implements ST-2.
 
     Args:
         purpose (str): what needs Redis, for the error message.
 
+    Returns:
+        ``redis.Redis``, or a :class:`baldur_django.core.stores.redis.ClusterClient`.
+
     Raises:
-        ConfigError: neither a URL nor a usable django-redis alias.
+        ConfigError: neither a URL nor a usable django-redis alias; ``BALDUR_REDIS_CLUSTER``
+            without ``BALDUR_REDIS_URL``; a cluster URL that is a socket or names a
+            database other than 0.
     """
     from ..core.stores.redis import connect
 
     url = baldur_settings.get("BALDUR_REDIS_URL")
+    cluster = baldur_settings.get("BALDUR_REDIS_CLUSTER")
     if url:
         return connect(
             url,
             socket_timeout=baldur_settings.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
             max_connections=baldur_settings.get("BALDUR_REDIS_MAX_CONNECTIONS"),
+            cluster=cluster,
+        )
+    if cluster:
+        raise ConfigError(
+            f"{purpose} with BALDUR_REDIS_CLUSTER=True needs BALDUR_REDIS_URL naming one node of the cluster "
+            "(a django-redis cache alias is not a cluster client)"
         )
     alias = baldur_settings.get("BALDUR_REDIS_CACHE_ALIAS")
     try:

@@ -13,8 +13,10 @@ Where the level lives (``BALDUR_EMERGENCY_BACKEND``):
   document and never a torn one. Writers serialise their read-modify-write with an
   ``flock`` on ``<file>.lock`` (readers take no lock).
 * ``"redis"``: one key, ``baldur:{emergency}:level`` (hash-tagged for Redis Cluster), on the
-  Redis the breaker store uses (``BALDUR_REDIS_URL``, or in Django the django-redis alias);
-  read-modify-writes use ``WATCH``/``MULTI``.
+  Redis the breaker store uses (``BALDUR_REDIS_URL``, a Redis Cluster with
+  ``BALDUR_REDIS_CLUSTER``, or in Django the django-redis alias); a read-modify-write reads
+  the key and stores the new value with a compare-and-set script, trying again when another
+  writer changed it in between (one key: the same on a cluster).
 
 Reading (:func:`current_level`, :func:`frozen`) goes through a per-process cache of
 ``BALDUR_EMERGENCY_CACHE_SECONDS``: while it is fresh a read costs one monotonic clock
@@ -384,11 +386,31 @@ class FileLevelBackend:
             os.close(lock_fd)  # releases the flock
 
 
+#: Compare-and-set of the level key: KEYS[1] the key; ARGV[1] "1" when the writer read a
+#: value (ARGV[2]), "0" when it read none; ARGV[3] the new document. 1 when stored, 0 when
+#: another writer changed the key since it was read.
+_COMPARE_AND_SET = """
+local current = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if current ~= ARGV[2] then return 0 end
+elseif current then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[3])
+return 1
+"""
+_CAS_ATTEMPTS = 20
+
+
 class RedisLevelBackend:
     """The level in Redis key ``<prefix>:{emergency}:level`` (EM-1).
 
+    A change reads the key, computes the new state and stores it with a compare-and-set
+    script (one key, so the same on a Redis Cluster); when another writer got there
+    first it reads again (at most 20 attempts).
+
     Args:
-        client: a redis-py client (the one the breaker store would use).
+        client: a redis-py client (the one the breaker store would use), a cluster client included.
         prefix: key prefix, ``"baldur"`` by default.
     """
 
@@ -397,6 +419,7 @@ class RedisLevelBackend:
     def __init__(self, client: Any, prefix: str = "baldur") -> None:
         self.client = client
         self.key = f"{prefix}:{{emergency}}:level"
+        self._cas = client.register_script(_COMPARE_AND_SET)
 
     def read(self) -> LevelState:
         try:
@@ -406,29 +429,33 @@ class RedisLevelBackend:
         return decode(raw)
 
     def update(self, change: Change) -> tuple[LevelState | None, LevelState | None]:
-        result: list[LevelState | None] = [None, None]
-
-        def work(pipe: Any) -> None:
-            raw = pipe.get(self.key)
+        for _ in range(_CAS_ATTEMPTS):
+            try:
+                raw = self.client.get(self.key)
+            except Exception as exc:  # redis errors: nothing was stored
+                raise EmergencyStateError(
+                    f"cannot read the emergency level from Redis: {type(exc).__name__}: {exc}"
+                ) from None
             try:
                 current: LevelState | None = decode(raw)
             except EmergencyReadError:
                 current = None
             new = change(current)
-            result[0], result[1] = current, new
-            pipe.multi()
-            if new is not None:
-                pipe.set(self.key, encode(new))
-
-        try:
-            self.client.transaction(work, self.key)
-        except EmergencyStateError:
-            raise
-        except Exception as exc:  # redis errors: nothing was stored
-            raise EmergencyStateError(
-                f"cannot write the emergency level to Redis: {type(exc).__name__}: {exc}"
-            ) from None
-        return result[0], result[1]
+            if new is None:
+                return current, None
+            try:
+                stored = self._cas(
+                    keys=[self.key], args=["0" if raw is None else "1", raw or "", encode(new)], client=self.client
+                )
+            except Exception as exc:  # redis errors: nothing was stored
+                raise EmergencyStateError(
+                    f"cannot write the emergency level to Redis: {type(exc).__name__}: {exc}"
+                ) from None
+            if stored:
+                return current, new
+        raise EmergencyStateError(
+            f"cannot write the emergency level to Redis: other writers changed it {_CAS_ATTEMPTS} times in a row"
+        )
 
 
 def _default_redis_client(source: SettingsSource) -> Any:
@@ -437,7 +464,12 @@ def _default_redis_client(source: SettingsSource) -> Any:
         raise ConfigError("BALDUR_EMERGENCY_BACKEND='redis' without Django needs BALDUR_REDIS_URL")
     from .stores.redis import connect
 
-    return connect(url, source.get("BALDUR_REDIS_SOCKET_TIMEOUT"), source.get("BALDUR_REDIS_MAX_CONNECTIONS"))
+    return connect(
+        url,
+        source.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
+        source.get("BALDUR_REDIS_MAX_CONNECTIONS"),
+        cluster=source.get("BALDUR_REDIS_CLUSTER"),
+    )
 
 
 _redis_client_factory: Callable[[], Any] | None = None

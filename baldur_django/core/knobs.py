@@ -723,7 +723,6 @@ _ROWS: list[Knob] = [
         "BALDUR_REDIS_URL names one node of a Redis Cluster",
         "baldur.E066",
         accepts=_BOOL_ACCEPTS,
-        reserved=True,
     ),
     Knob(
         "BALDUR_STORE_WARNING_INTERVAL_SECONDS",

@@ -153,6 +153,7 @@ class Registry:
                         url,
                         self.source.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
                         self.source.get("BALDUR_REDIS_MAX_CONNECTIONS"),
+                        cluster=self.source.get("BALDUR_REDIS_CLUSTER"),
                     )
                 )
             elif backend == "database":

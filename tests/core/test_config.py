@@ -690,7 +690,7 @@ def test_cfg1_every_table_about_knobs_is_derived_from_the_rows():
     assert {row.key: row.parse for row in rows if row.key} == SERVICE_KEYS
     assert set(_OVERRIDE_NAMES) == set(OVERRIDE_KEYS) | {"ignore_exceptions"}
     assert {"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"} == SECRETS
-    assert set(RESERVED) == {"BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED", "BALDUR_REDIS_CLUSTER"}
+    assert set(RESERVED) == {"BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED"}
     assert len({row.key for row in rows if row.key}) == len(OVERRIDE_KEYS)  # no key used twice
     assert not {KNOBS[name].key for name in RESERVED} - {None}  # nothing reserved is per breaker
 
@@ -705,13 +705,13 @@ def test_cfg3_every_row_says_what_it_accepts():
     assert all(key in KNOBS["BALDUR_SERVICES"].accepted_values() for key in OVERRIDE_KEYS)
 
 
-def test_cfg1_redis_cluster_is_a_reserved_boolean_knob():
-    """CFG-1 (section 10), ST-2: BALDUR_REDIS_CLUSTER is a known boolean, False by default, reserved."""
+def test_cfg1_redis_cluster_is_a_boolean_knob():
+    """CFG-1 (section 10), ST-2: BALDUR_REDIS_CLUSTER is a known boolean, False by default, built (not reserved)."""
     assert env_source().get("BALDUR_REDIS_CLUSTER") is False
     assert env_source(BALDUR_REDIS_CLUSTER="true").get("BALDUR_REDIS_CLUSTER") is True
     with pytest.raises(ConfigError, match="BALDUR_REDIS_CLUSTER"):
         lookup_source({"BALDUR_REDIS_CLUSTER": "yes"}).get("BALDUR_REDIS_CLUSTER")
-    assert KNOBS["BALDUR_REDIS_CLUSTER"].reserved
+    assert not KNOBS["BALDUR_REDIS_CLUSTER"].reserved
 
 
 # ------------------------------------------------------- CB-15..CB-17 configuration

@@ -297,7 +297,7 @@ GOOD = {
     "BALDUR_REDIS_CACHE_ALIAS": "default",
     "BALDUR_REDIS_SOCKET_TIMEOUT": 0.5,
     "BALDUR_REDIS_MAX_CONNECTIONS": 20,
-    "BALDUR_REDIS_CLUSTER": False,  # reserved: any other value is warning W006
+    "BALDUR_REDIS_CLUSTER": False,  # True needs a cluster URL (test_cluster_checks.py)
     "BALDUR_STORE_WARNING_INTERVAL_SECONDS": 30,
     "BALDUR_CB_SYNC_INTERVAL_SECONDS": 0,
     "BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS": 10.5,
@@ -474,7 +474,7 @@ def test_st2_redis_backend_with_url_or_django_redis_alias_is_fine():
 
 # ---------------------------------------------------------------- reserved knobs (CFG-3)
 
-RESERVED_VALUES = {"BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED": True, "BALDUR_REDIS_CLUSTER": True}
+RESERVED_VALUES = {"BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED": True}
 
 
 def test_cfg3_the_reserved_knobs_are_the_unbuilt_features():
@@ -513,9 +513,10 @@ def test_cfg3_reserved_setting_at_its_default_or_unset_is_silent(clean_env):
 
 def test_cfg3_a_bad_reserved_value_is_an_error_not_a_warning():
     """CFG-3: a reserved knob is validated like any other: a bad value is its own E0xx error only."""
-    with override_settings(BALDUR_REDIS_CLUSTER="yes"):
+    name = "BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED"
+    with override_settings(**{name: "yes"}):
         message = only(check_settings())
-    assert message.level == ERROR and message.id == KNOB_IDS["BALDUR_REDIS_CLUSTER"] == "baldur.E066"
+    assert message.level == ERROR and message.id == KNOB_IDS[name] == "baldur.E057"
 
 
 # ---------------------------------------------------------------- CB-15..CB-17 settings (CFG-3)

@@ -1,4 +1,5 @@
-"""Store fixtures: one contract, every backend (memory, fakeredis, real Redis, SQLite, PostgreSQL).
+"""Store fixtures: one contract, every backend (memory, fakeredis, real Redis, a Redis Cluster,
+SQLite, PostgreSQL).
 
 Time-based rules (recovery timeouts, leases, lapses) are driven without sleeping: the
 memory store runs on a FakeClock, and for the servers whose own clock is authoritative
@@ -42,6 +43,18 @@ def redis_client():
     yield client
     for key in client.scan_iter(f"{client.test_prefix}:*"):
         client.delete(key)
+    client.close()
+
+
+@pytest.fixture
+def cluster_client(redis_cluster):
+    """A cluster client (``connect(url, cluster=True)``) on the session's local Redis Cluster,
+    with a key prefix of this test's own (the cluster is private: nothing to clean up)."""
+    from baldur_django.core.stores.redis import connect
+
+    client = connect(redis_cluster.url, socket_timeout=2.0, cluster=True)
+    client.test_prefix = f"t-{uuid.uuid4().hex[:12]}"
+    yield client
     client.close()
 
 
@@ -126,9 +139,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.django_db(databases=["default", "pg"], transaction=transaction))
 
 
-@pytest.fixture(params=["memory", "fakeredis", "redis", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "fakeredis", "redis", "cluster", "sqlite", "postgres"])
 def backend(request):
-    """Each store backend in turn (ST-2 contract)."""
+    """Each store backend in turn (ST-2 contract); ``cluster`` is the Redis store on a
+    three-master Redis Cluster."""
     kind = request.param
     if kind == "memory":
         return _memory()
@@ -139,6 +153,8 @@ def backend(request):
         return _redis_backend(client, "fakeredis")
     if kind == "redis":
         return _redis_backend(request.getfixturevalue("redis_client"))
+    if kind == "cluster":
+        return _redis_backend(request.getfixturevalue("cluster_client"), "cluster")
     if kind == "sqlite":
         return _database("default")
     need_server("PostgreSQL at 127.0.0.1:5432", reachable("127.0.0.1", 5432))

@@ -14,7 +14,16 @@ DEP_URL = "redis://127.0.0.1:6379/12"
 THREADS = 4  # callers per worker process in the probing phase
 
 
-def _breaker(backend: str, name: str, sync: float, lease: float, max_calls: int, timeout: float, prefix: str):
+def _breaker(
+    backend: str,
+    name: str,
+    sync: float,
+    lease: float,
+    max_calls: int,
+    timeout: float,
+    prefix: str,
+    store_url: str | None = None,
+):
     from baldur_django.core.breaker import CircuitBreaker
     from baldur_django.core.clock import SYSTEM_CLOCK as clock
     from baldur_django.core.config import SettingsSource, build_config
@@ -23,10 +32,11 @@ def _breaker(backend: str, name: str, sync: float, lease: float, max_calls: int,
     from baldur_django.core.sync import StoreGuard
     from baldur_django.core.testing import RecordingListener
 
-    if backend == "redis":
+    if backend in ("redis", "cluster"):  # cluster: a Redis Cluster node's URL in store_url
         from baldur_django.core.stores.redis import RedisStore, connect
 
-        store = RedisStore(connect("redis://127.0.0.1:6379/13", socket_timeout=2.0), prefix=prefix)
+        client = connect(store_url or "redis://127.0.0.1:6379/13", socket_timeout=2.0, cluster=backend == "cluster")
+        store = RedisStore(client, prefix=prefix)
     else:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
         import django
@@ -86,13 +96,14 @@ def main(
     timeout: float = 0.3,
     prefix: str = "baldur",
     dep: str = "dep",
+    store_url: str | None = None,
 ) -> None:
     import redis
 
     from baldur_django.core.errors import CircuitOpenError
 
     client = redis.Redis.from_url(DEP_URL)
-    breaker, events = _breaker(backend, name, sync, lease, max_calls, timeout, prefix)
+    breaker, events = _breaker(backend, name, sync, lease, max_calls, timeout, prefix, store_url)
     answers.put(("ready", os.getpid()))
     while True:
         command, arg = commands.get()

@@ -290,7 +290,7 @@ def _expire_lock(backend, name):
     store = backend.store
     if backend.name == "memory":
         backend.age(name, 31.0)
-    elif backend.name in ("redis", "fakeredis"):
+    elif backend.name in ("redis", "fakeredis", "cluster"):
         from baldur_django.core.stores.base import safe_key
 
         store.client.delete(f"{store.prefix}:lock:{{{safe_key(name)}}}")

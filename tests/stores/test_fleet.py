@@ -104,7 +104,18 @@ def dep():
 
 @pytest.fixture(params=["redis", "postgres"])
 def shared_store(request, dep):
-    """The parent's handle on the shared store the workers use."""
+    """The parent's handle on the shared store the workers use (``cluster``, a Redis Cluster,
+    only by indirect parametrization: tests/stores/test_cluster.py)."""
+    if request.param == "cluster":
+        from baldur_django.core.stores.redis import RedisStore, connect
+
+        cluster = request.getfixturevalue("redis_cluster")
+        client = connect(cluster.url, socket_timeout=2.0, cluster=True)
+        store = RedisStore(client, prefix=f"fleet-{uuid.uuid4().hex[:12]}")
+        store.url = cluster.url
+        yield "cluster", store
+        client.close()
+        return
     if request.param == "redis":
         from baldur_django.core.stores.redis import RedisStore, connect
 
@@ -134,6 +145,8 @@ def spawn(shared_store, dep):
 
     def start(n, **kwargs):
         kwargs = {"prefix": getattr(store, "prefix", "baldur"), "dep": dep.prefix, **kwargs}
+        if backend == "cluster":
+            kwargs["store_url"] = store.url
         workers = [Worker(ctx, backend, **kwargs) for _ in range(n)]
         started.extend(workers)
         return [w.ready() for w in workers]
@@ -148,9 +161,15 @@ def test_st2_fleet_half_open_budget_over_rounds(n, spawn, shared_store, dep):
     """ST-2/CB-6: N processes together send at most half_open_max_calls probes per round,
     exactly that many when they all succeed, and the round closes the shared record."""
     _, store = shared_store
+    half_open_budget_rounds(n, spawn, store, dep)
+
+
+def half_open_budget_rounds(n, spawn, store, dep, rounds=3):
+    """Start *n* workers and run *rounds* trip / probe / close rounds, asserting the fleet-wide
+    probe budget in each (also run on a Redis Cluster by tests/stores/test_cluster.py)."""
     max_calls = 3
     workers = spawn(n, max_calls=max_calls, timeout=0.3, sync=0.2)
-    for round_no in range(3):
+    for round_no in range(rounds):
         dep.set("dep:mode", "fail")
         for w in workers:
             w.send("call_until_rejected")

@@ -9,24 +9,32 @@ is a sorted set of names scored by last-seen Redis time.
 
 Every Redis error becomes :class:`StoreUnavailable` (the breaker falls back to local
 judgement, ST-4). ``redis`` is imported lazily, only here.
+
+Redis Cluster (``connect(url, cluster=True)``, ``BALDUR_REDIS_CLUSTER``): every command
+and script touches one key, or the keys of one breaker (one hash tag, one slot); the
+pipelined load/force sends the transition and the registry touch, which live in different
+slots, as a cluster pipeline (one command per node). redis-py's ``RedisCluster`` follows
+``MOVED`` and ``ASK`` and waits out ``TRYAGAIN``; what it cannot resolve (a node down, a
+slot not covered) is store trouble like any other.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 import uuid
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import parse_qs, urlparse
 
 from ..emergency import frozen
 from .base import Answer, StoreUnavailable, decode, safe_key
 
 if TYPE_CHECKING:  # redis is imported lazily at run time
-    import redis
     from redis.commands.core import Script
 
-__all__ = ["RedisStore", "connect"]
+__all__ = ["ClusterClient", "RedisStore", "connect", "is_cluster", "store_errors"]
 
 _SCRIPTS = ("load", "trip", "acquire_probe", "finish_probe", "force", "release", "sweep")
 
@@ -35,18 +43,42 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
-def connect(url: str, socket_timeout: float = 0.25, max_connections: int = 50) -> redis.Redis:
+def store_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean store trouble (ST-4): redis-py's errors, socket errors, and
+    the cluster client's own ``RedisClusterException`` (not a ``RedisError``: raised when no
+    node answers, a slot is not covered, or a command cannot be routed)."""
+    import redis
+    from redis.exceptions import RedisClusterException
+
+    return (redis.RedisError, OSError, RedisClusterException)
+
+
+def connect(url: str, socket_timeout: float = 0.25, max_connections: int = 50, *, cluster: bool = False) -> Any:
     """A redis-py client for *url* with short timeouts and no client-side retries (ST-4).
 
+    Opens no connection: the plain client connects on its first command, the cluster
+    client (:class:`ClusterClient`) discovers the cluster on its first command.
+
     Args:
-        url: ``redis://``, ``rediss://`` or ``unix://`` URL.
-        socket_timeout: connect and read timeout, seconds.
-        max_connections: pool size; an exhausted pool is an error, not a wait.
+        url: ``redis://``, ``rediss://`` or ``unix://`` URL (a cluster: ``redis://`` or
+            ``rediss://`` naming any one node, database 0).
+        socket_timeout: connect and read timeout, seconds (per node on a cluster).
+        max_connections: pool size (per node on a cluster); an exhausted pool is an
+            error, not a wait.
+        cluster: *url* names one node of a Redis Cluster (``BALDUR_REDIS_CLUSTER``).
+
+    Returns:
+        ``redis.Redis``, or a :class:`ClusterClient` when *cluster* is true.
+
+    Raises:
+        ConfigError: *cluster* with a ``unix://`` URL or a database other than 0.
     """
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
+    if cluster:
+        return ClusterClient(url, socket_timeout=socket_timeout, max_connections=max_connections)
     return redis.Redis.from_url(
         url,
         socket_timeout=socket_timeout,
@@ -55,6 +87,118 @@ def connect(url: str, socket_timeout: float = 0.25, max_connections: int = 50) -
         retry=Retry(NoBackoff(), 0),
         health_check_interval=0,
     )
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a Redis Cluster client (:class:`ClusterClient` or redis-py's ``RedisCluster``)."""
+    if isinstance(client, ClusterClient):
+        return True
+    try:
+        from redis.cluster import RedisCluster
+    except ImportError:  # pragma: no cover - redis-py without cluster support
+        return False
+    return isinstance(client, RedisCluster)
+
+
+class ClusterClient:
+    """redis-py's ``RedisCluster`` for one node's URL, built on its first command (ST-2, ST-4).
+
+    ``RedisCluster`` discovers the cluster (``CLUSTER SLOTS``) as soon as it is made; this
+    wrapper defers that to the first command, so building a store never connects and a
+    cluster that is down at startup is store trouble on the first call (the breaker falls
+    back to local judgement) rather than an exception while Django starts. A failed
+    discovery is tried again on the next command. Everything else is the cluster client's
+    own: attribute access goes to it.
+
+    Options: *socket_timeout* seconds for connect and read on every node, a pool of
+    *max_connections* per node, cluster-level retries off (``Retry(NoBackoff(), 0)``: a
+    node that does not answer is reported at once; the client refreshes its slot map for
+    the next command). ``MOVED``, ``ASK`` and ``TRYAGAIN`` (resharding) are followed by the
+    client within its bounded redirection budget (16 hops per command).
+
+    Args:
+        url: ``redis://`` or ``rediss://`` URL of any node, database 0.
+        socket_timeout: seconds.
+        max_connections: pool size per node.
+
+    Raises:
+        ConfigError: a ``unix://`` URL, or a database other than 0 (a cluster has only 0).
+    """
+
+    def __init__(self, url: str, *, socket_timeout: float = 0.25, max_connections: int = 50) -> None:
+        from ..errors import ConfigError
+
+        parsed = urlparse(url)
+        if parsed.scheme not in ("redis", "rediss"):
+            raise ConfigError(
+                "BALDUR_REDIS_CLUSTER: a Redis Cluster is reached over TCP; BALDUR_REDIS_URL must be a redis:// "
+                f"or rediss:// URL of one node, not a {parsed.scheme}:// URL"
+            )
+        db = (parse_qs(parsed.query).get("db") or [""])[0] or parsed.path.strip("/") or "0"
+        if not db.isdigit() or int(db) != 0:
+            raise ConfigError(
+                f"BALDUR_REDIS_CLUSTER: a Redis Cluster has only database 0, but BALDUR_REDIS_URL names "
+                f"database {db} (use redis://host:port/0 or no database)"
+            )
+        self.url = url
+        self.socket_timeout = socket_timeout
+        self.max_connections = max_connections
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def get_client(self) -> Any:
+        """The ``RedisCluster``, discovering the cluster on the first call.
+
+        Raises:
+            redis.exceptions.RedisClusterException, redis.RedisError: no node answered.
+        """
+        client = self._client
+        if client is None:
+            with self._lock:
+                client = self._client
+                if client is None:
+                    from redis.backoff import NoBackoff
+                    from redis.cluster import RedisCluster
+                    from redis.retry import Retry
+
+                    client = self._client = RedisCluster.from_url(
+                        self.url,
+                        socket_timeout=self.socket_timeout,
+                        socket_connect_timeout=self.socket_timeout,
+                        max_connections=self.max_connections,
+                        retry=Retry(NoBackoff(), 0),
+                        health_check_interval=0,
+                    )
+        return client
+
+    def get_encoder(self) -> Any:
+        """The encoder of the client (``register_script`` hashes scripts with it): redis-py's
+        defaults, known without connecting."""
+        import redis.connection
+
+        module: Any = redis.connection  # Encoder is not in its typed exports
+        return module.Encoder("utf-8", "strict", False)
+
+    def register_script(self, script: str) -> Script:
+        """A ``Script`` bound to this wrapper: its SHA is computed now, the cluster is reached
+        on its first call; after a ``NOSCRIPT`` it is loaded on every master and run again."""
+        from redis.commands.core import Script
+
+        return Script(cast(Any, self), script)
+
+    def close(self) -> None:
+        """Close the cluster client's connections, if it was ever built."""
+        client = self._client
+        if client is not None:
+            client.close()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # private and dunder names are never the cluster client's
+            raise AttributeError(name)
+        return getattr(self.get_client(), name)
+
+    def __repr__(self) -> str:
+        return f"<ClusterClient {self.url.split('@')[-1]!r} built={self._client is not None}>"
 
 
 class RedisStore:
@@ -85,8 +229,6 @@ class RedisStore:
         return f"{self.prefix}:{{{safe_key(name)}}}:state"
 
     def _run(self, op: str, name: str, *args: Any, touch: bool = False) -> Answer:
-        import redis
-
         argv = ["" if a is None else a for a in args]
         argv.append("1" if frozen() else "0")  # the last ARGV of every transition: Level 3 holds (EM-2)
         try:
@@ -94,7 +236,7 @@ class RedisStore:
                 raw = self._pipelined(self._scripts[op], name, argv)
             else:
                 raw = self._scripts[op](keys=[self.key(name)], args=argv)
-        except (redis.RedisError, OSError) as exc:
+        except store_errors() as exc:
             raise StoreUnavailable(f"redis {op} failed: {type(exc).__name__}: {exc}") from exc
         data = json.loads(raw)
         lapsed = data.get("lapsed")
@@ -113,8 +255,10 @@ class RedisStore:
 
         for attempt in (1, 2):
             pipe = self.client.pipeline(transaction=False)
-            pipe.evalsha(script.sha, 1, self.key(name), *argv)
-            pipe.evalsha(self._touch.sha, 1, self.registry_key, name)
+            # execute_command: a cluster pipeline refuses its evalsha() method, but routes
+            # EVALSHA by its keys (each of these touches one key)
+            pipe.execute_command("EVALSHA", script.sha, 1, self.key(name), *argv)
+            pipe.execute_command("EVALSHA", self._touch.sha, 1, self.registry_key, name)
             results = pipe.execute(raise_on_error=False)
             if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
                 self.client.script_load(script.script)
@@ -177,17 +321,13 @@ class RedisStore:
         return answer
 
     def names(self) -> dict[str, float]:
-        import redis
-
         try:
             pairs = self.client.zrange(self.registry_key, 0, -1, withscores=True)
-        except (redis.RedisError, OSError) as exc:
+        except store_errors() as exc:
             raise StoreUnavailable(f"redis registry read failed: {exc}") from exc
         return {(n.decode("utf-8") if isinstance(n, bytes) else n): float(s) for n, s in pairs}
 
     def prune(self, older_than: float) -> list[str]:
-        import redis
-
         try:
             stale = self.client.zrangebyscore(self.registry_key, "-inf", f"({older_than}")
             names = []
@@ -196,45 +336,37 @@ class RedisStore:
                 if self._prune(keys=[self.key(name)]):
                     self.client.zrem(self.registry_key, name)
                     names.append(name)
-        except (redis.RedisError, OSError) as exc:
+        except store_errors() as exc:
             raise StoreUnavailable(f"redis prune failed: {exc}") from exc
         return names
 
     def lock(self, name: str, ttl_seconds: float) -> str | None:
-        import redis
-
         token = uuid.uuid4().hex
         try:
             ok = self.client.set(
                 f"{self.prefix}:lock:{{{safe_key(name)}}}", token, nx=True, px=max(1, int(ttl_seconds * 1000))
             )
-        except (redis.RedisError, OSError) as exc:
+        except store_errors() as exc:
             raise StoreUnavailable(f"redis lock failed: {exc}") from exc
         return token if ok else None
 
     def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
-        import redis
-
         try:
             key = f"{self.prefix}:lock:{{{safe_key(name)}}}"
             return bool(self._extend(keys=[key], args=[token, max(1, int(ttl_seconds * 1000))]))
-        except (redis.RedisError, OSError) as exc:
+        except store_errors() as exc:
             raise StoreUnavailable(f"redis lock extend failed: {exc}") from exc
 
     def unlock(self, name: str, token: str) -> bool:
-        import redis
-
         try:
             return bool(self._unlock(keys=[f"{self.prefix}:lock:{{{safe_key(name)}}}"], args=[token]))
-        except (redis.RedisError, OSError) as exc:
+        except store_errors() as exc:
             raise StoreUnavailable(f"redis unlock failed: {exc}") from exc
 
     def reset(self, name: str) -> None:
-        import redis
-
         try:
             self.client.delete(self.key(name))
-        except (redis.RedisError, OSError) as exc:
+        except store_errors() as exc:
             raise StoreUnavailable(f"redis reset failed: {exc}") from exc
 
 
