@@ -111,7 +111,6 @@ class Peer:
             PYTHONPATH=str(ROOT),
             BALDUR_REDIS_URL=REDIS_URL,
             BALDUR_EMERGENCY_STATE_FILE=str(tmp / f"{name}-level.json"),  # a level of its own
-            BALDUR_EVENT_LOGGING_CB_LOG_LEVEL="CRITICAL",  # keep stderr quiet
         )
         options = {"prefix": prefix, "health": health, "services": services or {}}
         self.process = subprocess.Popen(

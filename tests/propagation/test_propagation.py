@@ -294,7 +294,8 @@ def test_em6_level3_still_applies_a_peers_decision(trio):
 
 
 FORKER = r"""
-import json, os, sys, time
+import json, logging, os, sys, time
+logging.getLogger("baldur").setLevel(logging.CRITICAL + 1)
 from baldur_django.contrib import propagation
 from baldur_django.core.registry import registry
 
@@ -342,7 +343,7 @@ def test_em6_a_forked_child_runs_its_own_subscriber(redis_up, raw, prefix):
     prefork) runs its own subscriber on a connection of its own (two subscriptions, distinct
     CLIENT ids and origins), both apply a peer's flips, and the parent applies the child's decision."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BALDUR_")}
-    env.update(PYTHONPATH=str(ROOT), BALDUR_REDIS_URL=REDIS_URL, BALDUR_EVENT_LOGGING_CB_LOG_LEVEL="CRITICAL")
+    env.update(PYTHONPATH=str(ROOT), BALDUR_REDIS_URL=REDIS_URL)
     process = subprocess.Popen(
         [sys.executable, "-c", FORKER, prefix], stdout=subprocess.PIPE, text=True, cwd=str(ROOT), env=env
     )
