@@ -287,8 +287,9 @@ class Propagator:
         max_queue (int): decisions that may wait for the publisher; more are dropped.
         health_interval (float): seconds of silence before the subscriber's PING, and
             the time its answer may take; > 0 and at most 5.
-        backoff_initial, backoff_max (float): first and longest wait between reconnect
-            attempts, seconds (doubling, with jitter).
+        backoff_initial (float): first wait between reconnect attempts, seconds (then
+            doubling, with jitter); > 0 and at most 5.
+        backoff_max (float): longest wait between reconnect attempts, seconds.
 
     Raises:
         ConfigError: a bad argument, or no Redis configured (from the default factory).
@@ -510,8 +511,10 @@ class Propagator:
         """Hand one decision to the publisher thread (``put_nowait``).
 
         Args:
-            service (str): breaker name. state (str): ``"open"`` or ``"closed"``.
-            trigger (str): what caused it. at (float | None): Unix time of the decision.
+            service (str): breaker name.
+            state (str): ``"open"`` or ``"closed"``.
+            trigger (str): what caused it.
+            at (float | None): Unix time of the decision; None: now.
 
         Returns:
             bool: False when the queue was full and the decision was dropped (counted, logged).
