@@ -31,8 +31,6 @@ from tests.stores.redis_tools import REDIS_SERVER, RedisServer, free_port
 
 from .conftest import REDIS_DB, REDIS_URL, ROOT, Listener, wait_for
 
-pytestmark = [pytest.mark.redis]
-
 LOGGER = "baldur.circuit_breaker"
 FAST = {"failure_threshold": 1, "failure_rate_threshold": 0, "recovery_timeout": 0.05, "half_open_max_calls": 1}
 SLOW = {"failure_threshold": 1, "failure_rate_threshold": 0, "recovery_timeout": 60}
@@ -201,6 +199,8 @@ def test_em6_bad_propagator_arguments_are_config_errors(kwargs, match):
 # ------------------------------------------------------------------ real processes
 
 
+@pytest.mark.redis
+@pytest.mark.multiprocess
 def test_em6_peer_decisions_reach_other_processes_once_with_trigger_propagated(trio, raw):
     """EM-6: an OPEN decided by A's own threshold reaches B and C (other OS processes) with trigger
     ``propagated``, and so does A's automatic CLOSED; each decision is one message on the channel:
@@ -241,6 +241,8 @@ def test_em6_peer_decisions_reach_other_processes_once_with_trigger_propagated(t
     ]
 
 
+@pytest.mark.redis
+@pytest.mark.multiprocess
 def test_em6_peer_closed_is_applied_over_a_local_forced_open(trio):
     """EM-6 (the documented hazard): B holds a forced open; A's own recovery publishes CLOSED and B
     applies it, force lifted, trigger propagated (on the memory backend the force is gone)."""
@@ -258,6 +260,8 @@ def test_em6_peer_closed_is_applied_over_a_local_forced_open(trio):
     assert b.send("stats")["lifted"] >= 1
 
 
+@pytest.mark.redis
+@pytest.mark.multiprocess
 def test_em6_peer_open_meets_a_local_forced_closed_like_a_trip(trio):
     """EM-6, OP-4: B holds a forced closed; A's trip reaches B and is refused there as a trip is
     (trip_blocked, trigger propagated); B stays CLOSED and forced."""
@@ -274,6 +278,8 @@ def test_em6_peer_open_meets_a_local_forced_closed_like_a_trip(trio):
     assert ["trip_blocked", "", "", "propagated"] in shown["transitions"]
 
 
+@pytest.mark.redis
+@pytest.mark.multiprocess
 def test_em6_level3_still_applies_a_peers_decision(trio):
     """EM-6, EM-2: at Level 3 C takes no automatic decision of its own, yet applies A's OPEN and CLOSED."""
     _, (a, _b, c) = trio
@@ -337,6 +343,7 @@ os.waitpid(pid, 0)
 """
 
 
+@pytest.mark.redis
 @pytest.mark.multiprocess
 def test_em6_a_forked_child_runs_its_own_subscriber(redis_up, raw, prefix):
     """EM-6: a process forked after its parent started propagation (gunicorn --preload, Celery
@@ -389,6 +396,7 @@ def test_em6_a_forked_child_runs_its_own_subscriber(redis_up, raw, prefix):
 # ------------------------------------------------------------------ one process, real Redis
 
 
+@pytest.mark.redis
 def test_em6_malformed_messages_and_unknown_services_are_ignored(propagators, raw, prefix, caplog, fresh_registry):
     """EM-6: malformed messages, unknown services and this process's own messages change nothing and
     end nothing (DEBUG lines for the first two); the next good message is applied."""
@@ -521,6 +529,7 @@ def _publisher(server):
     return redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=5)
 
 
+@pytest.mark.redis
 def test_em6_subscriber_reconnects_after_a_redis_restart(propagators, private_redis, prefix, caplog):
     """EM-6: Redis killed and restarted: the subscriber logs the loss once (however many reconnect
     attempts fail), resubscribes with backoff, logs the return once, and applies the next flip."""
@@ -545,6 +554,7 @@ def test_em6_subscriber_reconnects_after_a_redis_restart(propagators, private_re
     assert p.losses == 1
 
 
+@pytest.mark.redis
 def test_em6_health_check_detects_a_frozen_redis(propagators, private_redis, prefix, caplog):
     """EM-6: a SIGSTOPped Redis keeps the TCP connection open and silent, and the subscriber has no
     read timeout: its PING goes unanswered, the loss is logged, and after SIGCONT it resubscribes
@@ -570,6 +580,7 @@ def test_em6_health_check_detects_a_frozen_redis(propagators, private_redis, pre
 # ------------------------------------------------------------------ Django wiring and checks
 
 
+@pytest.mark.redis
 def test_em6_pubsub_client_has_no_read_timeout(settings, redis_up):
     """EM-6: backends.pubsub_client() is built from BALDUR_REDIS_URL or the django-redis alias,
     without a read timeout unless one is asked for (the publisher's)."""
@@ -599,6 +610,7 @@ def test_em6_pubsub_client_has_no_read_timeout(settings, redis_up):
         pubsub_client()
 
 
+@pytest.mark.redis
 def test_em6_the_setting_starts_and_stops_propagation(settings, redis_up, monkeypatch, raw):
     """EM-6, CFG-2: turning BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED on (with Redis configured)
     starts this process's propagation through the settings reload; turning it off stops it; a
@@ -674,6 +686,7 @@ def test_em6_checks_need_redis_and_warn_about_forces_on_the_memory_backend(clean
 # ------------------------------------------------------------------ the benchmark (structure only)
 
 
+@pytest.mark.redis
 @pytest.mark.multiprocess
 def test_em6_benchmark_smoke(redis_up):
     """EM-6 (benchmark plumbing): a tiny run of benchmarks/propagation.py with real processes
