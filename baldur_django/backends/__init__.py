@@ -118,7 +118,9 @@ def pubsub_client(socket_timeout: float | None = None) -> Any:
 
     Built from ``BALDUR_REDIS_URL``, else from the connection parameters (host or socket
     path, port, database, credentials, TLS) of the django-redis cache
-    ``BALDUR_REDIS_CACHE_ALIAS``, whatever ``BALDUR_STATE_BACKEND`` says. Opens no
+    ``BALDUR_REDIS_CACHE_ALIAS``, whatever ``BALDUR_STATE_BACKEND`` says. With
+    ``BALDUR_REDIS_CLUSTER`` it is a plain client of the node ``BALDUR_REDIS_URL`` names:
+    classic pub/sub reaches every node of a cluster from any one of them. Opens no
     connection. The client has a small pool of its own, connects within
     :data:`PUBSUB_CONNECT_TIMEOUT` seconds, lets TCP keepalive find a vanished host, and
     makes no retries of its own (the caller reconnects with backoff).
@@ -151,12 +153,16 @@ def pubsub_client(socket_timeout: float | None = None) -> Any:
         "max_connections": 2,
     }
     url = baldur_settings.get("BALDUR_REDIS_URL")
+    purpose = "BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED"
     if url:
         if url.lower().startswith("unix:"):
             _no_keepalive(options)
+        # on a Redis Cluster too: classic pub/sub crosses the cluster bus, so a plain
+        # connection to the node the URL names hears (and reaches) every node's subscribers
         return redis.Redis.from_url(url, **options)
+    if baldur_settings.get("BALDUR_REDIS_CLUSTER"):
+        raise ConfigError(f"{purpose} with BALDUR_REDIS_CLUSTER=True needs BALDUR_REDIS_URL naming one node")
     alias = baldur_settings.get("BALDUR_REDIS_CACHE_ALIAS")
-    purpose = "BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED"
     try:
         from django_redis import get_redis_connection
 

@@ -611,6 +611,28 @@ def test_em6_pubsub_client_has_no_read_timeout(settings, redis_up):
 
 
 @pytest.mark.redis
+def test_em6_propagation_on_a_redis_cluster(settings, redis_cluster, propagators, prefix):
+    """EM-6, ST-2: with BALDUR_REDIS_CLUSTER, pubsub_client() talks classic pub/sub to the node
+    BALDUR_REDIS_URL names, and a decision published through another node of the cluster is applied."""
+    from baldur_django.backends import pubsub_client
+
+    settings.BALDUR_REDIS_URL = redis_cluster.url
+    settings.BALDUR_REDIS_CLUSTER = True
+    breaker = baldur.get_breaker(service())
+    p = propagators(prefix=prefix, health_interval=1.0).start()  # the default factory: pubsub_client
+    assert p.channel == propagation.channel_name(prefix, 0) and p.wait_connected(10)
+    other = redis_cluster.node(redis_cluster.ports[-1])
+    try:
+        assert other.publish(p.channel, peer_message(breaker.name, "open")) == 0  # no subscriber on that node
+        wait_for(lambda: breaker.state is CircuitState.OPEN, 10, "the flip from another node")
+    finally:
+        other.close()
+    settings.BALDUR_REDIS_URL = None
+    with pytest.raises(ConfigError, match="BALDUR_REDIS_CLUSTER"):
+        pubsub_client()
+
+
+@pytest.mark.redis
 def test_em6_the_setting_starts_and_stops_propagation(settings, redis_up, monkeypatch, raw):
     """EM-6, CFG-2: turning BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED on (with Redis configured)
     starts this process's propagation through the settings reload; turning it off stops it; a
