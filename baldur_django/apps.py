@@ -13,7 +13,7 @@ class BaldurDjangoConfig(AppConfig):
     most once, checks register in Django's set-based registry and the ``setting_changed``
     receiver has a ``dispatch_uid``.
 
-    Implements CFG-1, CFG-2, CFG-3, CB-14, ST-2, OP-6, OP-8.
+    Implements CFG-1, CFG-2, CFG-3, CB-14, ST-2, OP-6, OP-8, EM-6.
     """
 
     name = "baldur_django"
@@ -28,6 +28,8 @@ class BaldurDjangoConfig(AppConfig):
         * The event bus gets the Django-signal bridge (CB-14), the audit writer (OP-6) and
           the Slack notifier, which stays silent while
           ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` is unset (OP-8).
+        * Cluster propagation starts when ``BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED``
+          is on, and follows the setting on every reload (EM-6).
         * Breakers decorated at import time, before this ran, were built from environment
           variables and defaults only; they are re-resolved against Django settings, and
           the shared store named by ``BALDUR_STATE_BACKEND`` is installed (ST-2). No
@@ -38,7 +40,7 @@ class BaldurDjangoConfig(AppConfig):
         configuration meanwhile.
         """
         from . import checks, conf, services, signals  # noqa: F401 - registers checks and receivers
-        from .contrib import slack
+        from .contrib import propagation, slack
         from .core.events import bus
 
         conf.install()
@@ -49,3 +51,7 @@ class BaldurDjangoConfig(AppConfig):
         # re-resolve breakers decorated before Django was ready and install the shared
         # store BALDUR_STATE_BACKEND asks for (no connection is opened here)
         conf.reload_or_log(None, when="at startup")
+        # cluster propagation (EM-6) follows its setting at startup and after every reload;
+        # its threads connect in the background, never here
+        conf.add_reload_hook(propagation.configure_or_log)
+        propagation.configure_or_log()

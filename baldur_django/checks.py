@@ -51,6 +51,7 @@ class Codes:
     REDIS_NOT_CONFIGURED = "baldur.E006"
     RECOVERY_MAX_BELOW_TIMEOUT = "baldur.E007"
     SERVICE_RECOVERY_MAX_BELOW_TIMEOUT = "baldur.E008"
+    PROPAGATION_WITHOUT_REDIS = "baldur.E009"
     UNKNOWN_SETTING = "baldur.W001"
     UNKNOWN_ENV = "baldur.W002"
     MINIMUM_FOLLOWS_WINDOW = "baldur.W003"
@@ -60,6 +61,7 @@ class Codes:
     BACKOFF_CANNOT_GROW = "baldur.W007"
     REDIS_CLUSTER_WITHOUT_URL = "baldur.E070"
     REDIS_CLUSTER_BAD_URL = "baldur.E071"
+    PROPAGATION_LIFTS_FORCES = "baldur.W010"
 
 
 #: One fixed error id per knob (``baldur.E0xx``), so a log search or
@@ -111,7 +113,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         built yet) set to anything but its default, E006 for the redis backend with
         neither a URL nor a django-redis cache alias, E070 for ``BALDUR_REDIS_CLUSTER``
         without ``BALDUR_REDIS_URL`` and E071 for a cluster URL that is a socket or names
-        a database other than 0 (ST-2). Never raises.
+        a database other than 0 (ST-2), E009 for cluster propagation switched on with
+        neither a URL nor a django-redis cache alias, and W010 for cluster propagation on
+        the memory backend, where a peer's CLOSED lifts an operator's force (EM-6). Never
+        raises.
     """
     messages: list[CheckMessage] = []
     source = _source()
@@ -136,6 +141,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages.extend(_check_recovery_timeout_max(source, values))
     messages.extend(_check_redis_backend(values))
     messages.extend(_check_redis_cluster(values))
+    messages.extend(_check_propagation(values))
     messages.extend(_check_reserved(values))
     messages.extend(_check_unknown_names())
     return messages
@@ -176,25 +182,36 @@ def _check_reserved(values: dict[str, Any]) -> list[CheckMessage]:
     return out
 
 
-def _check_redis_backend(values: dict[str, Any]) -> list[CheckMessage]:
-    # the redis backend needs a URL, or a django-redis cache whose connection it can borrow
-    if values.get("BALDUR_STATE_BACKEND") != "redis" or values.get("BALDUR_REDIS_URL"):
-        return []
+def _redis_alias_problem(values: dict[str, Any]) -> str | None:
+    """What keeps the package from reaching Redis when no URL is set: None when a URL is
+    set, when the django-redis alias is usable, or when a bad value was already reported."""
+    if values.get("BALDUR_REDIS_URL"):
+        return None
     if values.get("BALDUR_REDIS_CLUSTER"):
-        return []  # a cluster needs the URL whatever the alias: E070 says so
+        return None  # a cluster needs the URL whatever the alias: E070 says so
     if "BALDUR_REDIS_URL" not in values or "BALDUR_REDIS_CACHE_ALIAS" not in values:
-        return []  # the bad value itself was already reported
+        return None  # the bad value itself was already reported
     alias = values["BALDUR_REDIS_CACHE_ALIAS"]
     caches = getattr(settings, "CACHES", None) or {}
     backend = str((caches.get(alias) or {}).get("BACKEND", ""))
     if alias in caches and backend.startswith("django_redis."):
-        return []
+        return None
     problem = (
         "names no cache in CACHES" if alias not in caches else f"is a {backend or 'cache'}, not a django-redis cache"
     )
+    return f"BALDUR_REDIS_CACHE_ALIAS={alias!r} {problem}"
+
+
+def _check_redis_backend(values: dict[str, Any]) -> list[CheckMessage]:
+    # the redis backend needs a URL, or a django-redis cache whose connection it can borrow
+    if values.get("BALDUR_STATE_BACKEND") != "redis":
+        return []
+    problem = _redis_alias_problem(values)
+    if problem is None:
+        return []
     return [
         Error(
-            f"BALDUR_STATE_BACKEND='redis' without BALDUR_REDIS_URL, and BALDUR_REDIS_CACHE_ALIAS={alias!r} {problem}",
+            f"BALDUR_STATE_BACKEND='redis' without BALDUR_REDIS_URL, and {problem}",
             hint="Set BALDUR_REDIS_URL (for example redis://127.0.0.1:6379/0), or point BALDUR_REDIS_CACHE_ALIAS "
             "at a cache whose BACKEND is django_redis.cache.RedisCache.",
             id=Codes.REDIS_NOT_CONFIGURED,
@@ -232,6 +249,42 @@ def _check_redis_cluster(values: dict[str, Any]) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_propagation(values: dict[str, Any]) -> list[CheckMessage]:
+    # EM-6: propagation talks over Redis pub/sub whatever the state backend is
+    if not values.get("BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED"):
+        return []
+    problem = _redis_alias_problem(values)
+    if problem is not None:
+        return [
+            Error(
+                f"BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED=True without BALDUR_REDIS_URL, and {problem}",
+                hint="Cluster propagation publishes each OPEN and CLOSED decision on Redis pub/sub, whatever "
+                "BALDUR_STATE_BACKEND is. Set BALDUR_REDIS_URL (for example redis://127.0.0.1:6379/0), or point "
+                "BALDUR_REDIS_CACHE_ALIAS at a cache whose BACKEND is django_redis.cache.RedisCache.",
+                id=Codes.PROPAGATION_WITHOUT_REDIS,
+            )
+        ]
+    # The force hazard: on the memory backend a force exists only in the process that
+    # received it (the admin page's worker, a call in code); its peers still judge on
+    # their own, and the first of them to close publishes a CLOSED that lifts the force.
+    # A shared store keeps the force in the shared record, where no peer's automatic
+    # close can overrule it and from which a worker takes it back on its next call.
+    if values.get("BALDUR_STATE_BACKEND") != "memory":
+        return []
+    return [
+        Warning(
+            "BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED=True with BALDUR_STATE_BACKEND='memory': a peer's CLOSED "
+            "lifts a force held by one worker",
+            hint="On the memory backend a force lives only in the process that received it. The other workers "
+            "keep judging for themselves, and when one of them closes its breaker the CLOSED it publishes is "
+            "applied over the force. To make forces hold, use the 'database' or 'redis' backend (the force is "
+            "then kept in the shared record) or leave propagation off. Silence baldur.W010 if you never force "
+            "breakers. See docs/fleet.md.",
+            id=Codes.PROPAGATION_LIFTS_FORCES,
+        )
+    ]
 
 
 def _check_minimum_calls(source: SettingsSource, values: dict[str, Any]) -> list[CheckMessage]:

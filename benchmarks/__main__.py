@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation]``."""
 
 from __future__ import annotations
 
@@ -40,13 +40,22 @@ def _parser() -> argparse.ArgumentParser:
         help="run the shared-store benchmark instead (benchmarks/stores.py; needs Redis)",
     )
     parser.add_argument(
-        "--redis-url", default=None, help="with --stores or --inbound: the Redis server and database to use"
+        "--redis-url",
+        default=None,
+        help="with --stores, --inbound or --propagation: the Redis server and database to use",
     )
     # --- inbound-side benchmark hook (benchmarks/inbound.py) ---
     parser.add_argument(
         "--inbound",
         action="store_true",
         help="run the inbound-side benchmark instead (benchmarks/inbound.py: middlewares, rate limiters; needs Redis)",
+    )
+    # --- cluster propagation benchmark hook (benchmarks/propagation.py) ---
+    parser.add_argument(
+        "--propagation",
+        action="store_true",
+        help="run the cluster propagation benchmark instead (benchmarks/propagation.py: 4 worker processes; "
+        "needs Redis)",
     )
     return parser
 
@@ -59,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         return stores_main(
             ["--redis-url", args.redis_url] if args.redis_url else [], quick=args.quick, json_file=args.json
         )
+    if args.propagation:  # --- cluster propagation benchmark hook ---
+        from .propagation import main as propagation_main
+
+        return propagation_main([], quick=args.quick, json_file=args.json, redis_url=args.redis_url)
     if args.inbound:  # --- inbound-side benchmark hook ---
         from .inbound import main as inbound_main
 

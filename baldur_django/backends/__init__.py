@@ -26,7 +26,7 @@ from typing import Any
 from ..core.config import settings as baldur_settings
 from ..core.errors import ConfigError
 
-__all__ = ["STORE_SETTINGS", "build_store", "install_store", "redis_client", "store_changed"]
+__all__ = ["STORE_SETTINGS", "build_store", "install_store", "redis_client", "pubsub_client", "store_changed"]
 
 #: The knobs that decide which shared store the breakers use (ST-2).
 STORE_SETTINGS = (
@@ -107,6 +107,103 @@ def redis_client(purpose: str = "BALDUR_STATE_BACKEND='redis'") -> Any:
         raise ConfigError(
             f"{purpose} needs BALDUR_REDIS_URL or a django-redis cache BALDUR_REDIS_CACHE_ALIAS={alias!r}: {exc}"
         ) from exc
+
+
+#: Seconds a pub/sub connection may take to connect (TCP; EM-6). Reads are not bounded by it.
+PUBSUB_CONNECT_TIMEOUT = 5.0
+
+
+def pubsub_client(socket_timeout: float | None = None) -> Any:
+    """A redis-py client of its own for cluster propagation (EM-6), separate from the store's pool.
+
+    Built from ``BALDUR_REDIS_URL``, else from the connection parameters (host or socket
+    path, port, database, credentials, TLS) of the django-redis cache
+    ``BALDUR_REDIS_CACHE_ALIAS``, whatever ``BALDUR_STATE_BACKEND`` says. With
+    ``BALDUR_REDIS_CLUSTER`` it is a plain client of the node ``BALDUR_REDIS_URL`` names:
+    classic pub/sub reaches every node of a cluster from any one of them. Opens no
+    connection. The client has a small pool of its own, connects within
+    :data:`PUBSUB_CONNECT_TIMEOUT` seconds, lets TCP keepalive find a vanished host, and
+    makes no retries of its own (the caller reconnects with backoff).
+
+    Args:
+        socket_timeout (float | None): socket timeout in seconds; None (the default): no
+            read timeout at all. The publisher passes ``BALDUR_REDIS_SOCKET_TIMEOUT``, like
+            every other connection the package opens. The subscriber passes its health
+            interval (at most 5 s), which only bounds its connection handshake: it waits
+            for messages by polling the socket, so a quiet channel never times out, and
+            checks the link with its own PING instead.
+
+    Returns:
+        redis.Redis: a client (``publish``, ``pubsub``).
+
+    Raises:
+        ConfigError: neither ``BALDUR_REDIS_URL`` nor a usable django-redis alias.
+    """
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": PUBSUB_CONNECT_TIMEOUT,
+        "socket_keepalive": True,
+        "socket_keepalive_options": _keepalive_options(),
+        "retry": Retry(NoBackoff(), 0),
+        "health_check_interval": 0,
+        "max_connections": 2,
+    }
+    url = baldur_settings.get("BALDUR_REDIS_URL")
+    purpose = "BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED"
+    if url:
+        if url.lower().startswith("unix:"):
+            _no_keepalive(options)
+        # on a Redis Cluster too: classic pub/sub crosses the cluster bus, so a plain
+        # connection to the node the URL names hears (and reaches) every node's subscribers
+        return redis.Redis.from_url(url, **options)
+    if baldur_settings.get("BALDUR_REDIS_CLUSTER"):
+        raise ConfigError(f"{purpose} with BALDUR_REDIS_CLUSTER=True needs BALDUR_REDIS_URL naming one node")
+    alias = baldur_settings.get("BALDUR_REDIS_CACHE_ALIAS")
+    try:
+        from django_redis import get_redis_connection
+
+        borrowed = get_redis_connection(alias)
+    except Exception as exc:
+        raise ConfigError(
+            f"{purpose} needs BALDUR_REDIS_URL or a django-redis cache BALDUR_REDIS_CACHE_ALIAS={alias!r}: {exc}"
+        ) from exc
+    pool = getattr(borrowed, "connection_pool", None)
+    kwargs = dict(getattr(pool, "connection_kwargs", None) or {})
+    connection_class = getattr(pool, "connection_class", None)
+    plain = (redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection)
+    if not kwargs or connection_class not in plain:
+        raise ConfigError(
+            f"{purpose}: the django-redis cache {alias!r} uses a {type(pool).__name__} whose connection "
+            "parameters cannot be copied; set BALDUR_REDIS_URL instead"
+        )
+    kwargs.update(options)
+    if connection_class is redis.UnixDomainSocketConnection:
+        _no_keepalive(kwargs)
+    max_connections = kwargs.pop("max_connections")
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(
+            connection_class=connection_class, max_connections=max_connections, **kwargs
+        )
+    )
+
+
+def _no_keepalive(options: dict[str, Any]) -> None:
+    """A Unix socket has no TCP keepalive: drop those options (redis-py refuses them there)."""
+    options.pop("socket_keepalive", None)
+    options.pop("socket_keepalive_options", None)
+
+
+def _keepalive_options() -> dict[int, int]:
+    """TCP keepalive tuned to notice a vanished Redis host within about half a minute,
+    where the platform lets us say so (Linux); elsewhere the system's defaults."""
+    import socket
+
+    wanted = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
 
 def _signature() -> tuple[Any, ...]:

@@ -18,7 +18,7 @@ attributes of this class (``_fast_permit``, ``_healthy_permit``, ``_reject_until
 records a failure or changes state goes through :meth:`CircuitBreaker._invalidate`
 first, which clears the hot-path permits before anything else is touched.
 
-Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3.
+Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3, EM-6 (adopting a peer's decision).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from .events import (
     RateLimitStorm,
     Released,
     StateChanged,
+    TripBlocked,
 )
 from .events import bus as default_bus
 from .states import CircuitState, Reason, Trigger
@@ -51,11 +52,17 @@ from .stores.logic import next_open
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow
 
-__all__ = ["Permit", "CircuitBreaker", "validate_ttl"]
+__all__ = ["Permit", "CircuitBreaker", "validate_ttl", "PEER_APPLIED", "PEER_UNCHANGED", "PEER_BLOCKED", "PEER_LIFTED"]
 
 CLOSED = CircuitState.CLOSED
 OPEN = CircuitState.OPEN
 HALF_OPEN = CircuitState.HALF_OPEN
+
+# What CircuitBreaker.apply_peer did with a peer's decision (EM-6).
+PEER_APPLIED = "applied"  # the breaker moved to the peer's state
+PEER_UNCHANGED = "unchanged"  # it was in that state already
+PEER_BLOCKED = "blocked"  # an OPEN met a local forced closed (like a trip meeting a force)
+PEER_LIFTED = "lifted"  # a CLOSED was applied over a local forced open (the documented hazard)
 
 
 class Permit:
@@ -933,6 +940,71 @@ class CircuitBreaker:
                     )
         self._settle(events)
         return previous is not None
+
+    # -------------------------------------------------------------- peers (EM-6)
+    def apply_peer(self, state: str) -> str:
+        """Adopt a peer worker's OPEN or CLOSED decision received through cluster propagation.
+
+        Local adoption, with no threshold of its own and no store I/O: the deciding worker
+        already wrote any shared store. The transition goes through the usual machinery and
+        is published on this process's bus with trigger ``propagated`` (the propagation
+        listener never sends such a transition on again, so peers cannot echo each other).
+        Applied during Emergency Level 3 too: catching up with a decision taken elsewhere
+        is not a new automatic decision (EM-2).
+
+        * ``"open"``: a CLOSED or HALF_OPEN breaker opens for its own (backed-off) recovery
+          duration. A breaker forced closed refuses it as it refuses a trip: nothing
+          changes and a ``TripBlocked`` event (``circuit_breaker.trip_blocked``, trigger
+          ``propagated``) is published (OP-4).
+        * ``"closed"``: an OPEN or HALF_OPEN breaker closes with its counts cleared (CB-7),
+          a forced open included: the force is lifted (the documented hazard of EM-6).
+
+        With a shared store the shared record stays the authority: the breaker's next
+        admission consults it (ST-3), so a force held there is taken back at once.
+
+        Args:
+            state (str): ``"open"`` or ``"closed"``.
+
+        Returns:
+            str: :data:`PEER_APPLIED`, :data:`PEER_UNCHANGED` (already in that state; a
+            forced closed breaker stays forced), :data:`PEER_BLOCKED` (OPEN met a forced
+            closed) or :data:`PEER_LIFTED` (CLOSED applied over a forced open).
+
+        Raises:
+            ConfigError: *state* is neither ``"open"`` nor ``"closed"``.
+
+        Implements EM-6.
+        """
+        if state not in ("open", "closed"):
+            raise ConfigError(f"state={state!r}: a peer's decision is 'open' or 'closed'")
+        events = self._outbox
+        now = self._mono()
+        with self._lock:
+            self._evaluate(now, events)
+            current = self._state
+            if state == "open":
+                if current is OPEN:
+                    outcome = PEER_UNCHANGED
+                elif self._forced == "closed":
+                    outcome = PEER_BLOCKED
+                    events.append(
+                        TripBlocked(self.name, self._clock.wall(), forced="closed", trigger=Trigger.PROPAGATED)
+                    )
+                else:
+                    outcome = PEER_APPLIED
+                    self._to_open(now, Trigger.PROPAGATED, events)
+            elif current is CLOSED:
+                outcome = PEER_UNCHANGED
+            else:
+                outcome = PEER_APPLIED
+                if self._forced is not None:
+                    outcome = PEER_LIFTED
+                    self._clear_force()
+                self._to_closed(Trigger.PROPAGATED, events)
+            if outcome in (PEER_APPLIED, PEER_LIFTED):
+                self._sync.after_peer(self)
+        self._settle(events)
+        return outcome
 
     # ------------------------------------------------------------ configuration
     def use_store(self, guard: StoreGuard | None) -> None:

@@ -820,10 +820,9 @@ _ROWS: list[Knob] = [
         "BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED",
         False,
         _bool,
-        "publish OPEN/CLOSED decisions to peers",
+        "publish OPEN/CLOSED decisions to peers over Redis pub/sub",
         "baldur.E057",
         accepts=_BOOL_ACCEPTS,
-        reserved=True,
     ),
     Knob(
         "BALDUR_EMERGENCY_BACKEND", "file", _choice("file", "redis"), "where the emergency level lives", "baldur.E058"

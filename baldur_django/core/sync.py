@@ -191,6 +191,9 @@ class LocalSync:
         """None: the release is applied locally."""
         return None
 
+    def after_peer(self, breaker: CircuitBreaker) -> None:
+        """Nothing to do: a peer's decision adopted locally (EM-6) is the whole state."""
+
     def extra_snapshot(self) -> dict[str, Any]:
         """No shared fields."""
         return {}
@@ -415,6 +418,16 @@ class StoreSync:
         """Store I/O: remove a force from the record. Raises StoreError when the store fails (OP-4)."""
         self.consult(breaker, breaker._mono())
         return self._operator(breaker, "release")
+
+    def after_peer(self, breaker: CircuitBreaker) -> None:
+        """A peer's decision was adopted from cluster propagation (EM-6; state lock held).
+
+        The shared record stays the authority: the next admission consults it and adopts
+        it whatever its version (a force held there comes back at once), with no I/O here."""
+        self.version = -1
+        self.next_probe = float("-inf")
+        breaker._sync_due = float("-inf")
+        breaker._refresh_fast()
 
     def extra_snapshot(self) -> dict[str, Any]:
         """``store_available`` and ``shared_version`` for the snapshot."""
