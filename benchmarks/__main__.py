@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--metrics]``."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the inbound-side benchmark instead (benchmarks/inbound.py: middlewares, rate limiters; needs Redis)",
     )
+    # --- Prometheus metrics benchmark hook (benchmarks/metrics.py) ---
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="run the metrics benchmark instead (benchmarks/metrics.py: the hot path without and with "
+        "prometheus.install(), and in multiprocess mode)",
+    )
     return parser
 
 
@@ -59,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         return stores_main(
             ["--redis-url", args.redis_url] if args.redis_url else [], quick=args.quick, json_file=args.json
         )
+    if args.metrics:  # --- Prometheus metrics benchmark hook ---
+        from .metrics import main as metrics_main
+
+        return metrics_main([], quick=args.quick, json_file=args.json)
     if args.inbound:  # --- inbound-side benchmark hook ---
         from .inbound import main as inbound_main
 

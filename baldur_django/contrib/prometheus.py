@@ -397,7 +397,10 @@ if hasattr(os, "register_at_fork"):  # POSIX
 
 def flush() -> None:
     """Write this process's counts to the multiprocess directory now (what the flusher
-    thread does every :data:`FLUSH_SECONDS`). A no-op outside multiprocess mode."""
+    thread does every :data:`FLUSH_SECONDS`). A no-op until :func:`install` ran in
+    multiprocess mode. Raises what prometheus_client raises when a file cannot be written.
+
+    Implements EM-7."""
     _flusher.flush()
 
 
