@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pybreaker")
 pytest.importorskip("circuitbreaker")
 
-from benchmarks.metrics import MODES, MetricsSettings, format_results, run_modes  # noqa: E402
+from benchmarks.metrics import MODES, MetricsSettings, format_results, run_modes
 
 pytestmark = pytest.mark.multiprocess
 
