@@ -287,7 +287,8 @@ class _Flusher:
         self._fresh()
 
     def _fresh(self) -> None:
-        self.lock = threading.Lock()
+        # reentrant: a listener of an event published during a pass may fork in this thread
+        self.lock = threading.RLock()
         self.pushed: dict[Key, float] = {}
         self.states: dict[str, int] = {}
         self.level: int | None = None
