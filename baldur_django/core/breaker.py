@@ -319,8 +319,8 @@ class CircuitBreaker:
             (``open``, ``half_open_full``, ``frozen``; dry-run rejects nothing);
             ``transitions``: ``{(from_state, to_state, trigger): count}`` for every state
             change of this process's breaker, adopted ones included (trigger
-            ``"unknown"`` when none is known, as after :meth:`reset`). Counts start at 0 in a process, a forked child included,
-            and never decrease.
+            ``"unknown"`` when none is known, as after :meth:`reset`). Counts start at 0
+            in a process, a forked child included, and never decrease.
 
         Implements EM-7 (the counts).
         """
