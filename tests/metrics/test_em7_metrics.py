@@ -16,6 +16,7 @@ from baldur_django.core import emergency
 from baldur_django.core import registry as registry_module
 from baldur_django.core.events import bus
 from baldur_django.core.registry import registry
+from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.testing import RecordingListener
 
 from .conftest import Scraper, parse
@@ -183,6 +184,24 @@ def test_em7_a_429_report_looking_for_a_probe_slot_is_not_a_blocked_request(cloc
     assert breaker.state is baldur.CircuitState.OPEN
     assert blocked(scraper, service) == {"open": 0, "half_open_full": 0, "frozen": 0}
     assert calls(scraper, service) == {"success": 0, "failure": 1, "ignored": 0, "rate_limited": 1}
+
+
+def test_em7_a_429_report_finding_the_fleets_round_full_is_not_a_blocked_request(clock, scraper, fresh_registry):
+    """EM-7, RL-9, ST-2: on a shared store, a 429 reported while the fleet's HALF_OPEN round
+    has no free slot is a rate-limited call (a sighting only), not a blocked request."""
+    fresh_registry.set_store(MemoryStore(now=clock.wall))
+    service = "em7-report-shared"
+    breaker = registry.get(service, {"failure_threshold": 1, "recovery_timeout": 10, "half_open_max_calls": 1})
+    breaker.record_failure(breaker.acquire())
+    clock.advance(11)
+    probe = breaker.acquire()  # the round's only slot
+    assert probe.trial
+    baldur.record_rate_limit(service)
+    assert blocked(scraper, service) == {"open": 0, "half_open_full": 0, "frozen": 0}
+    assert calls(scraper, service) == {"success": 0, "failure": 1, "ignored": 0, "rate_limited": 1}
+    with pytest.raises(baldur.CircuitOpenError):
+        breaker.acquire()  # a request, by contrast, is blocked
+    assert blocked(scraper, service)["half_open_full"] == 1
 
 
 # ------------------------------------------------------------------ transitions
