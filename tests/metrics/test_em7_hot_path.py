@@ -9,6 +9,7 @@ and the metric counters of the breaker are replaced by tracing ones.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -57,11 +58,14 @@ def _profile(run: Callable[[], Any]) -> list[tuple[str, str, str]]:
         elif event == "c_call":
             events.append((event, getattr(arg, "__module__", None) or "", arg.__qualname__))
 
+    gc.collect()
+    gc.disable()  # a collection would run finalizers (Python functions) in the middle of the calls
     sys.setprofile(hook)
     try:
         run()
     finally:
         sys.setprofile(None)
+        gc.enable()
     return events
 
 
