@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics]``."""
 
 from __future__ import annotations
 
@@ -57,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
         help="run the cluster propagation benchmark instead (benchmarks/propagation.py: 4 worker processes; "
         "needs Redis)",
     )
+    # --- Prometheus metrics benchmark hook (benchmarks/metrics.py) ---
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="run the metrics benchmark instead (benchmarks/metrics.py: the hot path without and with "
+        "prometheus.install(), and in multiprocess mode)",
+    )
     return parser
 
 
@@ -72,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         from .propagation import main as propagation_main
 
         return propagation_main([], quick=args.quick, json_file=args.json, redis_url=args.redis_url)
+    if args.metrics:  # --- Prometheus metrics benchmark hook ---
+        from .metrics import main as metrics_main
+
+        return metrics_main([], quick=args.quick, json_file=args.json)
     if args.inbound:  # --- inbound-side benchmark hook ---
         from .inbound import main as inbound_main
 

@@ -23,6 +23,7 @@ Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3, EM-6 (adopting a pe
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections import deque
@@ -50,7 +51,7 @@ from .states import CircuitState, Reason, Trigger
 from .stores.base import Answer, Record
 from .stores.logic import next_open
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
-from .window import CountWindow, SecondBuckets, TimeWindow
+from .window import CountWindow, SecondBuckets, TimeWindow, _count_of
 
 __all__ = ["Permit", "CircuitBreaker", "validate_ttl", "PEER_APPLIED", "PEER_UNCHANGED", "PEER_BLOCKED", "PEER_LIFTED"]
 
@@ -184,6 +185,7 @@ class CircuitBreaker:
         self._force_actor: str | None = None
         self._last_trigger: str | None = None
         self.dry_run_rejections = 0
+        self._init_metrics()
         # Events are queued here under the state lock, in the order the transitions were
         # decided, and delivered after it is released by whichever thread drains first:
         # listeners see transitions in order and never run under the state lock (CB-14).
@@ -273,6 +275,83 @@ class CircuitBreaker:
         self._settle(events)
         return snap
 
+    # ------------------------------------------------------------------ metrics
+    def _init_metrics(self) -> None:
+        """The counts behind :meth:`metrics` (EM-7). Nothing is added to the CLOSED healthy
+        lane: its successes are the cascade's calls that are not counted here as anything
+        else. ``itertools.count`` objects are stepped with one atomic ``next()`` wherever
+        they are (lock or not); plain ints only under the lock."""
+        self._m_failure = itertools.count()  # final outcomes, counted or not in the cascade
+        self._m_rate_limited = itertools.count()
+        self._m_ignored = itertools.count()
+        self._m_uncounted = itertools.count()  # successes the cascade did not count (dry-run, retry-noted)
+        self._m_noted = 0  # cascade calls that are not successes (lock held)
+        # Rejections by reason; the lock-free OPEN rejection steps ``_blocked_open`` itself.
+        self._blocked = {
+            Reason.OPEN: itertools.count(),
+            Reason.HALF_OPEN_FULL: itertools.count(),
+            Reason.FROZEN: itertools.count(),
+        }
+        self._blocked_open = self._blocked[Reason.OPEN]
+        self._transitions: dict[tuple[str, str, str], int] = {}  # (from, to, trigger) -> count (lock held)
+        self._inherited: dict[str, Any] | None = None  # the counts a forked child started from
+
+    def _metric_counts(self) -> dict[str, Any]:
+        """Raw cumulative counts (lock held, or the only thread of a forked child)."""
+        failure = _count_of(self._m_failure)
+        rate_limited = _count_of(self._m_rate_limited)
+        success = self._cascade.total() - self._m_noted + _count_of(self._m_uncounted)
+        return {
+            "calls": {
+                "success": success,
+                "failure": failure,
+                "ignored": _count_of(self._m_ignored),
+                "rate_limited": rate_limited,
+            },
+            "blocked": {reason: _count_of(counter) for reason, counter in self._blocked.items()},
+            "transitions": dict(self._transitions),
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        """What this process's breaker counted, for Prometheus (EM-7). Never takes a trial
+        slot and never reads a shared store: a shared breaker reports the state this
+        process last adopted; a local one evaluates its recovery timeout first, as
+        :attr:`state` does.
+
+        Returns:
+            dict: ``state`` (a :class:`CircuitState`); ``calls``: final outcomes by
+            ``success``, ``failure``, ``ignored``, ``rate_limited`` (a call with retries is
+            one call; a 429 reported by ``record_rate_limit`` is a ``rate_limited`` call;
+            a call let through by dry-run counts too); ``blocked``: rejections by reason
+            (``open``, ``half_open_full``, ``frozen``; dry-run rejects nothing);
+            ``transitions``: ``{(from_state, to_state, trigger): count}`` for every state
+            change of this process's breaker, adopted ones included (trigger
+            ``"unknown"`` when none is known, as after :meth:`reset`). Counts start at 0
+            in a process, a forked child included, and never decrease.
+
+        Implements EM-7 (the counts).
+        """
+        events = self._outbox
+        with self._lock:
+            self._evaluate(self._mono(), events)
+            state = self._state
+            counts = self._metric_counts()
+        self._publish(events)
+        inherited = self._inherited
+        if inherited is not None:
+            for group in ("calls", "blocked", "transitions"):
+                base = inherited[group]
+                mine = counts[group]
+                for key, value in base.items():
+                    if key in mine:
+                        mine[key] = max(0, mine[key] - value)
+        counts["state"] = state
+        return counts
+
+    def _forked(self) -> None:
+        """In a child just forked (one thread): its counts start from what it inherited."""
+        self._inherited = self._metric_counts()
+
     def _open_fields(self) -> dict[str, float | None]:
         """The snapshot's ``open_until`` (Unix s, when the OPEN breaker admits a probe) and
         ``open_duration`` (s, the backed-off length of the current or last open, CB-16). A
@@ -301,11 +380,15 @@ class CircuitBreaker:
             return permit
         return self.acquire_slow()
 
-    def acquire_slow(self) -> Permit:
+    def acquire_slow(self, *, metered: bool = True) -> Permit:
         """Admission when the lock-free CLOSED permit does not apply (the second of the two
         methods the hot path binds; :meth:`acquire` is the whole of the first).
 
         May read or write the shared record (ST-3: a due consult or a due probe).
+
+        Args:
+            metered: False when the admission is not a request (a 429 report looking for
+                a probe slot, RL-9): a rejection is then not counted as blocked (EM-7).
 
         Returns:
             A permit. Raises CircuitOpenError as :meth:`acquire` does.
@@ -318,7 +401,7 @@ class CircuitBreaker:
             return Permit(base.generation, started=now)
         until = self._reject_until
         if now < until and now < self._sync_due:
-            raise self._reject_fast(now, until)  # CB-4 and ST-3: no lock, no round trip
+            raise self._reject_fast(now, until, metered)  # CB-4 and ST-3: no lock, no round trip
         sync = self._sync
         if now >= self._sync_due:
             sync.consult(self, now)
@@ -326,16 +409,18 @@ class CircuitBreaker:
             permit = sync.acquire_probe(self, now)
             if permit is not None:
                 return permit
-        return self._admit(now)
+        return self._admit(now, metered)
 
-    def _reject_fast(self, now: float, until: float) -> CircuitOpenError:
+    def _reject_fast(self, now: float, until: float, metered: bool = True) -> CircuitOpenError:
         """OPEN inside its deadline: the rejection needs no lock (CB-4). The event is built
         only when a listener wants plain rejections."""
+        if metered:
+            next(self._blocked_open)  # EM-7
         if self._bus.wants_rejections():
             self._publish([CallRejected(self.name, self._clock.wall(), reason=Reason.OPEN, state=OPEN.value)])
         return new_open_error(self.name, Reason.OPEN, until - now)  # C alone, no Python __init__
 
-    def _admit(self, now: float) -> Permit:
+    def _admit(self, now: float, metered: bool = True) -> Permit:
         """The one admission decision (lock held inside): CLOSED passes, HALF_OPEN takes a
         local trial slot when this process judges alone, anything else is rejected with
         its reason (CB-4, CB-6), or let through and counted in dry-run (OP-5)."""
@@ -364,12 +449,15 @@ class CircuitBreaker:
                 else:
                     retry_after = max(0.0, until - now)
                     self._hold_open_until(until)
-            if permit is None and self.config.dry_run:
-                self.dry_run_rejections += 1
-                permit = Permit(self._gen, dry_run=True)
-                events.append(
-                    CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True)
-                )
+            if permit is None:
+                if self.config.dry_run:
+                    self.dry_run_rejections += 1
+                    permit = Permit(self._gen, dry_run=True)
+                    events.append(
+                        CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True)
+                    )
+                elif metered:
+                    next(self._blocked[reason])  # EM-7
         if permit is None:
             if self._bus.wants_rejections():
                 events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
@@ -392,6 +480,7 @@ class CircuitBreaker:
             # Healthy CLOSED, without the lock: this success changes nothing but one
             # cascade call, counted by an atomic next(); rolling to a new second locks.
             if not count_attempt:
+                next(self._m_uncounted)  # EM-7: a success the cascade does not count
                 return
             cascade = self._cascade
             if self._mono() < cascade.bucket_end:
@@ -413,6 +502,8 @@ class CircuitBreaker:
                         self._cascade.add(now, False)
                         if now >= self._sync_due:
                             self._fast_permit = None  # a shared store's consult is due
+                    else:
+                        next(self._m_uncounted)  # EM-7
                     return
             finally:
                 lock.release()
@@ -435,6 +526,7 @@ class CircuitBreaker:
             retry_after: the raw ``Retry-After`` (seconds or header text) for the cooldown.
             count_attempt: False when the retry stage already noted each attempt.
         """
+        next(self._m_rate_limited if rate_limited else self._m_failure)  # EM-7: the final outcome
         if permit.dry_run:
             return
         if count_attempt and rate_limited:
@@ -446,6 +538,7 @@ class CircuitBreaker:
         """The call ended in an ignored exception, a ``BaseException`` that is not an
         ``Exception``, or never reached the dependency: neither success nor failure. A trial
         gives its slot back (CB-10); with a shared store, to the fleet's round."""
+        next(self._m_ignored)  # EM-7
         if not permit.trial or self._sync.finish_probe(self, permit, "abandon"):
             return
         with self._lock:
@@ -453,8 +546,11 @@ class CircuitBreaker:
                 self._trials -= 1
 
     def _record(self, permit: Permit, *, ok: bool, count_attempt: bool, rate_limited: bool = False) -> None:
-        if permit.dry_run:
-            return
+        if permit.dry_run or (ok and not count_attempt):
+            if ok:
+                next(self._m_uncounted)  # EM-7: a success outside the cascade's count
+            if permit.dry_run:
+                return
         now = self._mono()
         started = permit.started
         slow = started is not None and now - started >= self.config.slow_call_duration  # CB-17
@@ -462,12 +558,16 @@ class CircuitBreaker:
             if count_attempt:
                 with self._lock:
                     self._cascade.add(now, False)
+                    if not ok:
+                        self._m_noted += 1  # EM-7
             self._record_trial(permit, ok and not slow, now, slow)
             return
         events = self._outbox
         with self._lock:
             if count_attempt:
                 self._cascade.add(now, False)
+                if not ok:
+                    self._m_noted += 1  # EM-7: a cascade call that is not a success
             if now >= self._sync_due:
                 self._fast_permit = None  # a shared store's consult is due
             if permit.generation != self._gen:
@@ -524,6 +624,7 @@ class CircuitBreaker:
         events = self._outbox
         with self._lock:
             self._cascade.add(now, rate_limited)
+            self._m_noted += 1  # EM-7: an attempt, never a success of its own
             if rate_limited:
                 cfg = self.config
                 seconds = parse_retry_after(
@@ -545,8 +646,9 @@ class CircuitBreaker:
         state = self.state  # applies a due recovery timeout first
         if state is HALF_OPEN and self._sync.shares_probes():
             try:
-                permit = self.acquire_slow()
+                permit = self.acquire_slow(metered=False)
             except CircuitOpenError:
+                next(self._m_rate_limited)  # EM-7: a rate-limited call all the same
                 self.note_attempt(rate_limited=True, retry_after=retry_after)
                 return
             self.record_failure(permit, rate_limited=True, retry_after=retry_after)
@@ -554,6 +656,7 @@ class CircuitBreaker:
         with self._lock:
             state, gen = self._state, self._gen
         if state is OPEN:
+            next(self._m_rate_limited)  # EM-7
             self.note_attempt(rate_limited=True, retry_after=retry_after)
             return
         permit = Permit(gen, trial=state is HALF_OPEN)
@@ -653,6 +756,9 @@ class CircuitBreaker:
         """
         before = self._state
         self._invalidate()
+        if target is not before:  # EM-7
+            key = (before.value, target.value, trigger or "unknown")
+            self._transitions[key] = self._transitions.get(key, 0) + 1
         self._gen += 1
         self._trials = 0
         self._trial_successes = 0

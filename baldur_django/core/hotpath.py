@@ -15,7 +15,8 @@ hot-path attributes. What they read, and why each read is safe without the lock:
   which the breaker rejects without its lock, else 0.0; every transition clears it first
   (``CircuitBreaker._invalidate``). The wrappers raise that rejection themselves, as
   ``acquire_slow`` would (same test, same error, built in C by ``new_open_error``), and
-  go to ``acquire_slow`` whenever a listener wants the rejection event.
+  go to ``acquire_slow`` whenever a listener wants the rejection event. They count it
+  with ``next()`` on ``breaker._blocked_open`` (an ``itertools.count``, atomic; EM-7).
 * ``breaker._healthy_permit``: set while a success would change nothing but the cascade
   count (window full, no failure in it). Every path that records a failure or changes
   state clears it first (``CircuitBreaker._invalidate``), so the lock-free success
@@ -165,6 +166,7 @@ def sync_wrapper(
     acquire_slow = breaker.acquire_slow
     record_success = breaker.record_success
     wants_rejections = breaker._bus.wants_rejections
+    blocked_open = breaker._blocked_open  # EM-7: the rejections counter, never replaced
     name = breaker.name
     trial_policy = _trial_policy(policy)
     retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
@@ -177,6 +179,7 @@ def sync_wrapper(
             if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see the module docstring)
                 now = monotonic()
                 if now < until and now < breaker._sync_due and not wants_rejections():
+                    next(blocked_open)
                     if fallback is None:
                         # raised unnamed: a local holding it would tie this frame and the
                         # error's traceback into a cycle that only the GC frees
@@ -247,6 +250,7 @@ def async_wrapper(
     monotonic = breaker._mono
     record_success = breaker.record_success
     wants_rejections = breaker._bus.wants_rejections
+    blocked_open = breaker._blocked_open  # EM-7: the rejections counter, never replaced
     name = breaker.name
     trial_policy = _trial_policy(policy)
     retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
@@ -259,6 +263,7 @@ def async_wrapper(
             if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see the module docstring)
                 now = monotonic()
                 if now < until and now < breaker._sync_due and not wants_rejections():
+                    next(blocked_open)
                     if fallback is None:
                         raise new_open_error(name, OPEN, until - now)  # unnamed: see sync_wrapper
                     return await acall_fallback(fallback, args, kwargs, new_open_error(name, OPEN, until - now))

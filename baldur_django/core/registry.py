@@ -9,6 +9,7 @@ once. The Django layer hooks in through :func:`set_backend` (shared stores) and 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -190,6 +191,21 @@ class Registry:
 
 #: The process-wide registry used by the facade.
 registry = Registry()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (gunicorn ``--preload``, Celery prefork) counts its own calls: each
+    breaker's metrics start from what it inherited, so the parent's counts are never
+    reported again by every child (EM-7)."""
+    for breaker in registry:
+        try:
+            breaker._forked()
+        except Exception:  # pragma: no cover - never fail a fork
+            logging.getLogger("baldur.metrics").exception("metrics.fork_failed service=%s", breaker.name)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _logging_listener = LoggingListener(lambda: settings.get("BALDUR_EVENT_LOGGING_CB_LOG_LEVEL"))
 bus.subscribe(_logging_listener)

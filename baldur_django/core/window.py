@@ -299,17 +299,23 @@ class SecondBuckets:
     taking its lock. Rolling to a new second happens under the breaker's lock; an old
     bucket keeps its counter, so an increment that races a roll still lands in the
     second it belongs to. Cost per call does not grow with traffic.
+
+    :meth:`total` is every call ever counted, for the metrics (EM-7): a bucket that leaves
+    the window, or is cleared, adds its count to ``retired``. A cleared bucket is read
+    only at a roll at least a second later, so an increment racing the clear still counts.
     """
 
-    __slots__ = ("span", "bucket_end", "counter", "sightings", "_old", "_seen")
+    __slots__ = ("span", "bucket_end", "counter", "sightings", "retired", "_old", "_seen", "_gone")
 
     def __init__(self, span: float) -> None:
         self.span = span
         self.bucket_end = float("-inf")  # monotonic second at which the newest bucket ends
         self.counter = itertools.count()
         self.sightings = 0
+        self.retired = 0  # calls of the buckets that left the window or were cleared (EM-7)
         self._old: deque[tuple[float, itertools.count[int], int]] = deque()  # (end, calls, sightings)
         self._seen: deque[float] = deque()  # exact times of the sightings (rare: a deque is cheap)
+        self._gone: list[tuple[float, itertools.count[int]]] = []  # cleared buckets, not yet retired
 
     def add(self, now: float, sighting: bool) -> None:
         """Count one call at monotonic time *now* (and a sighting when *sighting*). Caller holds the lock."""
@@ -328,7 +334,20 @@ class SecondBuckets:
         horizon = now - self.span
         old = self._old
         while old and old[0][0] <= horizon:
-            old.popleft()
+            self.retired += _count_of(old.popleft()[1])
+        if self._gone:
+            self._retire(now)
+
+    def _retire(self, now: float) -> None:
+        """Fold the cleared buckets whose second ended a second or more before *now* into
+        ``retired`` (a healthy-lane increment racing the clear has landed by then)."""
+        keep = []
+        for end, counter in self._gone:
+            if end + 1.0 <= now:
+                self.retired += _count_of(counter)
+            else:
+                keep.append((end, counter))
+        self._gone = keep
 
     def totals(self, now: float) -> tuple[int, int]:
         """``(calls, sightings)`` in ``(now - span, now]``: sightings exactly, calls from the
@@ -343,7 +362,22 @@ class SecondBuckets:
                 calls += _count_of(counter)
         return calls, len(seen)
 
+    def total(self) -> int:
+        """Every call counted since this object was made, cleared buckets included (EM-7).
+        Caller holds the lock; only grows."""
+        calls = self.retired + _count_of(self.counter)
+        for _, counter, _ in self._old:
+            calls += _count_of(counter)
+        for _, counter in self._gone:
+            calls += _count_of(counter)
+        return calls
+
     def clear(self) -> None:
+        """Forget the window (a trip, a reset); the calls stay in :meth:`total`."""
+        end = self.bucket_end
+        gone = self._gone
+        gone.append((end, self.counter))
+        gone.extend((end, counter) for _, counter, _ in self._old)
         self._old.clear()
         self._seen.clear()
         self.bucket_end = float("-inf")

@@ -4,7 +4,7 @@ from django.apps import AppConfig
 
 
 class ShopConfig(AppConfig):
-    """``testproject.shop``; ``ready()`` only wires signal receivers (idempotent)."""
+    """``testproject.shop``; ``ready()`` only wires signal receivers and the metrics (idempotent)."""
 
     name = "testproject.shop"
     label = "shop"
@@ -12,6 +12,12 @@ class ShopConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from baldur_django.contrib import prometheus
+
         from . import breaker_log
 
         breaker_log.connect()
+        # Prometheus metrics (EM-7), served at /metrics (urls.py). Installed here, when every
+        # process starts, rather than on the first scrape: under a multi-process server
+        # (PROMETHEUS_MULTIPROC_DIR set) each worker must write its counts from its start.
+        prometheus.install()

@@ -1,0 +1,143 @@
+"""EM-7: installing the metrics adds no work to the CLOSED hot path.
+
+Checked on the code itself rather than timed (``./dev bench --metrics`` gives the
+figures): a profile hook records every Python and C function the calling thread enters
+during steady-state CLOSED calls, in every call style, before and after ``install()``,
+and the metric counters of the breaker are replaced by tracing ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import prometheus_client
+import pytest
+
+import baldur_django as baldur
+from baldur_django.contrib import prometheus
+from baldur_django.core import hotpath
+from baldur_django.core.registry import registry
+
+from .conftest import Scraper
+
+
+class TracingCounter:
+    """Stands in for one of the breaker's metric counters; logs every step."""
+
+    def __init__(self, log: list[str], name: str, inner: Any) -> None:
+        self.log, self.name, self.inner = log, name, inner
+
+    def __next__(self) -> int:
+        self.log.append(self.name)
+        return next(self.inner)
+
+    def __repr__(self) -> str:  # read by the scrape as "count(N)"
+        return repr(self.inner)
+
+
+def _trace_metric_counters(breaker: Any, log: list[str]) -> None:
+    for name in ("_m_failure", "_m_rate_limited", "_m_ignored", "_m_uncounted"):
+        setattr(breaker, name, TracingCounter(log, name, getattr(breaker, name)))
+    breaker._blocked = {reason: TracingCounter(log, f"blocked {reason}", c) for reason, c in breaker._blocked.items()}
+    breaker._blocked_open = breaker._blocked["open"]
+
+
+def _profile(run: Callable[[], Any]) -> list[tuple[str, str, str]]:
+    """Every function entered (Python and C) by this thread while *run* runs."""
+    events: list[tuple[str, str, str]] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            events.append((event, code.co_filename, code.co_name))
+        elif event == "c_call":
+            events.append((event, getattr(arg, "__module__", None) or "", arg.__qualname__))
+
+    gc.collect()
+    gc.disable()  # a collection would run finalizers (Python functions) in the middle of the calls
+    sys.setprofile(hook)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return events
+
+
+@pytest.mark.parametrize("style", ["decorated", "protect", "async"])
+def test_em7_installing_metrics_leaves_the_closed_fast_lane_untouched(clock, style):
+    """EM-7: steady-state CLOSED successes enter exactly the same functions before and after
+    ``install()`` (none of the metrics module's or prometheus_client's), step none of the
+    breaker's metric counters, and are still counted at the next scrape."""
+    service = f"em7-hot-{style}"
+    log: list[str] = []
+
+    def ok() -> int:
+        return 1
+
+    async def aok() -> int:
+        return 1
+
+    breaker = registry.get(service)
+    _trace_metric_counters(breaker, log)  # before any wrapper binds them
+    if style == "decorated":
+        wrapped = baldur.circuit_breaker(service)(ok)
+
+        def batch() -> None:
+            for _ in range(50):
+                wrapped()
+    elif style == "protect":
+
+        def batch() -> None:
+            for _ in range(50):
+                baldur.protect(service, ok)
+    else:
+        awrapped = baldur.circuit_breaker(service)(aok)
+        loop = asyncio.new_event_loop()
+
+        async def many() -> None:
+            for _ in range(50):
+                await awrapped()
+
+        def batch() -> None:
+            loop.run_until_complete(many())
+
+    for _ in range(3):
+        batch()  # warm up: the window is full of successes, the healthy lane applies
+    assert breaker._healthy_permit is not None
+    before = _profile(batch)
+    scraper = Scraper()
+    prometheus.install()  # the default registry too, as an application does
+    after = _profile(batch)
+    if style == "async":
+        loop.close()
+    assert after == before
+    client_dir = os.path.dirname(prometheus_client.__file__)
+    touched = [e for e in after if e[1] == prometheus.__file__ or e[1].startswith((client_dir, "prometheus_client"))]
+    assert any(e[1] == hotpath.__file__ or e[2] == "protect" for e in after)  # the hook did see the calls
+    assert touched == []
+    assert log == []  # no metric counter stepped on the CLOSED path
+    assert scraper.value("baldur_circuit_breaker_calls_total", service=service, outcome="success") == 250
+
+
+def test_em7_the_tracing_sees_a_metric_counter_when_one_is_stepped(clock):
+    """Meta-test: the tracing counters do log a step (an OPEN rejection's, here), so an
+    empty log above means nothing was counted."""
+    log: list[str] = []
+    breaker = registry.get("em7-hot-meta", {"failure_threshold": 1})
+    _trace_metric_counters(breaker, log)
+
+    @baldur.circuit_breaker("em7-hot-meta")
+    def down() -> int:
+        raise ValueError("down")
+
+    with pytest.raises(ValueError):
+        down()
+    with pytest.raises(baldur.CircuitOpenError):
+        down()
+    assert log == ["_m_failure", "blocked open"]
