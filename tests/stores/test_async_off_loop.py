@@ -173,7 +173,9 @@ def test_st2_every_store_operation_of_async_calls_runs_off_the_loop(fresh_regist
             await call()  # first use consult, then a trip written to the store
         # the trip is already in force locally; its store write runs in the default executor
         assert await asyncio.to_thread(spy.wait_for, "trip")
-        clock.advance(5)
+        # a little past the recovery timeout: the retry stage's jittered sleeps leave the clock
+        # at a fraction, and (t + 5) - t is not always 5.0 in floating point
+        clock.advance(5.001)
         assert await call() == "up"  # probe acquired and its success written
 
     asyncio.run(scenario())
