@@ -285,3 +285,31 @@ def test_rl9_reported_429_fails_the_fleet_round(fleet):
     fleet.clock.advance(5.0)
     with pytest.raises(CircuitOpenError):
         a.acquire()  # A's next consult adopts the reopened record
+
+
+@pytest.mark.parametrize("end", ["release", "lapse"])
+def test_op3_peer_end_of_forced_closed_reaches_a_running_worker(fleet, end):
+    """OP-3/OP-4/ST-3 (found by the chaos test): when another process releases a forced closed,
+    or it lapses in the store, a worker that had adopted it drops it on its next consult: its
+    failures trip it again, and its CLOSED calls are back on the hot path (no store round trip
+    per call). The store's record version changes with the force, so the consult adopts it."""
+    worker = fleet(sync=5.0, failure_threshold=2)
+    worker.record_success(worker.acquire())  # first use: consults
+    fleet.store.force("pay", "closed", 60.0, "known good", "ops")
+    fleet.clock.advance(5.0)
+    worker.record_success(worker.acquire())  # sync interval: adopts the force
+    assert worker.forced == "closed"
+    if end == "release":
+        assert fleet.store.release("pay").result == "closed"  # an operator in another process
+        fleet.clock.advance(5.0)
+    else:
+        fleet.clock.advance(60.0)
+    worker.record_success(worker.acquire())  # the next consult
+    assert worker.forced is None
+    calls = fleet.store.total()
+    for _ in range(20):
+        worker.record_success(worker.acquire())
+    assert fleet.store.total() == calls  # hot path again: no round trip per call
+    fail(worker, 2)
+    assert worker.state.value == "open"  # automatic judgement is back
+    assert fleet.store.inner.raw("pay").state == "open"
