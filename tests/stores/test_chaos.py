@@ -69,6 +69,7 @@ process timing still differ). ``BALDUR_CHAOS_SECONDS=<s>`` runs longer. Budget: 
 
 from __future__ import annotations
 
+import bisect
 import json
 import multiprocessing
 import os
@@ -658,6 +659,40 @@ def analyse(seed, lines, clog, samples, arrivals, controller_events, chaos_end, 
         elif not told and horizon > expiry + 2.0:
             bad("3 force lapse never announced", b=name, force=force)
 
+    # 7. workers follow the shared record within a sync interval (ST-3): no rejection while the
+    # record has been CLOSED (and no CLOSED admission while it has been OPEN) for longer and
+    # stays so a moment after, with the store up all that time
+    stale = followed = 0
+    window = SYNC + SLACK + TRIAL_HOLD + SOCKET_TIMEOUT
+    per_breaker = defaultdict(list)
+    for sample in samples:
+        per_breaker[sample["b"]].append(sample)
+    starts = {b: [x["ts"] for x in xs] for b, xs in per_breaker.items()}
+
+    def steady(name: str, a: float, b: float, state: str) -> bool:
+        """The record was *state*, unforced, at one version, in every sample of [a, b] (>= 10 of them)."""
+        xs = per_breaker[name][bisect.bisect_left(starts[name], a) : bisect.bisect_right(starts[name], b)]
+        if len(xs) < 10 or xs[0]["ts"] > a + 0.1 or xs[-1]["te"] < b - 0.1:
+            return False
+        return all(x["state"] == state and x["forced"] is None and x["v"] == xs[0]["v"] for x in xs)
+
+    for r in by_kind["rej"]:
+        t = r["t"]
+        if t > chaos_end or fault_between(t - window - SYNC, t):
+            continue
+        followed += 1
+        if steady(r["b"], t - window, t + 0.2, "closed"):
+            stale += 1
+            bad("7 rejected while the shared record was CLOSED", rejection=r)
+    for a in arrivals:
+        t = a["ta"]
+        if a["trial"] or t > chaos_end or fault_between(t - window - SYNC, t):
+            continue
+        followed += 1
+        if steady(a["b"], t - window, t + 0.2, "open"):
+            stale += 1
+            bad("7 a CLOSED call admitted while the shared record was OPEN", call=a)
+
     # 5. one run of a fleet job at a time
     runs: dict[str, dict[str, Any]] = {}
     begun = defaultdict(set)
@@ -709,6 +744,8 @@ def analyse(seed, lines, clog, samples, arrivals, controller_events, chaos_end, 
         "shared_probes": sum(len(p) for p in rounds.values()),
         "local_trials": sum(1 for a in arrivals if a["trial"] and not a["shared"]),
         "orphans_checked": orphans,
+        "follow_checked": followed,
+        "stale": stale,
         "forces_checked": forces_checked,
         "job_runs": sum(len(s) for s in intervals.values()),
         "kills": len(kills),
