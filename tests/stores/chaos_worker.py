@@ -215,6 +215,7 @@ def main(wid: int, incarnation: int, cfg: dict[str, Any]) -> None:
                 request = {
                     "b": name,
                     "id": cid,
+                    "t0": t0,
                     "ta": ta,
                     "trial": permit.trial,
                     "shared": token is not None,
