@@ -300,17 +300,38 @@ def chaos_seed() -> int:
     return seed
 
 
-def test_st2_st4_st5_op4_chaos_fleet_protocol(chaos_seed, tmp_path, fresh_registry, monkeypatch):
+@pytest.fixture
+def chaos_target(chaos_seed):
+    """The flaky target, serving from a thread; shut down at teardown."""
+    target = Target({}, chaos_seed)
+    threading.Thread(target=target.serve_forever, name="target", daemon=True).start()
+    yield target
+    target.shutdown()
+    target.server_close()
+
+
+@pytest.fixture
+def chaos_redis(tmp_path):
+    """The test's own redis-server; killed at teardown whatever happened."""
+    need_server("redis-server binary (the chaos test starts its own)", REDIS_SERVER is not None)
+    server = ChaosRedis(tmp_path / "redis")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.kill()
+
+
+def test_st2_st4_st5_op4_chaos_fleet_protocol(
+    chaos_seed, chaos_redis, chaos_target, tmp_path, fresh_registry, monkeypatch
+):
     """ST-2, ST-4, ST-5, CB-6, OP-2, OP-4: the fleet protocol under seeded faults keeps the
     invariants of the module docstring."""
-    need_server("redis-server binary (the chaos test starts its own)", REDIS_SERVER is not None)
     seed = chaos_seed
     seconds = float(os.environ.get("BALDUR_CHAOS_SECONDS") or DEFAULT_SECONDS)
     rng = random.Random(seed)
     schedule, phases = draw_schedule(rng, seconds)
-
-    server = ChaosRedis(tmp_path / "redis")
-    server.start()
+    server = chaos_redis
     prefix = f"chaos-{uuid.uuid4().hex[:8]}"
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
@@ -333,8 +354,8 @@ def test_st2_st4_st5_op4_chaos_fleet_protocol(chaos_seed, tmp_path, fresh_regist
     }
     origin = time.time() + 2.0  # schedule offsets count from here (workers started by then)
     failing = {b: [(origin + s, origin + e) for s, e in spans] for b, spans in phases.items()}
-    target = Target(failing, seed)
-    threading.Thread(target=target.serve_forever, name="target", daemon=True).start()
+    target = chaos_target
+    target.failing = failing
     cfg = {
         "seed": seed,
         "env": env,
@@ -439,11 +460,10 @@ def test_st2_st4_st5_op4_chaos_fleet_protocol(chaos_seed, tmp_path, fresh_regist
         entry["te"] = time.time()
         clog.append(entry)
 
-    for wid in range(WORKERS):
-        start_worker(wid)
-    monitor_thread = threading.Thread(target=monitor, name="monitor", daemon=True)
-    monitor_thread.start()
     try:
+        for wid in range(WORKERS):
+            start_worker(wid)
+        threading.Thread(target=monitor, name="monitor", daemon=True).start()
         for offset, action, params in schedule:
             delay = origin + offset - time.time()
             if delay > 0:
@@ -521,18 +541,28 @@ def test_st2_st4_st5_op4_chaos_fleet_protocol(chaos_seed, tmp_path, fresh_regist
                 process.kill()
                 process.join(5)
         bus.unsubscribe(on_event)
-        target.shutdown()
-        target.server_close()
-        server.kill()
 
     lines = read_logs(log_dir)
-    (log_dir / "controller.json").write_text(
-        json.dumps({"clog": clog, "samples": samples, "arrivals": target.arrivals, "events": controller_events})
-    )
-    report = analyse(
-        seed, lines, clog, samples, target.arrivals, controller_events, chaos_end, quiet_start, converged, procs
-    )
-    print(json.dumps(report["stats"]))
+    history = {
+        "seed": seed,
+        "clog": clog,
+        "samples": samples,
+        "arrivals": target.arrivals,
+        "events": controller_events,
+        "chaos_end": chaos_end,
+        "quiet_start": quiet_start,
+        "converged": converged,
+        "last": {wid: inc for wid, (_process, inc) in procs.items()},
+    }
+    (log_dir / "controller.json").write_text(json.dumps(history))
+    report = analyse(lines, **history)
+    stats = report["stats"]
+    print(json.dumps(stats))
+    # the run exercised what it checks (a broken setup must not pass for want of history)
+    assert stats["calls"] >= 200 and stats["shared_rounds"] >= 3 and stats["job_runs"] >= 10, stats
+    assert stats["follow_checked"] >= 100, stats
+    if sum(1 for e in clog if e["k"] == "force" and e["ok"]) >= 3:
+        assert stats["forces_checked"] >= 1, stats
     assert not report["violations"], (
         f"chaos seed={seed}: {len(report['violations'])} violations (logs in {log_dir}); first ones:\n"
         + "\n".join(json.dumps(v)[:600] for v in report["violations"][:15])
@@ -540,8 +570,12 @@ def test_st2_st4_st5_op4_chaos_fleet_protocol(chaos_seed, tmp_path, fresh_regist
 
 
 # ----------------------------------------------------------------------------- analysis
-def analyse(seed, lines, clog, samples, arrivals, controller_events, chaos_end, quiet_start, converged, procs):
-    """Check the history against the module docstring's invariants; returns violations and stats."""
+def analyse(lines, *, seed, clog, samples, arrivals, events, chaos_end, quiet_start, converged, last):
+    """Check the history against the module docstring's invariants; returns violations and stats.
+
+    *lines* are the workers' log lines; the rest is the controller's record (controller.json
+    in the log directory): *last* maps each worker to its last incarnation."""
+    controller_events = events
     violations: list[dict[str, Any]] = []
 
     def bad(invariant: str, **detail: Any) -> None:
@@ -612,17 +646,27 @@ def analyse(seed, lines, clog, samples, arrivals, controller_events, chaos_end, 
         killed = kills[(adm["w"], adm["inc"])]
         version, opened_at, _now, expiry = adm["rnd"]
         deadline = expiry + grace
-        deadline += sum(min(e, deadline) - max(s, killed) for s, e, _ in faults if overlaps(killed, deadline, s, e))
+        for _ in range(50):  # the time the store was down does not count: extend until stable
+            down = sum(min(e, deadline) - max(s, killed) for s, e, _ in faults if overlaps(killed, deadline, s, e))
+            if expiry + grace + down <= deadline:
+                break
+            deadline = expiry + grace + down
         if deadline > chaos_end:
             continue
         orphans += 1
-        if not any(
+        ended = any(
             s["b"] == adm["b"]
             and killed < s["ts"]
             and s["te"] <= deadline
             and (s["state"] != "half_open" or s["v"] != version or s["oa"] != opened_at)
             for s in samples
-        ):
+        )
+        # a stored force or a wipe ends the round too (the monitor may not have sampled it)
+        ended = ended or any(
+            e["k"] == "force" and e["ok"] and e["b"] == adm["b"] and adm["t"] < e["te"] <= deadline for e in ops
+        )
+        ended = ended or any(adm["t"] < s <= deadline for s, _ in wipes)
+        if not ended:
             bad("2 HALF_OPEN stuck after the prober died", probe=adm, killed=killed, deadline=deadline)
 
     # 3. forces: never overwritten by an automatic decision; obeyed; lapses announced once
@@ -741,7 +785,7 @@ def analyse(seed, lines, clog, samples, arrivals, controller_events, chaos_end, 
     if converged is None:
         bad("6 the fleet did not converge to CLOSED within 10 s of the quiet phase", quiet_start=quiet_start)
     finals = {(e["w"], e["inc"], e["b"]): e for e in by_kind["final"]}
-    for wid, (_process, inc) in procs.items():
+    for wid, inc in last.items():
         for name in BREAKERS:
             final = finals.get((wid, inc, name))
             if final is None:
@@ -768,3 +812,15 @@ def analyse(seed, lines, clog, samples, arrivals, controller_events, chaos_end, 
         "events": len(events),
     }
     return {"violations": violations, "stats": stats}
+
+
+if __name__ == "__main__":  # re-check a kept history: python -m tests.stores.test_chaos LOG_DIR
+    import sys
+
+    directory = Path(sys.argv[1])
+    kept = json.loads((directory / "controller.json").read_text())
+    kept["last"] = {int(w): inc for w, inc in kept["last"].items()}
+    result = analyse(read_logs(directory), **kept)
+    print(json.dumps(result["stats"]))
+    for violation in result["violations"]:
+        print(json.dumps(violation)[:600])
