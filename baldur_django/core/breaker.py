@@ -869,7 +869,11 @@ class CircuitBreaker:
                 )
             )
         if isinstance(sync, StoreSync):
-            if record.version == sync.version and not force:
+            # Same version: nothing new, unless this worker's own judgement during an outage
+            # (ST-4) left it elsewhere; then it follows the record again (a local trip still
+            # waiting for its push keeps its state: the push settles it).
+            same = _STATES[record.state] is self._state and record.forced == self._forced
+            if record.version == sync.version and not force and (same or sync.pending is not None):
                 self._count_round(record)
                 return
             sync.version = record.version

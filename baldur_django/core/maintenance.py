@@ -15,7 +15,8 @@ its lifetime is the job's interval; a run that finds it held skips; a failed acq
 (store trouble) skips rather than run unlocked; and before every write a run checks that it
 still owns the lock (renewing it once half its lifetime has passed since it last knew), so a
 run that lost it stops before writing. The job (not a worker) that makes a transition
-publishes it (CB-14). On the memory backend there is nothing shared: the jobs log that and
+publishes it (CB-14); that includes lapsing a force that ran out, which any job's read of a
+record may do (reads normalise the record), so every job announces the lapses it made. On the memory backend there is nothing shared: the jobs log that and
 return. Nothing here imports Django.
 
 Implements ST-5, EM-2 (the sweep), EM-4 (the job), EM-5.
@@ -35,7 +36,7 @@ from .errors import BaldurError
 from .events import ForceLapsed, StateChanged, bus
 from .log import log_event
 from .registry import force_close_circuit, registry
-from .stores.base import Record, StateStore, StoreUnavailable
+from .stores.base import Answer, Record, StateStore, StoreUnavailable
 
 __all__ = [
     "RunReport",
@@ -169,13 +170,33 @@ def run_locked(job: str, ttl_seconds: float, body: Callable[[StateStore, RunRepo
     return report
 
 
+def _announce_lapse(report: RunReport, name: str, answer: Answer) -> None:
+    """Publish the ``force_lapsed`` of a force that *answer*'s operation lapsed in the store:
+    the job that lapsed it is the one that announces it (CB-14), whichever job that is."""
+    if answer.lapsed is None:
+        return
+    report.lapsed.append(name)
+    bus.publish(
+        ForceLapsed(name, answer.now, previous=answer.lapsed, from_state=answer.lapsed, to_state=answer.record.state)
+    )
+
+
+def _inspect(store: StateStore, report: RunReport, lock: FleetLock, name: str) -> Answer:
+    """Read one record for a job. Reading normalises it, which lapses a force that ran out
+    (a write): so the run checks it still owns its lock first and announces the lapse."""
+    lock.ensure()
+    answer = store.inspect(name)
+    _announce_lapse(report, name, answer)
+    return answer
+
+
 # ------------------------------------------------------------------------------ sweep
 def _sweep(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     names = sorted(store.names())
     if emergency.refresh() >= emergency.FREEZE_LEVEL:
         for name in names:
             report.breakers += 1
-            if store.inspect(name).record.state == "open":
+            if _inspect(store, report, lock, name).record.state == "open":
                 report.held += 1
         log_event(
             logging.WARNING,
@@ -190,11 +211,7 @@ def _sweep(store: StateStore, report: RunReport, lock: FleetLock) -> None:
         lock.ensure()
         answer = store.sweep(name)
         report.breakers += 1
-        if answer.lapsed is not None:
-            report.lapsed.append(name)
-            bus.publish(
-                ForceLapsed(name, answer.now, previous=answer.lapsed, from_state="open", to_state=answer.record.state)
-            )
+        _announce_lapse(report, name, answer)
         if answer.result:
             report.moved.append(name)
             bus.publish(
@@ -219,17 +236,9 @@ def recovery_sweep() -> RunReport:
 def _sync(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     now = None
     for name in sorted(store.names()):
-        lock.ensure()
-        answer = store.inspect(name)
+        answer = _inspect(store, report, lock, name)
         now = answer.now
         report.breakers += 1
-        if answer.lapsed is not None:
-            report.lapsed.append(name)
-            bus.publish(
-                ForceLapsed(
-                    name, answer.now, previous=answer.lapsed, from_state=answer.lapsed, to_state=answer.record.state
-                )
-            )
     if now is not None:
         lock.ensure()
         horizon = now - settings.get("BALDUR_REGISTRY_TTL_DAYS") * 86400.0
@@ -253,7 +262,7 @@ _memory_notice_given = False
 def _census(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     for name in store.names():
         report.breakers += 1
-        if store.inspect(name).record.state == "open":
+        if _inspect(store, report, lock, name).record.state == "open":
             report.open += 1
     log_event(
         logging.DEBUG, "circuit_breaker.emergency_check", None, "breakers=%d open=%d", report.breakers, report.open
@@ -310,7 +319,7 @@ def _open_since(record: Record) -> float | None:
 def _watchdog(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     stuck_after = float(settings.get("BALDUR_META_WATCHDOG_STUCK_OPEN_SECONDS"))
     for name in sorted(store.names()):
-        answer = store.inspect(name)
+        answer = _inspect(store, report, lock, name)
         report.breakers += 1
         record = answer.record
         if record.state != "open":

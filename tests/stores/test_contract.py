@@ -141,6 +141,22 @@ def test_op3_release(backend):
     assert backend.store.release(NAME).result is None
 
 
+def test_op3_end_of_forced_closed_is_a_new_version(backend):
+    """OP-3/ST-3 (found by the chaos test): a forced closed that is released or lapses stays
+    CLOSED but gets a new record version, so workers that adopted the force see it end (they
+    adopt by version)."""
+    forced = backend.store.force(NAME, "closed", 60.0, "", None).record
+    released = backend.store.release(NAME)
+    assert released.result == "closed" and released.record.state == "closed"
+    assert released.record.forced is None and released.record.version > forced.version
+    forced = backend.store.force(NAME, "closed", 60.0, "", None).record
+    backend.age(NAME, 61.0)
+    lapsed = backend.store.load(NAME)
+    assert lapsed.lapsed == "closed" and lapsed.record.state == "closed"
+    assert lapsed.record.forced is None and lapsed.record.version > forced.version
+    assert backend.store.load(NAME).record.version == lapsed.record.version  # once
+
+
 def test_op1_force_keeps_reason_actor_and_expiry(backend):
     """OP-1: a force carries its lifetime, reason and actor in the shared record."""
     answer = backend.store.force(NAME, "open", 90.0, "db migration ✓", "bob")

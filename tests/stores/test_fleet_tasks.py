@@ -140,3 +140,29 @@ def test_st5_emergency_check_counts(shared, caplog):
         report = maintenance.emergency_check()
     assert (report.breakers, report.open) == (2, 1)
     assert any(r.event == "circuit_breaker.emergency_check" and r.levelname == "DEBUG" for r in caplog.records)
+
+
+@pytest.mark.parametrize("first", ["emergency_check", "meta_watchdog", "recovery_sweep_frozen"])
+def test_st5_a_force_lapsed_by_any_job_is_announced_once(shared, first, monkeypatch):
+    """ST-5/CB-14 (found while writing the chaos test's lapse invariant): whichever job first
+    reads a record whose force ran out lapses it in the store, so that job announces it: one
+    force_lapsed for the fleet, not zero (a later sync_state finds nothing left to lapse)."""
+    from baldur_django.core import emergency
+    from baldur_django.core.config import settings as baldur_settings
+
+    store, clock, events = shared
+    store.force("held", "closed", 60.0, "", None)
+    clock.advance(61.0)
+    if first == "meta_watchdog":
+        monkeypatch.setenv("BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED", "true")
+        baldur_settings.reset()
+        report = maintenance.meta_watchdog()
+    elif first == "recovery_sweep_frozen":
+        monkeypatch.setattr(emergency, "refresh", lambda: emergency.FREEZE_LEVEL)
+        report = maintenance.recovery_sweep()
+    else:
+        report = maintenance.emergency_check()
+    assert report.lapsed == ["held"]
+    assert maintenance.sync_state().lapsed == []
+    lapses = [e for e in events.events if e.kind == "force_lapsed"]
+    assert [(e.service, e.previous, e.to_state) for e in lapses] == [("held", "closed", "closed")]

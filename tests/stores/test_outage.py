@@ -18,6 +18,7 @@ these tests instead of skipping them.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import threading
@@ -357,6 +358,28 @@ def test_st4_noscript_after_script_flush_reloads_silently(private_redis, fresh_r
         assert [r for r in caplog.records if getattr(r, "event", "").startswith("circuit_breaker.store_")] == []
     finally:
         fresh_registry.set_store(None)
+
+
+@pytest.mark.parametrize("missing", ["touch", "both"])
+def test_st4_noscript_in_the_pipeline_never_runs_a_transition_twice(private_redis, missing):
+    """ST-4/CB-14 (found by review of the chaos test's SCRIPT FLUSH fault): when only the
+    registry touch of a pipelined operation meets NOSCRIPT (the flush landed between the two
+    commands), the transition already ran: it is not run again, so its answer -- here the
+    lapse of a force that ran out, which its caller must announce -- is the one returned."""
+    store = RedisStore(connect(private_redis.url(), socket_timeout=2.0))
+    admin = redis.Redis.from_url(private_redis.url())
+    store.force("noscript-lapse", "open", 60.0, "", None)
+    key = store.key("noscript-lapse")
+    record = decode(admin.get(key))
+    record.force_expires_at -= 61.0  # the force ran out a second ago (the store's clock counts)
+    admin.set(key, json.dumps(record.to_dict()))
+    admin.script_flush()
+    if missing == "touch":
+        admin.script_load(store._scripts["load"].script)  # the flush came after the transition ran
+    answer = store.load("noscript-lapse")
+    assert answer.lapsed == "open" and answer.record.state == "half_open"
+    assert answer.record.version == record.version + 1  # lapsed once, not twice
+    assert "noscript-lapse" in store.names()  # the registry touch was done too
 
 
 # ----------------------------------------------------------------- other kinds of trouble

@@ -285,3 +285,54 @@ def test_rl9_reported_429_fails_the_fleet_round(fleet):
     fleet.clock.advance(5.0)
     with pytest.raises(CircuitOpenError):
         a.acquire()  # A's next consult adopts the reopened record
+
+
+@pytest.mark.parametrize("end", ["release", "lapse"])
+def test_op3_peer_end_of_forced_closed_reaches_a_running_worker(fleet, end):
+    """OP-3/OP-4/ST-3 (found by the chaos test): when another process releases a forced closed,
+    or it lapses in the store, a worker that had adopted it drops it on its next consult: its
+    failures trip it again, and its CLOSED calls are back on the hot path (no store round trip
+    per call). The store's record version changes with the force, so the consult adopts it."""
+    worker = fleet(sync=5.0, failure_threshold=2)
+    worker.record_success(worker.acquire())  # first use: consults
+    fleet.store.force("pay", "closed", 60.0, "known good", "ops")
+    fleet.clock.advance(5.0)
+    worker.record_success(worker.acquire())  # sync interval: adopts the force
+    assert worker.forced == "closed"
+    if end == "release":
+        assert fleet.store.release("pay").result == "closed"  # an operator in another process
+        fleet.clock.advance(5.0)
+    else:
+        fleet.clock.advance(60.0)
+    worker.record_success(worker.acquire())  # the next consult
+    assert worker.forced is None
+    calls = fleet.store.total()
+    for _ in range(20):
+        worker.record_success(worker.acquire())
+    assert fleet.store.total() == calls  # hot path again: no round trip per call
+    fail(worker, 2)
+    assert worker.state.value == "open"  # automatic judgement is back
+    assert fleet.store.inner.raw("pay").state == "open"
+
+
+def test_st4_local_round_of_an_outage_yields_to_the_shared_record(fleet):
+    """ST-4/ST-3 (found reviewing the chaos test's convergence failures): a worker that went
+    HALF_OPEN and closed on its own judgement during an outage, while the shared record stayed
+    OPEN at the same version, follows the record again on its next consult. Before, the
+    consult saw an unchanged version and kept the local CLOSED: the worker sent ordinary calls
+    to a dependency the fleet held OPEN until some peer changed the record."""
+    w = fleet(sync=5.0, failure_threshold=1, recovery_timeout=10, half_open_max_calls=1)
+    w.record_success(w.acquire())
+    fail(w)  # the trip is written: the record is OPEN
+    assert fleet.store.inner.raw("pay").state == "open"
+    fleet.store.down = True
+    fleet.clock.advance(10.0)
+    trial = w.acquire()  # the store does not answer: a local trial (ST-4)
+    assert trial.trial and trial.token is None
+    fleet.store.down = False
+    w.sync()  # the store answers again; the record is still OPEN, same version
+    w.record_success(trial)  # the local trial's outcome: local judgement would close
+    fleet.clock.advance(5.0)
+    permit = w.acquire()  # the next consult follows the shared record (due for a probe)
+    assert permit.trial and permit.token is not None  # a shared probe, not a CLOSED call
+    assert fleet.store.inner.raw("pay").state == "half_open"

@@ -87,8 +87,9 @@ def normalise(record: Record, now: float, frozen: bool = False) -> str | None:
         if lapsed == "open" and not frozen:
             _bump(record, "half_open", now, "force_lapsed")
         else:
+            # a new version even when the state stays: workers holding the force adopt its end
+            record.version += 1
             if lapsed == "open":
-                record.version += 1
                 record.open_until = now
             record.updated_at = now
     if record.probes:
@@ -191,6 +192,7 @@ def op_release(record: Record, now: float) -> str | None:
     if previous == "open":
         _bump(record, "half_open", now, "released")
     else:
+        record.version += 1  # the state stays CLOSED, but workers holding the force must see it end
         record.updated_at = now
     return previous
 

@@ -250,25 +250,32 @@ class RedisStore:
 
     def _pipelined(self, script: Script, name: str, argv: list[Any]) -> Any:
         """The transition and the registry touch in one round trip (EVALSHA twice, no
-        SCRIPT EXISTS first); after a NOSCRIPT (a restarted server) load both and retry once."""
+        SCRIPT EXISTS first); after a NOSCRIPT (a restarted server) load the scripts and
+        retry once, only the commands that met it: a flush can land between the two, and
+        a transition that already ran must not run again (its answer would be lost)."""
         from redis.exceptions import NoScriptError
 
+        commands = [(script, (self.key(name), *argv)), (self._touch, (self.registry_key, name))]
+        results: list[Any] = [None, None]
+        pending = [0, 1]
         for attempt in (1, 2):
             pipe = self.client.pipeline(transaction=False)
-            # execute_command: a cluster pipeline refuses its evalsha() method, but routes
-            # EVALSHA by its keys (each of these touches one key)
-            pipe.execute_command("EVALSHA", script.sha, 1, self.key(name), *argv)
-            pipe.execute_command("EVALSHA", self._touch.sha, 1, self.registry_key, name)
-            results = pipe.execute(raise_on_error=False)
-            if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
-                self.client.script_load(script.script)
-                self.client.script_load(self._touch.script)
-                continue
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
-            return results[0]
-        raise AssertionError("unreachable")  # pragma: no cover
+            for i in pending:
+                command, args = commands[i]
+                # execute_command: a cluster pipeline refuses its evalsha() method, but routes
+                # EVALSHA by its keys (each of these touches one key)
+                pipe.execute_command("EVALSHA", command.sha, 1, *args)
+            for i, result in zip(pending, pipe.execute(raise_on_error=False), strict=True):
+                results[i] = result
+            pending = [i for i in pending if isinstance(results[i], NoScriptError)]
+            if not pending or attempt == 2:
+                break
+            for i in pending:
+                self.client.script_load(commands[i][0].script)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results[0]
 
     def load(self, name: str) -> Answer:
         return self._run("load", name, touch=True)

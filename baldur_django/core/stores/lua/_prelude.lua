@@ -75,8 +75,8 @@ local function normalise(rec, now)
     if lapsed == 'open' and not FROZEN then
       bump(rec, 'half_open', now, 'force_lapsed')
     else
+      rec.version = rec.version + 1  -- even when the state stays: workers holding the force adopt its end
       if lapsed == 'open' then  -- held OPEN until the level drops, then due for a probe
-        rec.version = rec.version + 1
         rec.open_until = now
       end
       rec.updated_at = now
