@@ -64,7 +64,6 @@ import itertools
 import json
 import logging
 import os
-import queue
 import random
 import threading
 import time
@@ -80,6 +79,7 @@ from ..core.errors import ConfigError
 from ..core.events import Event, EventBus, Forced, ForceLapsed, Released, StateChanged
 from ..core.events import bus as default_bus
 from ..core.log import log_event
+from ..core.outbox import Outbox
 from ..core.registry import Registry
 from ..core.registry import registry as default_registry
 from ..core.states import Trigger
@@ -360,9 +360,7 @@ class Propagator:
         self.origin = uuid.uuid4().hex
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
-        self._idle = threading.Condition()
-        self._pending = 0
-        self._queue: queue.Queue[Any] = queue.Queue(self.max_queue)
+        self._queue = Outbox(self.max_queue)
         self._stop = threading.Event()
         self._connected = threading.Event()
         self._sender: threading.Thread | None = None
@@ -427,10 +425,7 @@ class Propagator:
             sender, subscriber = self._sender, self._subscriber
         self.flush(timeout)
         self._stop.set()
-        try:
-            self._queue.put_nowait(_STOP)
-        except queue.Full:
-            pass  # the sender sees the stop flag after its current item
+        self._queue.offer(_STOP)  # when full, the sender sees the stop flag after its current item
         for client in (self._sub_client, self._pub_client):
             if client is not None:
                 try:
@@ -452,14 +447,7 @@ class Propagator:
         Returns:
             True when the queue drained within *timeout* seconds.
         """
-        deadline = time.monotonic() + timeout
-        with self._idle:
-            while self._pending > 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
-        return True
+        return self._queue.drained(timeout)
 
     def _after_fork(self) -> None:
         """In a forked child: forget the parent's threads, queue, locks and connections
@@ -519,25 +507,20 @@ class Propagator:
         Returns:
             bool: False when the queue was full and the decision was dropped (counted, logged).
         """
-        with self._idle:
-            self._pending += 1
-        try:
-            self._queue.put_nowait((service, state, trigger, time.time() if at is None else at))
-        except queue.Full:
-            with self._idle:
-                self._pending -= 1
+        if not self._queue.offer((service, state, trigger, time.time() if at is None else at)):
+            with self._lock:
                 self.dropped += 1
-                self._idle.notify_all()
             self._warn_drop(service, f"the publish queue is full ({self.max_queue} waiting)")
             return False
         return True
 
-    def _send_loop(self, q: queue.Queue[Any], stop: threading.Event) -> None:
+    def _send_loop(self, q: Outbox, stop: threading.Event) -> None:
         client: Any = None
         try:
             while True:
                 item = q.get()
                 if item is _STOP:
+                    q.task_done()
                     return
                 try:
                     if client is None:
@@ -555,9 +538,7 @@ class Propagator:
                     self._warn_drop(item[0], f"publish failed: {describe(exc)}")
                 finally:
                     self.in_flight = False
-                    with self._idle:
-                        self._pending -= 1
-                        self._idle.notify_all()
+                    q.task_done()
                 if stop.is_set() and q.empty():
                     return
         finally:

@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import logging
 import os
-import queue
 import threading
 import time
 import urllib.error
@@ -37,6 +36,7 @@ from ..core.config import SettingsSource
 from ..core.config import settings as default_settings
 from ..core.errors import ConfigError
 from ..core.events import Event, Forced, StateChanged, bus
+from ..core.outbox import Outbox
 
 __all__ = ["SlackNotifier", "escape", "install_slack_listener", "uninstall_slack_listener", "get_notifier"]
 
@@ -102,11 +102,9 @@ class SlackNotifier:
         self._sleep = sleep or self._stop.wait
         self._opener = opener or urllib.request.urlopen
         self._lock = threading.Lock()
-        self._idle = threading.Condition()
-        self._queue: queue.Queue | None = None
+        self._queue: Outbox | None = None
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
-        self._pending = 0
         self._refusals_logged: set[int] = set()
         self._bad_setting_logged = False
         self.sent = 0
@@ -184,16 +182,10 @@ class SlackNotifier:
     def enqueue(self, url: str, text: str, *, service: str | None = None) -> bool:
         """Queue *text* for posting to *url*. Returns False (and counts a drop) when full."""
         q = self._ensure_sender()
-        with self._idle:
-            self._pending += 1
-        try:
-            q.put_nowait((url, text))
-        except queue.Full:
-            with self._idle:
-                self._pending -= 1
+        if not q.offer((url, text)):
+            with self._lock:
                 self.dropped += 1
                 dropped = self.dropped
-                self._idle.notify_all()
             _log.warning(
                 "slack_notifier.dropped service=%s: the send queue is full (%d waiting); %d message(s) dropped so far",
                 service,
@@ -203,16 +195,14 @@ class SlackNotifier:
             return False
         return True
 
-    def _ensure_sender(self) -> queue.Queue:
+    def _ensure_sender(self) -> Outbox:
         pid = os.getpid()
         thread = self._thread
         if thread is not None and self._pid == pid and thread.is_alive() and self._queue is not None:
             return self._queue
         with self._lock:
             if self._pid != pid or self._queue is None:  # new process after fork: fresh queue
-                self._queue = queue.Queue(self.max_queue)
-                with self._idle:
-                    self._pending = 0
+                self._queue = Outbox(self.max_queue)
             if self._thread is None or self._pid != pid or not self._thread.is_alive():
                 self._pid = pid
                 self._stop.clear()
@@ -222,10 +212,11 @@ class SlackNotifier:
                 self._thread.start()
             return self._queue
 
-    def _run(self, q: queue.Queue) -> None:
+    def _run(self, q: Outbox) -> None:
         while True:
             item = q.get()
             if item is _STOP:
+                q.task_done()
                 return
             try:
                 self._deliver(*item)
@@ -233,9 +224,7 @@ class SlackNotifier:
                 self.failed += 1
                 _log.error("slack_notifier.sender_error error=%s", self._scrub(f"{type(exc).__name__}: {exc}", item[0]))
             finally:
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
+                q.task_done()
 
     def _deliver(self, url: str, text: str) -> None:
         status, retry_after, error = self._post(url, text)
@@ -311,14 +300,8 @@ class SlackNotifier:
         Returns:
             True when the queue drained within *timeout* seconds.
         """
-        deadline = time.monotonic() + timeout
-        with self._idle:
-            while self._pending > 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
-        return True
+        q = self._queue
+        return q is None or q.drained(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the sender after the messages already queued; waits at most *timeout* s."""
@@ -327,10 +310,7 @@ class SlackNotifier:
             return
         self.flush(timeout)
         self._stop.set()
-        try:
-            q.put_nowait(_STOP)
-        except queue.Full:  # pragma: no cover - flushed above
-            pass
+        q.offer(_STOP)
         thread.join(timeout)
 
 
