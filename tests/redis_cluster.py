@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from tests.stores.redis_tools import wait_for
+from tests.stores.redis_tools import server_command, wait_for
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -119,12 +119,8 @@ class LocalCluster:
         assert self.directory is not None and REDIS_SERVER is not None
         with open(os.path.join(self.directory, f"redis-{port}.log"), "ab") as log:
             return subprocess.Popen(
-                [
-                    REDIS_SERVER,
-                    "--port",
-                    str(port),
-                    "--bind",
-                    "127.0.0.1",
+                server_command(
+                    port,
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -133,15 +129,7 @@ class LocalCluster:
                     "5000",
                     "--dir",
                     self.directory,
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--daemonize",
-                    "no",
-                    "--loglevel",
-                    "warning",
-                ],
+                ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

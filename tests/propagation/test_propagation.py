@@ -27,6 +27,7 @@ from baldur_django.core.config import SettingsSource
 from baldur_django.core.errors import CircuitOpenError, ConfigError
 from baldur_django.core.events import Forced, ForceLapsed, Released, StateChanged, TripBlocked, bus
 from baldur_django.core.states import CircuitState
+from tests.conftest import need_server
 from tests.stores.redis_tools import REDIS_SERVER, RedisServer, free_port
 
 from .conftest import REDIS_DB, REDIS_URL, ROOT, Listener, wait_for
@@ -514,8 +515,7 @@ def test_em6_an_unreachable_redis_is_logged_once_and_calls_carry_on(propagators,
 
 @pytest.fixture
 def private_redis():
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed")
+    need_server("the redis-server binary (this test starts its own)", REDIS_SERVER is not None)
     server = RedisServer().start()
     yield server
     if server.process is not None and server.process.poll() is None:

@@ -26,6 +26,14 @@ from benchmarks.stores import CommandCounter, counting_client  # noqa: F401 - re
 REDIS_SERVER = shutil.which("redis-server")
 
 
+def server_command(port: int, *extra: str) -> list[str]:
+    """The command line of a private test redis-server: loopback only, in the foreground,
+    nothing written to disk; *extra* adds options (cluster mode, say)."""
+    assert REDIS_SERVER is not None, "redis-server is not installed"
+    quiet = ["--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"]
+    return [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", *extra, *quiet]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now (bind to 0, read, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -79,21 +87,7 @@ class RedisServer:
         """Start the server and return once it answers PING (bounded by *timeout* seconds)."""
         assert self.process is None or self.process.poll() is not None, "already running"
         self.process = subprocess.Popen(
-            [
-                REDIS_SERVER,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                "--loglevel",
-                "warning",
-            ],
+            server_command(self.port),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
