@@ -335,3 +335,105 @@ def test_offline_strict_build_fails_when_a_diagram_would_show_its_source(tmp_pat
     done = mkdocs(config, tmp_path / "site")
     assert done.returncode != 0, f"{case}: the strict build passed\n{done.stderr}"
     assert expected in done.stderr, done.stderr
+
+
+requirement_ids = load_hook("requirement_ids")
+PACKAGE = ROOT / "baldur_django"
+RANGE = re.compile(r"\b([A-Z]+)-(\d+)\s*(?:\.\.|\u2013)\s*(?:\1-)?(\d+)\b")
+#: Ids the other work of this release adds to docstrings (predicates, nesting, the
+#: transition table, pluggable stores, the shared inbound policy, the HTTP adapters and health).
+NEW_IDS = {"CB-18", "CB-19", "CB-20", "ST-6", "IN-7"} | {f"HC-{n}" for n in range(1, 7)}
+
+
+def ids_in(text: str) -> set[str]:
+    """Every behaviour id *text* names, ranges (``CB-15..CB-17``) expanded."""
+    found = {m.group(0) for m in requirement_ids.ID.finditer(text)}
+    for prefix, low, high in RANGE.findall(text):
+        if requirement_ids.ID.fullmatch(f"{prefix}-{low}") and int(high) > int(low):
+            found |= {f"{prefix}-{n}" for n in range(int(low), int(high) + 1)}
+    return found
+
+
+def used_ids() -> dict[str, set[str]]:
+    """Where each behaviour id is named: the package's source (docstrings, ``#:`` comments
+    and all), the Markdown pages and the README."""
+    where: dict[str, set[str]] = {}
+    sources = sorted(PACKAGE.rglob("*.py")) + sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+    for path in sources:
+        for name in ids_in(path.read_text(encoding="utf-8")):
+            where.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return where
+
+
+def test_q3_every_behaviour_id_in_the_docstrings_and_docs_is_defined():
+    """Q-3: each id the package's docstrings or the docs name (CB-12, EM-7, the ends and
+    the inside of a range like CB-15..CB-17) has its one-line definition on the Behaviour
+    reference page, and so have the ids this release's other work adds."""
+    defined = requirement_ids.defined(DOCS / "behaviour-reference.md")
+    used = used_ids()
+    assert len(used) > 60
+    missing = {name: sorted(paths) for name, paths in used.items() if name not in defined}
+    assert not missing, f"ids without a definition on docs/behaviour-reference.md: {missing}"
+    assert set(defined) >= NEW_IDS, sorted(NEW_IDS - set(defined))
+    assert all(len(text) > 30 for text in defined.values())
+
+
+def test_q3_nothing_points_at_a_requirements_document_the_repository_lacks():
+    """Q-3: no docstring or page sends the reader to a "REQUIREMENTS" document (the
+    repository has none): the public names are on the Behaviour reference page."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted(PACKAGE.rglob("*.py")) + sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+        if re.search(r"REQUIREMENTS(?:\.md)?\b", path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders
+
+
+def test_q3_ids_in_the_built_site_link_to_their_definitions(site):
+    """Q-3: in the built API reference every id outside code blocks and headings is a link
+    to its line on the Behaviour reference (whose anchor exists), with the definition as its
+    tooltip; "section 0" links to the public names there; the page is in the nav."""
+    out, _ = site
+    reference = (out / "behaviour-reference" / "index.html").read_text(encoding="utf-8")
+    api = (out / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    links = re.findall(
+        r'<a class="behaviour-id" href="\.\./\.\./behaviour-reference/#([a-z]+-\d+)" title="([^"]+)">', api
+    )
+    assert len(links) > 50
+    for anchor, title in links:
+        assert f'id="{anchor}"' in reference, anchor
+        assert title.startswith(anchor.upper() + ": ")
+    text = re.sub(r"<pre\b.*?</pre>|<h[1-6]\b.*?</h[1-6]>|<a\b.*?</a>", "", api, flags=re.S)
+    assert not requirement_ids.ID.search(re.sub(r"<[^>]+>", "", text))
+    assert not re.search(r"(?<!>)section 0\b", text)
+    assert "Behaviour reference" in (out / "index.html").read_text(encoding="utf-8")  # the nav
+
+
+def test_q3_strict_build_fails_on_an_undefined_id(tmp_path):
+    """Q-3: a page that names an id the Behaviour reference does not define fails the
+    strict build, naming the id."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Probe\n\nImplements CB-6 and CB-99.\n", encoding="utf-8")
+    (docs / "behaviour-reference.md").write_text(
+        '# Ids\n\n- <a id="cb-6"></a>**CB-6** Half-open admits a few trial calls per round.\n', encoding="utf-8"
+    )
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
+        "docs_dir: docs\n"
+        "nav: [index.md, behaviour-reference.md]\n"
+        f"hooks: [{HOOKS / 'requirement_ids.py'}]\n"
+        "plugins:\n"
+        "  mkdocstrings:\n"
+        "    handlers:\n"
+        "      python:\n"
+        f"        paths: [{ROOT}]\n"
+        "        options:\n"
+        f"          extensions: [griffe_sphinx, {HOOKS / 'sphinx_roles.py'}]\n",
+        encoding="utf-8",
+    )
+    done = mkdocs(config, tmp_path / "site")
+    assert done.returncode != 0, done.stderr
+    assert "names CB-99, which the Behaviour reference" in done.stderr, done.stderr
+    assert "CB-6," not in done.stderr
