@@ -2,7 +2,7 @@
 real server processes (the payments stand-in and two shop servers), judged from the JSON
 summary and the timeline picture it writes.
 
-The demo runs once per module (about 35 s); each test checks one claim."""
+The demo runs once per module (about 40 s); each test checks one claim."""
 
 from __future__ import annotations
 
