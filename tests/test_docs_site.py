@@ -164,8 +164,9 @@ def test_q3_strict_build_fails_on(tmp_path, case, page, expected):
 
 
 class Tags(HTMLParser):
-    """The ``src``/``href`` of every script and link tag of a page, in order, and whether it
-    has a mermaid diagram."""
+    """The ``src`` of every script tag and the ``href`` of every link tag that fetches
+    something (a stylesheet, an icon, a preload) of a page, in order, and how many mermaid
+    diagrams it has."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -177,7 +178,8 @@ class Tags(HTMLParser):
         attrs = dict(attrs)
         if tag == "script" and attrs.get("src"):
             self.scripts.append(attrs["src"])
-        if tag == "link" and attrs.get("href"):
+        rel = set((attrs.get("rel") or "").split())
+        if tag == "link" and attrs.get("href") and rel & {"stylesheet", "preload", "modulepreload", "icon", "manifest"}:
             self.links.append(attrs["href"])
         if "mermaid" in (attrs.get("class") or "").split():
             self.diagrams += 1
