@@ -145,7 +145,7 @@ def build(data: dict[str, Any]) -> Any:
     end = max(p["end"] for p in phases)
     runs = segments(data.get("states", []), end)
 
-    fig = plt.figure(figsize=(16, 4.5 * len(rows) + 3.3), dpi=100)
+    fig = plt.figure(figsize=(16, 4.3 * len(rows) + 3.3), dpi=100)
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's: measures text as drawn
     left, right = 0.055, 0.99
     header, footer = 1.55 / fig.get_figheight(), 1.75 / fig.get_figheight()
@@ -160,7 +160,7 @@ def build(data: dict[str, Any]) -> Any:
             color="#333333",
             linespacing=1.3,
         )
-    outer = fig.add_gridspec(len(rows), 1, left=left, right=right, top=1 - header, bottom=footer, hspace=0.22)
+    outer = fig.add_gridspec(len(rows), 1, left=left, right=right, top=1 - header, bottom=footer, hspace=0.14)
 
     # requests per bin of BIN seconds on the demo's clock, by outcome; a request counts in
     # the phase it was sent in
