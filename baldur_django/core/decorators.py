@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from . import hotpath
 from .breaker import CircuitBreaker
-from .config import OVERRIDE_NAMES
+from .config import OVERRIDE_NAMES, SettingsSource, build_config, validate_overrides
 from .errors import ConfigError
 from .hotpath import Route, acall_wrappers, aprotect, async_wrapper, call_wrappers, protect, sync_wrapper
 from .registry import registry
@@ -37,6 +37,70 @@ def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
     given = {k: v for k, v in overrides.items() if v is not None}
     # no overrides: use (or create) the breaker without claiming a configuration
     return registry.get(service, given or None)  # type: ignore[return-value]  # create=True: never None
+
+
+def _validate_arguments(service: str, overrides: dict[str, Any]) -> None:
+    """The checks of :func:`_breaker` that depend on the decorator's own arguments only (the
+    name and the overrides), none on a setting: a mistake there is refused at decoration."""
+    if not isinstance(service, str) or not service:
+        raise ConfigError(f"breaker name {service!r}: must be a non-empty string")
+    unknown = set(overrides) - set(_OVERRIDE_NAMES)
+    if unknown:
+        raise ConfigError(
+            f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}"
+        )
+    validate_overrides(service, {k: v for k, v in overrides.items() if v is not None})
+
+
+def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
+    """Validate the arguments (raises) and register the breaker now; None when a *setting*
+    is bad (CFG-3): the decorated function then resolves its breaker at its first call and
+    raises the ConfigError there, while ``manage.py check`` reports the setting with its id."""
+    _validate_arguments(service, overrides)
+    try:
+        return _breaker(service, overrides)
+    except ConfigError:
+        if _fails_on_defaults(service, overrides):
+            raise  # the arguments contradict each other (minimum_calls above their own window)
+        return None
+
+
+def _fails_on_defaults(service: str, overrides: dict[str, Any]) -> bool:
+    """True when the overrides cannot make a configuration even with every setting at its
+    default: the mistake is in the decorator's arguments, not in a setting."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        build_config(service, validate_overrides(service, given), SettingsSource(lookup=None, environ={}))
+    except ConfigError:
+        return True
+    return False
+
+
+def _deferred(
+    service: str, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any]
+) -> Callable[..., Any]:
+    """A wrapper for a function decorated while a setting was bad (CFG-3): each call tries to
+    build the breaker (raising the setting's ConfigError while it is still bad); the first
+    that succeeds builds the real wrapper, which every later call goes through."""
+    built: list[Callable[..., Any]] = []
+    deferred: Any = None
+
+    def resolve() -> Callable[..., Any]:
+        if not built:
+            breaker = _breaker(service, overrides)
+            make = async_wrapper if _is_async(func) else sync_wrapper
+            built.append(make(breaker, func, policy, fallback))
+            deferred.breaker = breaker  # as _decorate sets it
+        return built[0]
+
+    async def deferred_async(*args: Any, **kwargs: Any) -> Any:
+        return await resolve()(*args, **kwargs)
+
+    def deferred_sync(*args: Any, **kwargs: Any) -> Any:
+        return resolve()(*args, **kwargs)
+
+    deferred = deferred_async if _is_async(func) else deferred_sync
+    return deferred  # type: ignore[no-any-return]  # one of the two functions above
 
 
 def _check_fallback(service: str, fallback: Any) -> None:
@@ -68,11 +132,15 @@ def _decorate(
     service: str, func: F, policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any], force_async: bool
 ) -> F:
     _refuse_generators(func)
-    breaker = _breaker(service, overrides)
-    if force_async or _is_async(func):
-        if force_async and not _is_async(func):
-            name = getattr(func, "__qualname__", repr(func))
-            raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
+    if force_async and not _is_async(func):
+        name = getattr(func, "__qualname__", repr(func))
+        raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
+    breaker = _register(service, overrides)
+    if breaker is None:  # a bad setting: never raised at import time (CFG-3)
+        deferred = _deferred(service, func, policy, fallback, overrides)
+        functools.update_wrapper(deferred, func)
+        return deferred  # type: ignore[return-value]  # same signature as func (update_wrapper)
+    if _is_async(func):
         wrapper = async_wrapper(breaker, func, policy, fallback)
     else:
         wrapper = sync_wrapper(breaker, func, policy, fallback)
@@ -128,7 +196,8 @@ def protected(
 
     Raises:
         ConfigError: at decoration time for a bad override, a generator function, or a
-            non-callable fallback.
+            non-callable fallback. A bad ``BALDUR_*`` setting is never raised at
+            decoration (import) time: each call raises it until it is fixed (CFG-3).
         CircuitOpenError, RateLimitCooldownError: at call time when no fallback applies.
     """
     policy = coerce_retry(retry)
@@ -148,7 +217,7 @@ def protected(
         slow_call_duration=slow_call_duration,
         slow_call_rate_threshold=slow_call_rate_threshold,
     )
-    _breaker(service, overrides)  # validate and register now, not at first call
+    _register(service, overrides)  # validate now; register now unless a setting is bad (CFG-3)
 
     def decorate(func: F) -> F:
         return _decorate(service, func, policy, fallback, overrides, force_async=False)
@@ -166,7 +235,7 @@ def aprotected(service: str, **options: Any) -> Callable[[F], F]:
     fallback = options.pop("fallback", None)
     policy = coerce_retry(retry)
     _check_fallback(service, fallback)
-    _breaker(service, options)
+    _register(service, options)
 
     def decorate(func: F) -> F:
         return _decorate(service, func, policy, fallback, options, force_async=True)
@@ -187,7 +256,7 @@ def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
         ConfigError: bad override or a generator function (at decoration time).
         CircuitOpenError: at call time while the breaker rejects.
     """
-    _breaker(service, overrides)
+    _register(service, overrides)
 
     def decorate(func: F) -> F:
         return _decorate(service, func, None, None, overrides, force_async=False)

@@ -493,6 +493,8 @@ _ROWS: list[Knob] = [
         _num(integer=True, minimum=1, unit=_SECONDS),
         "span of the time-based window, whole seconds",
         "baldur.E014",
+        accepts="A whole number of seconds, at least 1: the time-based window counts outcomes in one-second "
+        "buckets, so unlike the other *_SECONDS settings it takes no fractions (CB-15).",
         key="sliding_window_seconds",
     ),
     Knob(
