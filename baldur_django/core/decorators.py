@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -160,7 +161,9 @@ def protected(
     minimum_calls: int | None = None,
     recovery_timeout: float | None = None,
     half_open_max_calls: int | None = None,
-    ignore_exceptions: tuple[type[BaseException], ...] | None = None,
+    ignore_exceptions: tuple[type[BaseException] | Callable[[BaseException], bool], ...] | None = None,
+    failure_predicate: Callable[[BaseException], bool] | None = None,
+    result_predicate: Callable[[Any], bool] | None = None,
     sliding_window_type: str | None = None,
     sliding_window_seconds: int | None = None,
     recovery_backoff_factor: float | None = None,
@@ -182,7 +185,13 @@ def protected(
         minimum_calls: per-call override: window calls needed before the rate counts.
         recovery_timeout: per-call override: seconds (float allowed) OPEN waits before probing.
         half_open_max_calls: per-call override: trial calls per probing round.
-        ignore_exceptions: per-call override: exception types counted as neither outcome.
+        ignore_exceptions: per-call override: exception types, and callables(exc) -> bool
+            returning True, counted as neither outcome (CB-10, CB-18).
+        failure_predicate: per-call override: callable(exc) -> bool; an exception it
+            answers False for is ignored (neither outcome). Asked after the 429 test and
+            after ``ignore_exceptions``; one that raises makes the call a failure (CB-18).
+        result_predicate: per-call override: callable(value) -> bool; True records the
+            returned value as a failure (returned unchanged, never a fallback; CB-18).
         sliding_window_type: per-call override: ``"count"`` or ``"time"`` (CB-15).
         sliding_window_seconds: per-call override: span of the time window, whole seconds (CB-15).
         recovery_backoff_factor: per-call override: growth of the open duration per
@@ -210,6 +219,8 @@ def protected(
         recovery_timeout=recovery_timeout,
         half_open_max_calls=half_open_max_calls,
         ignore_exceptions=ignore_exceptions,
+        failure_predicate=failure_predicate,
+        result_predicate=result_predicate,
         sliding_window_type=sliding_window_type,
         sliding_window_seconds=sliding_window_seconds,
         recovery_backoff_factor=recovery_backoff_factor,
@@ -250,7 +261,8 @@ def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
         service: breaker name.
         **overrides: ``failure_threshold``, ``failure_rate_threshold``,
             ``sliding_window_size``, ``minimum_calls``, ``recovery_timeout`` (seconds),
-            ``half_open_max_calls``, ``ignore_exceptions``.
+            ``half_open_max_calls``, ``ignore_exceptions``, ``failure_predicate``,
+            ``result_predicate`` (CB-18), and the CB-15..CB-17 knobs, as for :func:`protected`.
 
     Raises:
         ConfigError: bad override or a generator function (at decoration time).
@@ -271,7 +283,7 @@ def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
 # Overrides of these types can be matched by value (equal values of one of these types
 # validate alike); a route with any other (a list of exceptions, a Decimal...) is not
 # stored, so such calls are checked every time.
-_EXACT = frozenset({int, float, tuple, type(None)})
+_EXACT = frozenset({int, float, tuple, type(None), types.FunctionType})  # a function equals only itself
 
 
 def _stored_route(

@@ -59,7 +59,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from .breaker import CircuitBreaker, Permit
-from .classify import PLAIN_TYPES
 from .errors import CircuitOpenError, ConfigError, new_open_error
 from .registry import registry
 from .retry import Outcome, Raised, RetryPolicy, Returned, settled
@@ -171,6 +170,7 @@ def sync_wrapper(
     trial_policy = _trial_policy(policy)
     retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
     budgeted = policy is not None and policy.budget_seconds is not None
+    plain = breaker.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
@@ -209,15 +209,21 @@ def sync_wrapper(
                 raise
             first: Outcome = Raised(exc)
         else:
-            if type(result) not in PLAIN_TYPES:
+            if type(result) not in plain:
                 # settle_result()'s response lane, inlined: a plain int status on neither
-                # list is a success like a plain value; anything else is classified there.
+                # list is a success like a plain value; anything else is classified there
+                # (everything, while a result_predicate is set: *plain* is then empty).
                 try:
                     code = result.status_code
                 except Exception:
                     code = None
                 config = breaker.config
-                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                if (
+                    type(code) is not int
+                    or code in config.failure_codes
+                    or code in config.rate_limit_codes
+                    or not plain
+                ):
                     if not retrying:
                         settle_result(breaker, permit, result)
                         return result
@@ -255,6 +261,7 @@ def async_wrapper(
     trial_policy = _trial_policy(policy)
     retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
     budgeted = policy is not None and policy.budget_seconds is not None
+    plain = breaker.plain_types  # as in sync_wrapper
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
@@ -295,13 +302,18 @@ def async_wrapper(
             if permit.trial:  # never retrying here: a trial with a policy went to run_async
                 await off_loop(breaker, settle_result, breaker, permit, result)
                 return result
-            if type(result) not in PLAIN_TYPES:  # the response lane, as in sync_wrapper
+            if type(result) not in plain:  # the response lane, as in sync_wrapper
                 try:
                     code = result.status_code
                 except Exception:
                     code = None
                 config = breaker.config
-                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                if (
+                    type(code) is not int
+                    or code in config.failure_codes
+                    or code in config.rate_limit_codes
+                    or not plain
+                ):
                     if not retrying:
                         settle_result(breaker, permit, result)
                         return result
@@ -398,6 +410,7 @@ class Route:
         "inline",
         "cascade",
         "monotonic",
+        "plain",
     )
 
     def __init__(
@@ -421,6 +434,7 @@ class Route:
         self.inline = policy is None
         self.cascade = breaker._cascade  # as sync_wrapper binds them: never replaced
         self.monotonic = breaker._mono
+        self.plain = breaker.plain_types
 
 
 #: service -> the :class:`Route` of ``protect`` calls without overrides / with overrides,
@@ -534,7 +548,7 @@ def protect(
                         settle_exception(breaker, permit, exc)
                         raise
                 else:
-                    if type(result) in PLAIN_TYPES:
+                    if type(result) in route.plain:
                         cascade = route.cascade
                         if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
                             next(cascade.counter)
@@ -609,7 +623,7 @@ async def aprotect(
                         raise
                 else:
                     if refused is None:
-                        if type(result) in PLAIN_TYPES:
+                        if type(result) in route.plain:
                             cascade = route.cascade
                             if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
                                 next(cascade.counter)

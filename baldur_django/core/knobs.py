@@ -30,6 +30,7 @@ __all__ = [
     "KNOBS",
     "OVERRIDE_KEYS",
     "SERVICE_KEYS",
+    "PREDICATE_KEYS",
     "CHECK_IDS",
     "SECRETS",
     "RESERVED",
@@ -272,20 +273,72 @@ def check_service_overrides(where: str, overrides: dict[str, Any], from_env: boo
 
     Args:
         where: prefix for messages, e.g. ``"BALDUR_SERVICES['payments']"`` or ``"protected('payments')"``.
-        overrides: key -> raw value; keys must be in :data:`SERVICE_KEYS`.
+        overrides: key -> raw value; keys must be in :data:`SERVICE_KEYS` or
+            :data:`PREDICATE_KEYS` (the predicates are checked for their form only: a
+            dotted path is imported later, when a breaker is built, CB-18).
 
     Raises:
         ConfigError: an unknown key (naming the closest known one) or a bad value.
     """
     out: dict[str, Any] = {}
     for key, raw in overrides.items():
-        parser = SERVICE_KEYS.get(key)
+        parser = SERVICE_KEYS.get(key) or PREDICATE_KEYS.get(key)
         if parser is None:
-            near = difflib.get_close_matches(str(key), SERVICE_KEYS, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(SERVICE_KEYS)}"
+            known = [*SERVICE_KEYS, *PREDICATE_KEYS]
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(known)}"
             raise ConfigError(f"{where}: unknown key {key!r}{hint}")
         out[key] = parser(f"{where}[{key!r}]", raw, from_env)
     return out
+
+
+# ------------------------------------------------------------------ predicates (CB-18)
+# module.attribute, at least one dot; every part an identifier
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+def is_exception_type(value: Any) -> bool:
+    """True for a class deriving from ``BaseException``."""
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+def _predicate(name: str, value: Any, from_env: bool) -> Any:
+    """A ``failure_predicate``/``result_predicate`` of ``BALDUR_SERVICES``: a dotted path
+    (kept as text, imported when a breaker is built) or, in Django settings, the function."""
+    if isinstance(value, str):
+        if _DOTTED.match(value.strip()):
+            return value.strip()
+        raise _fail(name, value, "expected the dotted import path of a function, such as 'myapp.breakers.is_outage'")
+    if callable(value) and not isinstance(value, type):
+        return value
+    raise _fail(name, value, "expected a function (or its dotted import path) taking one argument and returning a bool")
+
+
+def _ignore(name: str, value: Any, from_env: bool) -> tuple[Any, ...]:
+    """``ignore_exceptions`` of ``BALDUR_SERVICES``: one or a list of dotted paths (exception
+    classes or functions, imported when a breaker is built) or, in Django settings, the objects."""
+    items = [value] if isinstance(value, str) or not isinstance(value, (list, tuple)) else list(value)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if not _DOTTED.match(item.strip()):
+                raise _fail(name, value, f"{item!r} is not a dotted import path such as 'myapp.errors.NotFound'")
+            out.append(item.strip())
+        elif is_exception_type(item) or (callable(item) and not isinstance(item, type)):
+            out.append(item)
+        else:
+            raise _fail(name, value, f"{item!r} is not an exception class, a function or a dotted path to one")
+    return tuple(out)
+
+
+#: ``BALDUR_SERVICES`` keys (and per-call overrides) that hold predicates rather than a
+#: knob's value, with the parser that checks their form (CB-18). No global setting exists
+#: for them: they are per breaker only.
+PREDICATE_KEYS: dict[str, Parser] = {
+    "ignore_exceptions": _ignore,
+    "failure_predicate": _predicate,
+    "result_predicate": _predicate,
+}
 
 
 class _Services:
@@ -304,7 +357,11 @@ class _Services:
 
     @property
     def accepts(self) -> str:
-        return "A dict mapping each service name to a dict of overrides; allowed keys: " + ", ".join(SERVICE_KEYS) + "."
+        return (
+            "A dict mapping each service name to a dict of overrides; allowed keys: "
+            + ", ".join([*SERVICE_KEYS, *PREDICATE_KEYS])
+            + " (the last three as dotted import paths, such as 'myapp.breakers.is_outage')."
+        )
 
 
 _services = _Services()
