@@ -19,7 +19,7 @@ from typing import Any
 from .classify import Classifier
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ConfigError
-from .knobs import KNOBS, OVERRIDE_KEYS, PREDICATE_KEYS, check_service_overrides, is_exception_type
+from .knobs import KNOBS, OVERRIDE_KEYS, PREDICATE_KEYS, check_service_overrides, is_exception_type, is_predicate
 
 __all__ = [
     "SettingsSource",
@@ -221,15 +221,10 @@ class BreakerConfig:
         object.__setattr__(self, "plain_types", classifier.plain_types)
 
 
-def _is_predicate(value: Any) -> bool:
-    # a class is callable too, but calling KeyError(exc) is never the judgement meant
-    return callable(value) and not isinstance(value, type)
-
-
 def _check_ignore(where: str, value: Any) -> tuple[Any, ...]:
     if value is None:
         return ()
-    if is_exception_type(value) or _is_predicate(value):
+    if is_exception_type(value) or is_predicate(value):
         value = (value,)
     if isinstance(value, (str, bytes)):
         raise ConfigError(
@@ -243,7 +238,7 @@ def _check_ignore(where: str, value: Any) -> tuple[Any, ...]:
             f"{where}: ignore_exceptions={value!r} must be a tuple of exception types and callables(exc) -> bool"
         ) from None
     for item in items:
-        if not (is_exception_type(item) or _is_predicate(item)):
+        if not (is_exception_type(item) or is_predicate(item)):
             raise ConfigError(
                 f"{where}: ignore_exceptions={value!r}: {item!r} is neither an exception type nor a callable(exc) -> bool"
             )
@@ -251,7 +246,7 @@ def _check_ignore(where: str, value: Any) -> tuple[Any, ...]:
 
 
 def _check_predicate(where: str, key: str, value: Any) -> Any:
-    if not _is_predicate(value):
+    if not is_predicate(value):
         what = "a class" if isinstance(value, type) else "not callable"
         raise ConfigError(
             f"{where}: {key}={value!r} is {what}; expected a function taking the "
@@ -341,8 +336,8 @@ def service_predicates(service: str, entry: Mapping[str, Any]) -> dict[str, Any]
         if key == "ignore_exceptions":
             items = []
             for item in entry[key]:
-                value = import_reference(where, item) if isinstance(item, str) else item
-                if not (is_exception_type(value) or _is_predicate(value)):
+                value = import_reference(where, item)
+                if not (is_exception_type(value) or is_predicate(value)):
                     raise ConfigError(
                         f"{where}: {item!r} names {value!r}, which is neither an exception class nor a callable"
                     )
@@ -350,8 +345,8 @@ def service_predicates(service: str, entry: Mapping[str, Any]) -> dict[str, Any]
             out[key] = tuple(items)
         else:
             raw = entry[key]
-            value = import_reference(where, raw) if isinstance(raw, str) else raw
-            if not _is_predicate(value):
+            value = import_reference(where, raw)
+            if not is_predicate(value):
                 raise ConfigError(
                     f"{where}={raw!r} names {value!r}, which is not a function (not callable, or a class)"
                 )

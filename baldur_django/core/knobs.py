@@ -38,6 +38,8 @@ __all__ = [
     "closest_knob",
     "validate_number",
     "check_service_overrides",
+    "is_exception_type",
+    "is_predicate",
 ]
 
 _MISSING = object()
@@ -302,33 +304,31 @@ def is_exception_type(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, BaseException)
 
 
-def _predicate(name: str, value: Any, from_env: bool) -> Any:
-    """A ``failure_predicate``/``result_predicate`` of ``BALDUR_SERVICES``: a dotted path
-    (kept as text, imported when a breaker is built) or, in Django settings, the function."""
-    if isinstance(value, str):
-        if _DOTTED.match(value.strip()):
-            return value.strip()
-        raise _fail(name, value, "expected the dotted import path of a function, such as 'myapp.breakers.is_outage'")
-    if callable(value) and not isinstance(value, type):
-        return value
-    raise _fail(name, value, "expected a function (or its dotted import path) taking one argument and returning a bool")
+def is_predicate(value: Any) -> bool:
+    """True for a callable that is not a class (calling ``KeyError(exc)`` judges nothing)."""
+    return callable(value) and not isinstance(value, type)
 
 
-def _ignore(name: str, value: Any, from_env: bool) -> tuple[Any, ...]:
-    """``ignore_exceptions`` of ``BALDUR_SERVICES``: one or a list of dotted paths (exception
-    classes or functions, imported when a breaker is built) or, in Django settings, the objects."""
-    items = [value] if isinstance(value, str) or not isinstance(value, (list, tuple)) else list(value)
-    out = []
+def _predicate(name: str, value: Any, from_env: bool) -> str:
+    """A ``failure_predicate``/``result_predicate`` of ``BALDUR_SERVICES``: the dotted import
+    path of a function, kept as text and imported when a breaker is built (CB-18)."""
+    if isinstance(value, str) and _DOTTED.match(value.strip()):
+        return value.strip()
+    shown = "a dotted import path" if isinstance(value, str) else "given as its dotted import path (a string)"
+    raise _fail(name, value, f"expected the function {shown}, such as 'myapp.breakers.is_outage'")
+
+
+def _ignore(name: str, value: Any, from_env: bool) -> tuple[str, ...]:
+    """``ignore_exceptions`` of ``BALDUR_SERVICES``: a dotted import path or a list of them,
+    each naming an exception class or a function ``f(exc) -> bool``; imported when a breaker
+    is built (CB-18)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise _fail(name, value, "expected a list of dotted import paths such as ['myapp.errors.NotFound']")
     for item in items:
-        if isinstance(item, str):
-            if not _DOTTED.match(item.strip()):
-                raise _fail(name, value, f"{item!r} is not a dotted import path such as 'myapp.errors.NotFound'")
-            out.append(item.strip())
-        elif is_exception_type(item) or (callable(item) and not isinstance(item, type)):
-            out.append(item)
-        else:
-            raise _fail(name, value, f"{item!r} is not an exception class, a function or a dotted path to one")
-    return tuple(out)
+        if not (isinstance(item, str) and _DOTTED.match(item.strip())):
+            raise _fail(name, value, f"{item!r} is not a dotted import path such as 'myapp.errors.NotFound'")
+    return tuple(item.strip() for item in items)
 
 
 #: ``BALDUR_SERVICES`` keys (and per-call overrides) that hold predicates rather than a
