@@ -214,16 +214,11 @@ def sync_wrapper(
                 # list is a success like a plain value; anything else is classified there
                 # (everything, while a result_predicate is set: *plain* is then empty).
                 try:
-                    code = result.status_code
+                    code = result.status_code if plain else None  # a result_predicate: no status read
                 except Exception:
                     code = None
                 config = breaker.config
-                if (
-                    type(code) is not int
-                    or code in config.failure_codes
-                    or code in config.rate_limit_codes
-                    or not plain
-                ):
+                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                     if not retrying:
                         settle_result(breaker, permit, result)
                         return result
@@ -304,16 +299,11 @@ def async_wrapper(
                 return result
             if type(result) not in plain:  # the response lane, as in sync_wrapper
                 try:
-                    code = result.status_code
+                    code = result.status_code if plain else None  # a result_predicate: no status read
                 except Exception:
                     code = None
                 config = breaker.config
-                if (
-                    type(code) is not int
-                    or code in config.failure_codes
-                    or code in config.rate_limit_codes
-                    or not plain
-                ):
+                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                     if not retrying:
                         settle_result(breaker, permit, result)
                         return result

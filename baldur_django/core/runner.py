@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .breaker import CircuitBreaker, Permit
-from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of
+from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of, status_of
 from .retry import (
     ATTEMPT,
     Done,
@@ -64,27 +64,25 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         breaker.record_success(permit)
         return
     cfg = breaker.config
-    # Fast lane for the usual HTTP response (requests, httpx, Django): a plain int status
-    # on neither list is a success, recorded through the lock-free healthy path.
-    try:
-        code = result.status_code
-    except Exception:
-        code = None
-    if (
-        type(code) is int
-        and code not in cfg.failure_codes
-        and code not in cfg.rate_limit_codes
-        and cfg.result_predicate is None
-    ):
+    if cfg.result_predicate is None:
+        # Fast lane for the usual HTTP response (requests, httpx, Django): a plain int
+        # status on neither list is a success, recorded through the lock-free healthy path.
+        try:
+            code = result.status_code
+        except Exception:
+            code = None
+        if type(code) is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
+            kind = SUCCESS
+        else:
+            kind = classify_status(status_of(result), cfg.failure_codes, cfg.rate_limit_codes)
+    else:
+        kind = cfg.classifier.result(result, breaker.name)
+    if kind == SUCCESS:
         if permit is breaker._healthy_permit:
             cascade = breaker._cascade
             if breaker._mono() < cascade.bucket_end:
                 next(cascade.counter)
                 return
-        breaker.record_success(permit)
-        return
-    kind = cfg.classifier.result(result, breaker.name)
-    if kind == SUCCESS:
         breaker.record_success(permit)
     elif kind == RATE_LIMITED:
         breaker.record_failure(permit, rate_limited=True, retry_after=retry_after_of(result))
