@@ -172,3 +172,13 @@ def test_cb18_the_wrapper_with_predicates_takes_the_ladders_steps():
     real_steps = trace(real)
     assert "next(counter)" in real_steps
     assert trace(replica) == real_steps
+
+
+def test_cb18_bench_predicates_runs_every_variant(clock):
+    """CB-18: `./dev bench --predicates` measures each variant for a plain value and a response
+    (a smoke run: one round, a few calls; the figures themselves are not judged here)."""
+    from benchmarks.predicates import VARIANTS, measure
+
+    figures = measure(rounds=1, calls=20)
+    assert set(figures) == {"plain value", "response 200"}
+    assert all(set(row) == set(VARIANTS) for row in figures.values())
