@@ -289,7 +289,9 @@ class Classifier:
     failure list a failure (CB-11); else ``result_predicate(value)``, when set, marks it a
     failure. A predicate that raises makes the outcome a failure and is logged as
     ``circuit_breaker.predicate_failed`` (at most once per *warning_interval* seconds);
-    the call's own value or exception is untouched.
+    the call's own value or exception is untouched. Predicates should be quick pure
+    functions: with a retry policy the first attempt's failed value may be judged twice
+    (once to see whether the sequence is over, once by the retry plan).
 
     Args:
         ignore (tuple): exception types and ``callable(exc) -> bool`` mixed.

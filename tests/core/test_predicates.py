@@ -526,6 +526,9 @@ def test_cb18_bad_services_paths_are_config_errors_naming_the_key(clock, monkeyp
     assert f"BALDUR_SERVICES['svc']{named}" in str(info.value)
     with pytest.raises(ConfigError, match="svc"):
         baldur.get_breaker("svc")
+    from baldur_django.core.registry import registry
+
+    assert registry.get("svc", create=False) is None  # no breaker was created for it
 
 
 def test_cb18_services_predicate_must_look_like_a_dotted_path():
