@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics] [--predicates]``."""
 
 from __future__ import annotations
 
@@ -64,11 +64,22 @@ def _parser() -> argparse.ArgumentParser:
         help="run the metrics benchmark instead (benchmarks/metrics.py: the hot path without and with "
         "prometheus.install(), and in multiprocess mode)",
     )
+    # --- predicates benchmark hook (benchmarks/predicates.py) ---
+    parser.add_argument(
+        "--predicates",
+        action="store_true",
+        help="run the predicates benchmark instead (benchmarks/predicates.py: the CLOSED success without "
+        "predicates, with exception predicates and with a result_predicate)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.predicates:  # --- predicates benchmark hook ---
+        from .predicates import main as predicates_main
+
+        return predicates_main(["--cpu-time"] if args.cpu_time else [], quick=args.quick, rounds=args.rounds)
     if args.stores:  # --- shared-store benchmark hook ---
         from .stores import main as stores_main
 

@@ -166,6 +166,10 @@ class CircuitBreaker:
         # Successes may skip the window (lock-free healthy lane, locked clean-success lane)
         # only with the count window and no call timing; see _configure_lanes().
         self._lanes = True
+        #: Returned types the wrappers record as successes without judging them: the
+        #: config's ``plain_types``, kept in this one set object (the wrappers bind it once)
+        #: and refilled by _configure_lanes(); empty while a result_predicate is set (CB-18).
+        self.plain_types: set[type] = set()
         # While the slow-call trigger is on (CB-17) every admitted call carries its own
         # permit stamped with the admission time: this is the CLOSED permit to copy it
         # from (lock-free, like _fast_permit, which is then None), else None.
@@ -724,6 +728,9 @@ class CircuitBreaker:
         self._lanes = self.config.sliding_window_type == "count" and self.config.slow_call_duration <= 0
         if not self._lanes:
             self._healthy_permit = None
+        if self.plain_types != self.config.plain_types:  # CB-18: a result_predicate judges every value
+            self.plain_types.clear()
+            self.plain_types.update(self.config.plain_types)
 
     def _invalidate(self) -> None:
         """Clear what the lock-free paths read, before any failure is recorded or any state

@@ -24,6 +24,11 @@ hot-path attributes. What they read, and why each read is safe without the lock:
 * ``breaker._cascade.counter``: the newest cascade bucket counts calls with
   ``next()`` on an ``itertools.count``, one atomic C call; rolling to a new second
   (``bucket_end``, read against the monotonic clock) takes the lock in ``record_success``.
+* ``breaker.plain_types``: the set of returned types recorded as successes without being
+  judged, bound once per wrapper (a closure read, like the global it replaced). Its
+  contents follow the configuration (empty while a ``result_predicate`` is set, CB-18);
+  a reader racing with a refill sees the old types, the new ones or none, and a value
+  that misses the set only takes the response lane, which judges it properly.
 * ``breaker._cooldown_until``: 0.0 until this process ever saw a 429 cooldown. With a
   retry policy, no cooldown, no budget and no trial, the retry plan would make the first
   attempt at once: the wrappers make it themselves and hand over to the engine
@@ -59,7 +64,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from .breaker import CircuitBreaker, Permit
-from .classify import PLAIN_TYPES
 from .errors import CircuitOpenError, ConfigError, new_open_error
 from .registry import registry
 from .retry import Outcome, Raised, RetryPolicy, Returned, settled
@@ -171,6 +175,7 @@ def sync_wrapper(
     trial_policy = _trial_policy(policy)
     retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
     budgeted = policy is not None and policy.budget_seconds is not None
+    plain = breaker.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
@@ -209,11 +214,12 @@ def sync_wrapper(
                 raise
             first: Outcome = Raised(exc)
         else:
-            if type(result) not in PLAIN_TYPES:
+            if type(result) not in plain:
                 # settle_result()'s response lane, inlined: a plain int status on neither
-                # list is a success like a plain value; anything else is classified there.
+                # list is a success like a plain value; anything else is classified there
+                # (everything, while a result_predicate is set: *plain* is then empty).
                 try:
-                    code = result.status_code
+                    code = result.status_code if plain else None  # a result_predicate: no status read
                 except Exception:
                     code = None
                 config = breaker.config
@@ -255,6 +261,7 @@ def async_wrapper(
     trial_policy = _trial_policy(policy)
     retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
     budgeted = policy is not None and policy.budget_seconds is not None
+    plain = breaker.plain_types  # as in sync_wrapper
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
@@ -295,9 +302,9 @@ def async_wrapper(
             if permit.trial:  # never retrying here: a trial with a policy went to run_async
                 await off_loop(breaker, settle_result, breaker, permit, result)
                 return result
-            if type(result) not in PLAIN_TYPES:  # the response lane, as in sync_wrapper
+            if type(result) not in plain:  # the response lane, as in sync_wrapper
                 try:
-                    code = result.status_code
+                    code = result.status_code if plain else None  # a result_predicate: no status read
                 except Exception:
                     code = None
                 config = breaker.config
@@ -398,6 +405,7 @@ class Route:
         "inline",
         "cascade",
         "monotonic",
+        "plain",
     )
 
     def __init__(
@@ -421,6 +429,7 @@ class Route:
         self.inline = policy is None
         self.cascade = breaker._cascade  # as sync_wrapper binds them: never replaced
         self.monotonic = breaker._mono
+        self.plain = breaker.plain_types
 
 
 #: service -> the :class:`Route` of ``protect`` calls without overrides / with overrides,
@@ -534,7 +543,7 @@ def protect(
                         settle_exception(breaker, permit, exc)
                         raise
                 else:
-                    if type(result) in PLAIN_TYPES:
+                    if type(result) in route.plain:
                         cascade = route.cascade
                         if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
                             next(cascade.counter)
@@ -609,7 +618,7 @@ async def aprotect(
                         raise
                 else:
                     if refused is None:
-                        if type(result) in PLAIN_TYPES:
+                        if type(result) in route.plain:
                             cascade = route.cascade
                             if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
                                 next(cascade.counter)
