@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ssl
 
 import httpx
 import pytest
@@ -21,6 +22,17 @@ from baldur_django.contrib.httpx import (
 from .server import pattern
 
 FAST_RETRY = RetryPolicy(max_attempts=3, backoff_initial=0, jitter=0)
+# One TLS context for every wrapped transport: building httpx's default one per transport
+# reads the CA bundle each time (plain http:// is all these tests use).
+TLS = ssl.create_default_context()
+
+
+def http() -> httpx.HTTPTransport:
+    return httpx.HTTPTransport(verify=TLS)
+
+
+def ahttp() -> httpx.AsyncHTTPTransport:
+    return httpx.AsyncHTTPTransport(verify=TLS)
 
 
 def test_hc1_httpx_one_breaker_per_host(server, other_server):
@@ -36,12 +48,12 @@ def test_hc1_httpx_one_breaker_per_host(server, other_server):
 def test_hc1_httpx_refusal_before_any_socket(server):
     """HC-1, HC-2: an OPEN breaker raises CircuitOpenTransportError (an httpx.TransportError
     with service, reason, retry_after and the request) and the server sees no connection."""
-    transport = BreakerTransport("payments-x", failure_threshold=1, recovery_timeout=30)
+    transport = BreakerTransport("payments-x", transport=http(), failure_threshold=1, recovery_timeout=30)
     with httpx.Client(transport=transport) as client:
         client.get(server.url("/status/503"))
     before = server.connections
     with (
-        httpx.Client(transport=BreakerTransport("payments-x")) as client,
+        httpx.Client(transport=BreakerTransport("payments-x", transport=http())) as client,
         pytest.raises(httpx.TransportError) as caught,
     ):
         client.get(server.url("/ok"))
@@ -55,7 +67,7 @@ def test_hc1_httpx_refusal_before_any_socket(server):
 
 def test_hc2_httpx_transport_errors_are_failures(server, refused_port):
     """HC-2: a refused connection and a read timeout are failures, raised as httpx's own."""
-    with httpx.Client(transport=BreakerTransport(failure_threshold=5)) as client:
+    with httpx.Client(transport=BreakerTransport(transport=http(), failure_threshold=5)) as client:
         with pytest.raises(httpx.ConnectError):
             client.get(f"http://127.0.0.1:{refused_port}/")
         with pytest.raises(httpx.ReadTimeout):
@@ -67,7 +79,7 @@ def test_hc2_httpx_transport_errors_are_failures(server, refused_port):
 def test_hc2_httpx_429_cooldown_and_fallback(server):
     """HC-2, RL-6, FAC-4: a 429 starts the cooldown; the next retried request is refused
     without reaching the server; with a fallback the fallback's response is returned."""
-    transport = BreakerTransport(retry=RetryPolicy(max_attempts=1, budget_seconds=1))
+    transport = BreakerTransport(transport=http(), retry=RetryPolicy(max_attempts=1, budget_seconds=1))
     with httpx.Client(transport=transport) as client:
         assert client.get(server.url("/429?retry_after=90")).status_code == 429
         with pytest.raises(RateLimitCooldownTransportError) as caught:
@@ -75,6 +87,7 @@ def test_hc2_httpx_429_cooldown_and_fallback(server):
     assert isinstance(caught.value, baldur.RateLimitCooldownError)
     assert server.count("/ok") == 0
     fallback = BreakerTransport(
+        transport=http(),
         retry=RetryPolicy(max_attempts=1, budget_seconds=1),
         fallback=lambda request: httpx.Response(200, text="cached", request=request),
     )
@@ -85,7 +98,7 @@ def test_hc2_httpx_429_cooldown_and_fallback(server):
 
 def test_hc3_httpx_retries_idempotent_methods_and_replayable_bodies_only(server):
     """HC-3: GET retried (counted once, FAC-2); POST and a streamed PUT body sent once."""
-    with httpx.Client(transport=BreakerTransport(retry=FAST_RETRY, failure_threshold=10)) as client:
+    with httpx.Client(transport=BreakerTransport(transport=http(), retry=FAST_RETRY, failure_threshold=10)) as client:
         assert client.get(server.url("/status/503")).status_code == 503
         assert client.post(server.url("/status/503"), content=b"x").status_code == 503
         client.put(server.url("/status/503"), content=iter([b"a", b"b"]))
@@ -101,7 +114,7 @@ def test_hc2_httpx_stream_is_decided_at_the_headers(server):
     reads the large body intact afterwards."""
     size = 2 * 1024 * 1024
     with (
-        httpx.Client(transport=BreakerTransport()) as client,
+        httpx.Client(transport=BreakerTransport(transport=http())) as client,
         client.stream("GET", server.url(f"/stream?size={size}")) as response,
     ):
         assert response.status_code == 200
@@ -115,7 +128,7 @@ class CountingTransport(httpx.HTTPTransport):
     """A real HTTPTransport that counts the lifecycle calls it receives."""
 
     def __init__(self) -> None:
-        super().__init__(retries=0)
+        super().__init__(retries=0, verify=TLS)
         self.calls: list[str] = []
 
     def __enter__(self):
@@ -135,7 +148,7 @@ class CountingAsyncTransport(httpx.AsyncHTTPTransport):
     """A real AsyncHTTPTransport that counts the lifecycle calls it receives."""
 
     def __init__(self) -> None:
-        super().__init__(retries=0)
+        super().__init__(retries=0, verify=TLS)
         self.calls: list[str] = []
 
     async def __aenter__(self):
@@ -181,7 +194,7 @@ def test_hc1_async_transport_basics(server, other_server):
             assert server.connections == before
             assert (await client.get(other_server.url("/ok"))).text == "ok"
         assert inner.calls == ["aenter", "aexit"]
-        async with httpx.AsyncClient(transport=AsyncBreakerTransport(fallback=fallback)) as client:
+        async with httpx.AsyncClient(transport=AsyncBreakerTransport(transport=ahttp(), fallback=fallback)) as client:
             return (await client.get(server.url("/ok"))).text
 
     assert asyncio.run(scenario()) == "fallback"
@@ -224,7 +237,7 @@ def test_hc4_async_transport_never_blocks_the_loop_on_a_hung_store(fresh_registr
     fresh_registry.set_store(RedisStore(connect(f"redis://127.0.0.1:{silent_redis}/0", socket_timeout=timeout)))
 
     # built before the loop runs: httpx loads its CA bundle (a blocking file read of its own) here
-    client = httpx.AsyncClient(transport=AsyncBreakerTransport("hung-store"))
+    client = httpx.AsyncClient(transport=AsyncBreakerTransport("hung-store", transport=ahttp()))
 
     async def scenario():
         async with client:

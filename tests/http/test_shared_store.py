@@ -19,19 +19,32 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.redis, pytest.mark.multiprocess]
 
 
-def run_peer(prefix: str, url: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.http.peer", REDIS_URL, prefix, url],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+class Peer:
+    """One worker process (tests/http/peer.py), started at once so that both start together."""
+
+    def __init__(self, prefix: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.http.peer", REDIS_URL, prefix],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def wait_ready(self) -> None:
+        assert self.process.stdout.readline().strip() == "ready"
+
+    def get(self, url: str) -> dict:
+        self.process.stdin.write(url + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        assert self.process.wait(30) == 0
 
 
 def test_hc1_one_process_trips_the_other_refuses(server):
@@ -43,11 +56,16 @@ def test_hc1_one_process_trips_the_other_refuses(server):
 
     client = connect(REDIS_URL, socket_timeout=2.0)
     try:
-        assert run_peer(prefix, server.url("/status/503")) == {"status": 503}
+        first, second = Peer(prefix), Peer(prefix)
+        first.wait_ready()
+        second.wait_ready()
+        assert first.get(server.url("/status/503")) == {"status": 503}
         connections = server.connections
-        assert run_peer(prefix, server.url("/ok")) == {"refused": "open", "service": server.name}
+        assert second.get(server.url("/ok")) == {"refused": "open", "service": server.name}
         assert server.connections == connections
         assert server.count("/ok") == 0
+        first.stop()
+        second.stop()
     finally:
         for key in client.scan_iter(f"{prefix}:*"):
             client.delete(key)
