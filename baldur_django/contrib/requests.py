@@ -220,7 +220,11 @@ class BreakerAdapter(BaseAdapter):
 
         Args:
             request: the prepared request.
-            stream, timeout, verify, cert, proxies: passed to the wrapped adapter unchanged.
+            stream: passed to the wrapped adapter unchanged, like the next four.
+            timeout: seconds (or a ``(connect, read)`` pair), or None.
+            verify: TLS verification (bool or a CA bundle path).
+            cert: the client certificate, or None.
+            proxies: scheme -> proxy URL, or None.
 
         Returns:
             The wrapped adapter's response, unchanged (its body unread), or the
