@@ -152,7 +152,8 @@ class BreakerTransport(httpx.BaseTransport):
     def breaker_name(self, request: httpx.Request) -> str:
         """The name of the breaker *request* goes through (HC-1). Raises ConfigError as
         :meth:`handle_request` does."""
-        return self._breakers.named(request, lambda: _url_parts(request))
+        url = request.url
+        return self._breakers.named(request, (url.scheme, url.netloc), lambda: _url_parts(request))
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send *request* through its breaker and the wrapped transport (HC-1..HC-3).
@@ -262,7 +263,8 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
 
     def breaker_name(self, request: httpx.Request) -> str:
         """The name of the breaker *request* goes through (HC-1)."""
-        return self._breakers.named(request, lambda: _url_parts(request))
+        url = request.url
+        return self._breakers.named(request, (url.scheme, url.netloc), lambda: _url_parts(request))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send *request* through its breaker and the wrapped transport; same results and

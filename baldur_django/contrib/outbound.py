@@ -102,6 +102,9 @@ def host_breaker_name(owner: str, url: str, scheme: str | None, host: str | None
     return name
 
 
+_MAX_HOSTS = 4096  # cached per-host names per adapter
+
+
 class _Entry:
     """The two routes of one breaker: without and with the retry stage."""
 
@@ -178,14 +181,19 @@ class Breakers:
         self.overrides = given
         self.is_async = is_async
         self.entries: dict[str, _Entry] = {}
+        self.hosts: dict[Any, str] = {}  # origin -> per-host breaker name
 
-    def named(self, request: Any, url: Callable[[], tuple[str, str | None, str | None, int | None]]) -> str:
+    def named(
+        self, request: Any, origin: Any, url: Callable[[], tuple[str, str | None, str | None, int | None]]
+    ) -> str:
         """The breaker name for *request* (HC-1).
 
         Args:
             request: the client's request object, handed to a *service* callable.
-            url: returns ``(url, scheme, host, port)`` of the request (called for the
-                per-host name only).
+            origin: a cheap key of the URL's scheme and authority (``("https",
+                "api.example.com:8443")``): per-host names are cached by it.
+            url: returns ``(url, scheme, host, port)`` of the request, parsed (called for
+                a per-host name not cached yet).
 
         Raises:
             ConfigError: a host-less URL, or a *service* callable that raised or returned
@@ -193,7 +201,14 @@ class Breakers:
         """
         service = self.service
         if service is None:
-            return host_breaker_name(self.owner, *url())
+            hosts = self.hosts
+            name = hosts.get(origin)
+            if name is None:
+                name = host_breaker_name(self.owner, *url())
+                if len(hosts) >= _MAX_HOSTS:
+                    hosts.clear()  # a crawler's worth of hosts: start over rather than grow
+                hosts[origin] = name
+            return name
         if type(service) is str:
             return service
         try:

@@ -205,7 +205,11 @@ class BreakerAdapter(BaseAdapter):
             ConfigError: a host-less URL, or a service callable that raised or returned
                 something other than a non-empty string.
         """
-        return self._breakers.named(request, lambda: _url_parts(request))
+        url = request.url or ""
+        scheme, _, rest = url.partition("://")
+        # the authority, up to the first "/", "?" or "#" (the parsed URL is cached by it)
+        authority = rest.partition("/")[0].partition("?")[0].partition("#")[0]
+        return self._breakers.named(request, (scheme, authority), lambda: _url_parts(request))
 
     def send(
         self,

@@ -45,6 +45,10 @@ def closed_port() -> int:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # one buffered write per answer (flushed after each request) and no Nagle: headers and
+    # body in one segment, never a delayed-ACK stall
+    wbufsize = 65536
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
