@@ -248,3 +248,13 @@ def test_hc4_async_transport_never_blocks_the_loop_on_a_hung_store(fresh_registr
     assert status == 200
     assert duration >= timeout * 0.8, "the store consult must really have waited on the hung store"
     assert gap < 0.05, f"the event loop stalled {gap * 1000:.0f} ms on store I/O"
+
+
+def test_hc2_httpx_client_errors_are_neither_success_nor_failure(fresh_registry):
+    """HC-2: httpx's own refusal of a URL it cannot send (an unsupported scheme) reaches the
+    caller unchanged and is recorded as neither outcome."""
+    transport = BreakerTransport("odd-scheme", transport=http(), failure_threshold=1)
+    with pytest.raises(httpx.UnsupportedProtocol):
+        transport.handle_request(httpx.Request("GET", "ftp://127.0.0.1/file"))
+    snapshot = baldur.get_breaker("odd-scheme").snapshot()
+    assert (snapshot["state"], snapshot["window_calls"], snapshot["consecutive_failures"]) == ("closed", 0, 0)
