@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json as jsonlib
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import BaseAdapter, HTTPAdapter
@@ -140,8 +141,6 @@ def canned_response(
 
 
 def _url_parts(request: PreparedRequest) -> tuple[str, str | None, str | None, int | None]:
-    from urllib.parse import urlsplit
-
     url = request.url or ""
     try:
         parts = urlsplit(url)
