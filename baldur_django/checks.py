@@ -64,6 +64,7 @@ class Codes:
     PROPAGATION_LIFTS_FORCES = "baldur.W010"
     PREDICATE_NOT_IMPORTABLE = "baldur.E080"  # a BALDUR_SERVICES predicate path that cannot be imported
     PREDICATE_NOT_CALLABLE = "baldur.E081"  # ... that names something that is not a function
+    HEALTH_DETAILS_PUBLIC = "baldur.W011"
 
 
 #: One fixed error id per knob (``baldur.E0xx``), so a log search or
@@ -535,19 +536,36 @@ def check_rate_limit_cache(app_configs: Any = None, **kwargs: Any) -> list[Check
 
 @register("baldur", deploy=True)
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """``manage.py check --deploy``: warn that the memory backend is per process (ST-1).
+    """``manage.py check --deploy``: warn that the memory backend is per process (ST-1), and
+    that the health endpoint shows its details to anyone (HC-5).
 
     Returns:
         list[CheckMessage]: W004 when ``BALDUR_STATE_BACKEND`` is ``"memory"``. Silence it
         with ``SILENCED_SYSTEM_CHECKS = ["baldur.W004"]`` when you run one worker process.
+        W011 when ``BALDUR_HEALTH_DETAILS`` is on.
     """
+    messages: list[CheckMessage] = []
+    try:
+        details = _source().get("BALDUR_HEALTH_DETAILS")
+    except ConfigError:
+        details = False  # reported by check_settings
+    if details:
+        messages.append(
+            Warning(
+                "BALDUR_HEALTH_DETAILS=True: the health endpoint shows every breaker's state to anonymous callers",
+                hint="Breaker names tell an outsider which dependencies you have and which are failing. Leave "
+                "it off (staff users still see the details) unless the endpoint is reachable only from "
+                "inside your network; then silence baldur.W011.",
+                id=Codes.HEALTH_DETAILS_PUBLIC,
+            )
+        )
     try:
         backend = _source().get("BALDUR_STATE_BACKEND")
     except ConfigError:
-        return []  # reported by check_settings
+        return messages  # reported by check_settings
     if backend != "memory":
-        return []
-    return [
+        return messages
+    messages.append(
         Warning(
             "BALDUR_STATE_BACKEND='memory': every worker process keeps breakers of its own",
             hint="Each worker must see its own failures before it trips, probes on its own, and forces or "
@@ -555,4 +573,5 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             "'database' or 'redis'; with exactly one, silence baldur.W004.",
             id=Codes.MEMORY_BACKEND,
         )
-    ]
+    )
+    return messages

@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics] [--predicates]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics] [--predicates] [--http]``."""
 
 from __future__ import annotations
 
@@ -71,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         help="run the predicates benchmark instead (benchmarks/predicates.py: the CLOSED success without "
         "predicates, with exception predicates and with a result_predicate)",
     )
+    # --- outbound HTTP clients benchmark hook (benchmarks/http.py) ---
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="run the outbound HTTP clients benchmark instead (benchmarks/http.py: the requests adapter and "
+        "the httpx transports against a local server)",
+    )
     return parser
 
 
@@ -94,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         from .metrics import main as metrics_main
 
         return metrics_main([], quick=args.quick, json_file=args.json)
+    if args.http:  # --- outbound HTTP clients benchmark hook ---
+        from .http import main as http_main
+
+        return http_main([], quick=args.quick, json_file=args.json)
     if args.inbound:  # --- inbound-side benchmark hook ---
         from .inbound import main as inbound_main
 

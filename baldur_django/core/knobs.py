@@ -270,6 +270,20 @@ def _json_list(name: str, value: Any, from_env: bool) -> list[Any]:
     return list(value)
 
 
+def _service_names(name: str, value: Any, from_env: bool) -> list[str]:
+    raw = value
+    value = _json_or_csv(name, value, from_env)
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise _fail(name, raw, "expected a list of breaker names such as ['payments']")
+    names = []
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise _fail(name, raw, f"{item!r} is not a breaker name (a non-empty string)")
+        if item not in names:
+            names.append(item)
+    return names
+
+
 def check_service_overrides(where: str, overrides: dict[str, Any], from_env: bool = False) -> dict[str, Any]:
     """Validate a mapping of per-breaker overrides and return the parsed values.
 
@@ -936,6 +950,23 @@ _ROWS: list[Knob] = [
         _num(minimum=0, unit=_SECONDS),
         "quiet time after a freeze ends, seconds",
         "baldur.E065",
+    ),
+    # ------------------------------------------------------------ health endpoint (contrib.health, HC-5)
+    Knob(
+        "BALDUR_HEALTH_CRITICAL_SERVICES",
+        [],
+        _service_names,
+        "breakers whose OPEN state makes the health endpoint answer 503",
+        "baldur.E072",
+        accepts="A list of breaker names; in the environment 'payments,search' or '[\"payments\"]'.",
+    ),
+    Knob(
+        "BALDUR_HEALTH_DETAILS",
+        False,
+        _bool,
+        "show every breaker's state to any caller of the health endpoint, not only to staff",
+        "baldur.E073",
+        accepts=_BOOL_ACCEPTS,
     ),
 ]
 
