@@ -240,3 +240,34 @@ def test_hc1_forces_and_services_settings_apply_by_name(server, settings):
     baldur.force_open_circuit(server.name, reason="maintenance")
     with pytest.raises(CircuitOpenRequestError):
         session.get(server.url("/ok"), timeout=2)
+
+
+def test_cb18_predicates_apply_through_the_adapter(server, refused_port):
+    """CB-18, HC-2: the decorators' predicates are per-adapter overrides too. A
+    ``result_predicate`` marks a 200 whose body says so as a failure (the response still
+    reaches the caller unchanged); ``ignore_exceptions`` given a callable makes a refused
+    connection neither success nor failure, and the error still reaches the caller."""
+    session = session_with(
+        BreakerAdapter(
+            "judged",
+            failure_threshold=2,
+            result_predicate=lambda response: response.text == "status 200",
+        )
+    )
+    first = session.get(server.url("/status/200"), timeout=2)
+    assert (first.status_code, first.text) == (200, "status 200")
+    assert baldur.get_breaker("judged").snapshot()["consecutive_failures"] == 1
+    session.get(server.url("/status/200"), timeout=2)
+    assert baldur.get_breaker("judged").state is CircuitState.OPEN
+
+    ignoring = session_with(
+        BreakerAdapter(
+            "tolerant",
+            failure_threshold=1,
+            ignore_exceptions=(lambda exc: isinstance(exc, requests.ConnectionError),),
+        )
+    )
+    with pytest.raises(requests.ConnectionError):
+        ignoring.get(f"http://127.0.0.1:{refused_port}/", timeout=2)
+    snapshot = baldur.get_breaker("tolerant").snapshot()
+    assert (snapshot["state"], snapshot["window_calls"], snapshot["consecutive_failures"]) == ("closed", 0, 0)
