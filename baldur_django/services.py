@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import datetime as dt
+import difflib
 import logging
 import math
 import threading
@@ -30,13 +31,16 @@ from .core import emergency as emergency_core
 from .core import registry as registry_module
 from .core.breaker import validate_ttl
 from .core.config import settings
-from .core.errors import BaldurError, ConfigError
+from .core.errors import BaldurError, ConfigError, StoreError
 from .core.events import EmergencyLevelChanged, Event, Forced, Released, bus
 from .core.knobs import SECRETS
 from .core.maintenance import WATCHDOG_ACTOR
 
 __all__ = [
     "UnknownServiceError",
+    "known_services",
+    "closest_services",
+    "check_known",
     "SOURCES",
     "MAX_REASON_LENGTH",
     "MEMORY_NOTICE",
@@ -86,11 +90,21 @@ _context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar
 
 
 class UnknownServiceError(BaldurError, LookupError):
-    """No breaker of that name is known here (OP-7). ``service`` holds the name asked for."""
+    """No breaker of that name is known here (OP-7).
 
-    def __init__(self, service: str) -> None:
+    Attributes:
+        service (str): the name asked for.
+        suggestions (list[str]): the closest known names (best first, at most three);
+            the message names them.
+    """
+
+    def __init__(self, service: str, suggestions: list[str] | None = None) -> None:
         self.service = service
-        super().__init__(f"no circuit breaker named {service!r} is known here")
+        self.suggestions = list(suggestions or [])
+        text = f"no circuit breaker named {service!r} is known here"
+        if self.suggestions:
+            text += "; did you mean " + " or ".join(repr(name) for name in self.suggestions) + "?"
+        super().__init__(text)
 
 
 # --------------------------------------------------------------------------- backend
@@ -170,11 +184,15 @@ def force(
     reason: str = "",
     actor: str | None = None,
     source: str = "api",
+    *,
+    allow_new: bool = True,
 ) -> dict[str, Any]:
-    """Force breaker *service* open or closed for a lifetime (OP-1, OP-2, OP-4).
+    """Force breaker *service* open or closed for a lifetime (OP-1, OP-2, OP-4, OP-7).
 
     Every argument is checked before anything is touched: bad input registers no
-    breaker and writes nothing. Forcing a service not seen yet registers it (OP-1).
+    breaker and writes nothing. Forcing a service not seen yet registers it (OP-1),
+    unless *allow_new* is False: then a name that no process or setting knows (see
+    :func:`known_services`) is refused, so a typo cannot create a ghost breaker.
 
     Args:
         service: breaker name, a non-empty string.
@@ -184,13 +202,17 @@ def force(
         reason: free text (at most :data:`MAX_REASON_LENGTH` characters) for logs and audit.
         actor: who asked (admin user name, ``"command:<user>"``...); None when unknown.
         source: ``"admin"``, ``"command"`` or ``"api"``; stored in the audit row.
+        allow_new: keyword only; False refuses a name nobody knows (``baldur_force``
+            without ``--new``).
 
     Returns:
         The breaker's snapshot after the force (see :func:`status_rows`).
 
     Raises:
         ConfigError: bad mode, lifetime, reason, actor, source or name; nothing written.
-        BaldurError: the shared store could not record the force (OP-4).
+        UnknownServiceError: *allow_new* is False and nobody knows *service*; nothing written.
+        BaldurError: the shared store could not record the force (OP-4), or (*allow_new*
+            False) its registry could not be read.
     """
     service = _check_service(service)
     kind = _MODES.get(mode) if isinstance(mode, str) else None
@@ -199,7 +221,10 @@ def force(
     ttl = validate_lifetime(ttl_minutes)
     reason = _check_reason(reason)
     actor = _check_actor(actor)
-    token = _context.set({"source": _check_source(source), "reason": reason})
+    source = _check_source(source)
+    if not allow_new:
+        check_known(service)
+    token = _context.set({"source": source, "reason": reason})
     try:
         if kind == "open":
             registry_module.force_open_circuit(service, ttl_minutes=ttl, reason=reason, actor=actor)
@@ -210,32 +235,51 @@ def force(
     return registry_module.get_breaker(service).snapshot()
 
 
-def release(service: str, actor: str | None = None, source: str = "api", reason: str = "") -> bool:
+def release(
+    service: str,
+    actor: str | None = None,
+    source: str = "api",
+    reason: str = "",
+    *,
+    allow_unknown: bool = True,
+) -> bool:
     """Hand breaker *service* back to automatic judgement (OP-3).
 
     A forced open goes straight to HALF_OPEN; a forced closed stays CLOSED with its counts.
+    A name that no process or setting knows is never registered by asking (OP-7).
 
     Args:
         service: breaker name.
         actor: who asked; None when unknown.
         source: ``"admin"``, ``"command"`` or ``"api"``.
         reason: free text recorded in the audit row.
+        allow_unknown: keyword only; False raises :class:`UnknownServiceError` for a name
+            nobody knows instead of returning False (``baldur_force release``).
 
     Returns:
-        True when a force was removed; False when nothing was forced (no audit row), or,
-        on the memory backend, when this process does not know the breaker (it is not
-        registered by asking).
+        True when a force was removed; False when nothing was forced (no audit row), or
+        when nobody knows the breaker (on the memory backend: this process does not).
 
     Raises:
         ConfigError: bad name, actor, reason or source.
-        BaldurError: the shared store could not record the release (OP-4).
+        UnknownServiceError: *allow_unknown* is False and nobody knows *service*.
+        BaldurError: the shared store could not record the release (OP-4), or could not
+            tell whether it knows the name.
     """
     service = _check_service(service)
     reason = _check_reason(reason)
     actor = _check_actor(actor)
     source = _check_source(source)
-    if not is_shared_backend() and registry_module.registry.get(service, create=False) is None:
-        return False
+    if registry_module.registry.get(service, create=False) is None:
+        try:
+            if is_shared_backend():
+                check_known(service)
+            else:
+                _unknown_here(service)
+        except UnknownServiceError:
+            if allow_unknown:
+                return False
+            raise
     token = _context.set({"source": source, "reason": reason})
     try:
         return bool(registry_module.release_circuit(service, actor=actor))
@@ -243,21 +287,92 @@ def release(service: str, actor: str | None = None, source: str = "api", reason:
         _context.reset(token)
 
 
+def _unknown_here(service: str) -> None:
+    """Memory backend: only this process's breakers can be acted on (OP-6, OP-7)."""
+    raise UnknownServiceError(service, closest_services(service, set(registry_module.registry.names())))
+
+
 # ---------------------------------------------------------------------------- status
-def _store_names() -> list[str]:
-    """Names in the shared store's registry; [] on the memory backend or when it cannot answer."""
+def _store_names(strict: bool = False) -> list[str]:
+    """Names in the shared store's registry; [] on the memory backend or when it cannot
+    answer (with *strict*: a :class:`StoreError` then)."""
     store = getattr(registry_module.registry, "store", None)
     if store is None:
         return []
     try:
         return [name for name in store.names() if isinstance(name, str) and name]
     except Exception as exc:  # ST-4: show what this process knows rather than fail
+        if strict:
+            raise StoreError(
+                f"the shared registry of breakers could not be read ({type(exc).__name__}: {exc}); nothing was changed"
+            ) from exc
         _log.warning(
             "baldur.status_store_unavailable: the shared registry could not be read (%s); "
             "showing this process's breakers only",
             type(exc).__name__,
         )
         return []
+
+
+def known_services(*, strict: bool = False) -> set[str]:
+    """Every breaker name that a process or a setting knows (OP-7).
+
+    That is the breakers of this process, the names in the shared store's registry (every
+    process registers the breakers it uses there), the keys of ``BALDUR_SERVICES`` and the
+    breaker names of ``BALDUR_DOMAIN_MAPPING``.
+
+    Args:
+        strict: raise when the shared registry cannot be read instead of leaving its
+            names out (the answer would be incomplete).
+
+    Returns:
+        set[str]: the names.
+
+    Raises:
+        ConfigError: ``BALDUR_SERVICES`` or ``BALDUR_DOMAIN_MAPPING`` is invalid.
+        StoreError: only with *strict*, when the shared registry could not be read.
+    """
+    names = set(registry_module.registry.names()) | set(_store_names(strict=strict))
+    names.update(settings.get("BALDUR_SERVICES"))
+    names.update(settings.get("BALDUR_DOMAIN_MAPPING").values())
+    return names
+
+
+def closest_services(service: str, known: set[str] | None = None) -> list[str]:
+    """The known names closest to *service*, best first, at most three (``difflib``).
+
+    Args:
+        service: the name asked for.
+        known: the names to choose from; None reads :func:`known_services`.
+
+    Returns:
+        list[str]: possibly empty.
+    """
+    pool = known_services() if known is None else known
+    return difflib.get_close_matches(service, sorted(pool), n=3, cutoff=0.6)
+
+
+def check_known(service: str) -> str:
+    """Make sure a process or a setting knows breaker *service* before acting on it (OP-7).
+
+    Args:
+        service: the breaker name.
+
+    Returns:
+        str: *service*, unchanged.
+
+    Raises:
+        ConfigError: *service* is not a non-empty string, or a setting it is checked
+            against is invalid.
+        UnknownServiceError: nobody knows the name; ``suggestions`` holds the closest
+            known names.
+        StoreError: the shared registry could not be read.
+    """
+    service = _check_service(service)
+    known = known_services(strict=True)
+    if service not in known:
+        raise UnknownServiceError(service, closest_services(service, known))
+    return service
 
 
 def status_rows(service: str | None = None) -> list[dict[str, Any]]:

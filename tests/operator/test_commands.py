@@ -189,10 +189,69 @@ def test_force_open_close_release(some_breakers, shared, audit, audit_rows):
     assert all(r["actor"].startswith("command:") and len(r["actor"]) > len("command:") for r in rows)
 
 
-def test_force_registers_an_unseen_service(clock, shared):
-    """OP-1, OP-7: forcing a service this process has not seen registers it."""
-    run("baldur_force", "open", "new-service", "--ttl", "1")
+def test_force_registers_an_unseen_service_with_new(clock, shared):
+    """OP-1, OP-7: with --new, forcing a service no process has seen registers it."""
+    run("baldur_force", "open", "new-service", "--ttl", "1", "--new")
     assert baldur.get_breaker("new-service").forced == "open"
+    assert "new-service" in registry_module.registry.store.names()
+
+
+@pytest.fixture
+def configured(settings, shared):
+    """Names known only through settings: 'payments' (BALDUR_SERVICES), 'orders' (BALDUR_DOMAIN_MAPPING)."""
+    settings.BALDUR_SERVICES = {"payments": {"failure_threshold": 3}}
+    settings.BALDUR_DOMAIN_MAPPING = {"/api/orders/": "orders"}
+
+
+@pytest.mark.parametrize(
+    "argv, closest",
+    [
+        (["open", "paymnets", "--ttl", "5"], "'payments'"),
+        (["close", "ordres"], "'orders'"),
+        (["open", "alpah"], "'alpha'"),
+        (["release", "gamma2"], "'gamma'"),
+    ],
+)
+def test_force_refuses_a_name_nobody_knows_naming_the_closest(
+    some_breakers, configured, audit, audit_rows, argv, closest
+):
+    """OP-7: a name in no registry and no setting is refused with the closest known names; nothing is
+    forced, registered (in this process or the shared registry) or audited."""
+    store = registry_module.registry.store
+    before, shared_before = registry_module.registry.names(), set(store.names())
+    with pytest.raises(CommandError, match="did you mean") as caught:
+        run("baldur_force", *argv)
+    text = str(caught.value)
+    assert closest in text and f"{argv[1]!r}" in text and "Nothing was changed" in text
+    assert ("--new" in text) is (argv[0] != "release")
+    assert registry_module.registry.names() == before and set(store.names()) == shared_before
+    assert audit_rows() == []
+
+
+def test_force_accepts_names_from_settings_and_the_shared_registry(some_breakers, configured, audit, audit_rows):
+    """OP-7: a name from BALDUR_SERVICES, from BALDUR_DOMAIN_MAPPING or registered by another process
+    (only in the shared registry) is forced without --new."""
+    registry_module.registry.store.load("inventory")  # another process used it
+    assert "inventory" not in registry_module.registry.names()
+    for name in ("payments", "orders", "inventory"):
+        out, _ = run("baldur_force", "open", name, "--ttl", "2")
+        assert f"Forced {name!r} open" in out
+    assert [r["service"] for r in audit_rows()] == ["payments", "orders", "inventory"]
+
+
+def test_force_of_an_unknown_name_with_nothing_close_still_says_new(clock, shared):
+    """OP-7: with no close match the refusal still names the name and --new."""
+    with pytest.raises(CommandError, match=r"'zzz' is known here\. .*pass --new"):
+        run("baldur_force", "open", "zzz")
+
+
+def test_new_with_release_is_refused(clock, shared, audit, audit_rows):
+    """OP-7: --new means nothing for a release: refused, the force stays."""
+    baldur.force_open_circuit("held", ttl_minutes=5)
+    with pytest.raises(CommandError, match="--new applies to 'open' and 'close' only"):
+        run("baldur_force", "release", "held", "--new")
+    assert baldur.get_breaker("held").forced == "open"
+    assert [r["action"] for r in audit_rows()] == ["open"]
 
 
 def test_release_of_an_unforced_breaker_exits_zero_and_says_so(some_breakers, shared, audit, audit_rows):
@@ -338,7 +397,11 @@ def test_process_force_on_a_shared_backend_reaches_other_processes(project):
     assert done.returncode != 0 and b"--ttl" in done.stderr
     done = manage(project, "baldur_status", "--json", "--service", "proc-payments", **shared)
     assert done.returncode != 0 and b"'proc-payments'" in done.stderr  # nothing was registered
-    done = manage(project, "baldur_force", "open", "proc-payments", "--ttl", "7.5", "--reason", "wartung ä", **shared)
+    done = manage(project, "baldur_force", "open", "proc-payments", "--ttl", "7.5", **shared)
+    assert done.returncode == 1 and b"--new" in done.stderr  # a name nobody knows yet (OP-7)
+    done = manage(
+        project, "baldur_force", "open", "proc-payments", "--ttl", "7.5", "--reason", "wartung ä", "--new", **shared
+    )
     assert done.returncode == 0, done.stderr
     assert "Forced 'proc-payments' open for 7.5 minutes" in done.stdout.decode("utf-8")
     done = manage(project, "baldur_status", "--json", **shared)
@@ -347,9 +410,16 @@ def test_process_force_on_a_shared_backend_reaches_other_processes(project):
     assert document["shared"] is True and done.stderr.count(b"only its own process") == 0
     (row,) = [b for b in document["breakers"] if b["service"] == "proc-payments"]
     assert (row["state"], row["forced"], row["force_reason"]) == ("open", "open", "wartung ä")
-    done = manage(project, "baldur_force", "release", "proc-never-forced", **shared)
+    done = manage(project, "baldur_force", "open", "proc-paymnets", "--ttl", "5", **shared)
+    assert done.returncode == 1 and done.stdout == b""
+    assert b"did you mean 'proc-payments'?" in done.stderr
+    done = manage(project, "baldur_force", "release", "proc-payments", **shared)
+    assert done.returncode == 0 and b"Released 'proc-payments'" in done.stdout, done.stderr
+    done = manage(project, "baldur_force", "release", "proc-payments", **shared)
     assert done.returncode == 0, done.stderr
     assert b"was not forced" in done.stdout
+    done = manage(project, "baldur_status", "--json", **shared)
+    assert [b["service"] for b in json.loads(done.stdout)["breakers"] if "paymnets" in b["service"]] == []
 
 
 @pytest.mark.multiprocess
@@ -367,6 +437,7 @@ def test_process_force_is_audited(project):
         "3",
         "--reason",
         "audit me",
+        "--new",
         BALDUR_STATE_BACKEND="database",
     )
     assert done.returncode == 0, done.stderr

@@ -176,6 +176,58 @@ def test_status_rows_unknown_service():
     assert "nope" not in registry_module.registry.names()
 
 
+@pytest.fixture
+def on_database(settings, db):
+    """The database store, with 'payments' in BALDUR_SERVICES and 'orders' in BALDUR_DOMAIN_MAPPING."""
+    settings.BALDUR_STATE_BACKEND = "database"
+    settings.BALDUR_SERVICES = {"payments": {"failure_threshold": 3}}
+    settings.BALDUR_DOMAIN_MAPPING = {"/api/orders/": "orders"}
+    return registry_module.registry.store
+
+
+def test_known_services_come_from_processes_the_shared_registry_and_settings(clock, on_database):
+    """OP-7: the known names are this process's breakers, the shared registry's, BALDUR_SERVICES' keys
+    and BALDUR_DOMAIN_MAPPING's breakers."""
+    baldur.get_breaker("local")
+    on_database.load("remote")  # another process registered it
+    assert services.known_services() >= {"local", "remote", "payments", "orders"}
+    assert services.closest_services("paymnets") == ["payments"]
+    assert services.check_known("remote") == "remote"
+
+
+def test_force_without_allow_new_refuses_a_name_nobody_knows(clock, on_database, events):
+    """OP-7: force(allow_new=False) refuses an unknown name with the closest names and writes nothing;
+    the public API (allow_new defaults to True) still registers a new service (OP-1)."""
+    with pytest.raises(services.UnknownServiceError, match=r"did you mean 'payments'\?") as info:
+        services.force("paymnets", "open", 5, allow_new=False)
+    assert info.value.suggestions == ["payments"] and info.value.service == "paymnets"
+    assert "paymnets" not in registry_module.registry.names() and "paymnets" not in on_database.names()
+    assert events.events == []
+    services.force("payments", "open", 5, allow_new=False)
+    services.force("brand-new", "open", 5)
+    assert {"payments", "brand-new"} <= set(on_database.names())
+
+
+def test_release_of_a_name_nobody_knows_registers_nothing(clock, on_database):
+    """OP-7: releasing a name nobody knows writes nothing to the shared store (no ghost breaker):
+    False by default, UnknownServiceError with allow_unknown=False."""
+    assert services.release("ghost") is False
+    with pytest.raises(services.UnknownServiceError, match="ghost"):
+        services.release("ghosts", allow_unknown=False)
+    assert "ghost" not in on_database.names() and "ghost" not in registry_module.registry.names()
+
+
+def test_check_known_says_when_the_shared_registry_cannot_be_read(clock, on_database, monkeypatch):
+    """OP-4, OP-7: an unreadable shared registry is a StoreError, not a misleading 'unknown name'."""
+
+    def down():
+        raise ConnectionError("store down")
+
+    monkeypatch.setattr(on_database, "names", down)
+    with pytest.raises(baldur.BaldurError, match=r"could not be read.*store down"):
+        services.check_known("anything")
+
+
 def test_backend_name_and_sharing(settings):
     """OP-6, OP-7: memory is not shared; database and redis are."""
     assert services.backend_name() == "memory" and not services.is_shared_backend()
