@@ -5,6 +5,9 @@ one function here and formats the answer. Nothing here knows about HTTP or argpa
 
 * :func:`force` / :func:`release` -- force a breaker open or closed with a lifetime, or
   hand it back to automatic judgement (OP-1..OP-4), tagging the audit row with its source.
+  :func:`known_services` / :func:`check_known` decide which names exist, so a typo
+  creates no ghost breaker (OP-7).
+* :func:`forget` -- remove a breaker from the shared record and registry (OP-7), audited.
 * :func:`status_rows` -- one snapshot dict per known breaker (OP-6, OP-7).
 * :func:`config_report` -- every effective ``BALDUR_*`` value and where it came from (CFG-4).
 * :func:`emergency_status` / :func:`set_emergency_level` / :func:`step_down_emergency` --
@@ -38,6 +41,8 @@ from .core.maintenance import WATCHDOG_ACTOR
 
 __all__ = [
     "UnknownServiceError",
+    "BreakerForcedError",
+    "forget",
     "known_services",
     "closest_services",
     "check_known",
@@ -105,6 +110,28 @@ class UnknownServiceError(BaldurError, LookupError):
         if self.suggestions:
             text += "; did you mean " + " or ".join(repr(name) for name in self.suggestions) + "?"
         super().__init__(text)
+
+
+class BreakerForcedError(BaldurError):
+    """The breaker is forced, so it cannot be forgotten (OP-7). Release it first.
+
+    Attributes:
+        service (str): the breaker's name.
+        forced (str): ``"open"`` or ``"closed"``.
+    """
+
+    def __init__(self, service: str, forced: str, expires_at: float | None = None) -> None:
+        self.service = service
+        self.forced = forced
+        until = f" until {_utc(expires_at)}" if expires_at is not None else ""
+        super().__init__(
+            f"{service!r} is forced {forced}{until}: a forced breaker is not forgotten; "
+            "release it first (baldur_force release, or the admin's Release action)"
+        )
+
+
+def _utc(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # --------------------------------------------------------------------------- backend
@@ -285,6 +312,77 @@ def release(
         return bool(registry_module.release_circuit(service, actor=actor))
     finally:
         _context.reset(token)
+
+
+def forget(service: str, actor: str | None = None, source: str = "api", reason: str = "") -> dict[str, Any]:
+    """Remove breaker *service* from the shared record and registry, and from this process (OP-7).
+
+    For a name that should never have existed (a typo forced before ``--new`` was
+    required) or a service that is gone. Refused while the breaker is forced (a force
+    that lapsed is applied first). Audited with action ``forget``. A process still using
+    the breaker registers it again, with a fresh record, on its next consult of the
+    shared store; the check and the removal are two steps, so a force made in between
+    by someone else is removed with the record.
+
+    On the memory backend only this process's breaker is removed: every process keeps its
+    own (the result's ``shared`` is False).
+
+    Args:
+        service: breaker name, registered in the shared store or in this process.
+        actor: who asked; None when unknown.
+        source: ``"admin"``, ``"command"`` or ``"api"``; stored in the audit row.
+        reason: free text recorded in the audit row.
+
+    Returns:
+        dict: ``service``, ``state`` (the state it had), ``shared`` (True when the shared
+        record and registry entry were removed).
+
+    Raises:
+        ConfigError: bad name, actor, reason or source; nothing changed.
+        UnknownServiceError: neither the shared registry nor this process has the breaker;
+            ``suggestions`` holds the closest registered names.
+        BreakerForcedError: the breaker is forced; nothing changed.
+        StoreError: the shared store could not be read or the removal not stored.
+    """
+    service = _check_service(service)
+    reason = _check_reason(reason)
+    actor = _check_actor(actor)
+    source = _check_source(source)
+    registry = registry_module.registry
+    registered = set(registry.names()) | set(_store_names(strict=True))
+    if service not in registered:
+        raise UnknownServiceError(service, closest_services(service, registered))
+    snapshot = registry.get(service).snapshot()  # adopts the shared record, lapses included
+    if snapshot.get("forced"):
+        raise BreakerForcedError(service, str(snapshot["forced"]), snapshot.get("force_expires_at"))
+    store = registry.store
+    if store is not None:
+        try:
+            store.reset(service)
+        except Exception as exc:
+            raise StoreError(
+                f"the shared record of {service!r} could not be removed ({type(exc).__name__}: {exc}); "
+                "nothing was forgotten"
+            ) from exc
+    registry.forget(service)
+    _log.info("baldur.forgotten service=%r actor=%s source=%s", service, actor, source)
+    now = registry.clock.wall()
+    _record(
+        {
+            "at": dt.datetime.fromtimestamp(now, tz=dt.timezone.utc),
+            "actor": actor or "",
+            "action": "forget",
+            "service": service,
+            "ttl_minutes": None,
+            "expires_at": None,
+            "reason": reason,
+            "source": source,
+            "from_state": str(snapshot.get("state") or ""),
+            "to_state": "",
+            "dry_run": bool(settings.get("BALDUR_DRY_RUN")),
+        }
+    )
+    return {"service": service, "state": snapshot.get("state"), "shared": store is not None}
 
 
 def _unknown_here(service: str) -> None:
@@ -635,6 +733,16 @@ def _save_in_thread(row: dict[str, Any]) -> None:
     thread.join(10.0)
 
 
+def _record(row: dict[str, Any]) -> None:
+    """Write one audit row; off the event loop's thread when called from async code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        _save(row)
+    else:
+        _save_in_thread(row)
+
+
 def audit_listener(event: Event) -> None:
     """Bus listener: one :class:`~baldur_django.models.BreakerAudit` row per force, per
     release that changed something and per emergency level change, from any source (OP-6).
@@ -647,12 +755,7 @@ def audit_listener(event: Event) -> None:
         row = _row_for(event)
         if row is None:
             return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            _save(row)
-        else:
-            _save_in_thread(row)
+        _record(row)
     except Exception:
         _log.exception("baldur.audit_listener_failed service=%r", getattr(event, "service", None))
 

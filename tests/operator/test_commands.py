@@ -301,6 +301,84 @@ def test_a_force_the_store_could_not_record_fails_the_command(some_breakers, sha
     assert audit_rows() == []
 
 
+# ------------------------------------------------------------------- baldur_forget
+class FakeTerminal(io.StringIO):
+    """Typed answers on a terminal (``isatty()`` True)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def ghost(clock, shared):
+    """'paymnets': a typo forced with --new, then released (HALF_OPEN), as issue 20 found it."""
+    run("baldur_force", "open", "paymnets", "--ttl", "5", "--new")
+    run("baldur_force", "release", "paymnets")
+    return registry_module.registry.store
+
+
+def test_forget_with_yes_removes_the_ghost_and_is_audited(ghost, audit, audit_rows):
+    """OP-7: baldur_forget SERVICE --yes removes the breaker from the shared record and registry and the
+    status; audited as action 'forget' with source 'command'."""
+    BreakerAudit.objects.all().delete()
+    out, err = run("baldur_forget", "paymnets", "--yes", "--reason", "typo")
+    assert "Forgot 'paymnets' (was HALF_OPEN): removed from the shared record and registry." in out and err == ""
+    assert "paymnets" not in ghost.names()
+    assert "paymnets" not in [b["service"] for b in json.loads(run("baldur_status", "--json")[0])["breakers"]]
+    (row,) = audit_rows()
+    assert (row["action"], row["service"], row["source"], row["reason"]) == ("forget", "paymnets", "command", "typo")
+    assert row["actor"].startswith("command:")
+
+
+def test_forget_asks_on_a_terminal(ghost, audit, audit_rows):
+    """OP-7: without --yes the command asks on stderr and reads the answer: 'yes' forgets, anything else
+    cancels (non-zero, nothing changed)."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="cancelled: 'paymnets' was not forgotten"):
+        call_command("baldur_forget", "paymnets", stdin=FakeTerminal("n\n"), stdout=out, stderr=err)
+    assert "Forget circuit breaker 'paymnets'?" in err.getvalue() and "paymnets" in ghost.names()
+    with pytest.raises(CommandError, match="cancelled"):
+        call_command("baldur_forget", "paymnets", stdin=FakeTerminal(""), stdout=out, stderr=err)  # end of input
+    call_command("baldur_forget", "paymnets", stdin=FakeTerminal("YES\n"), stdout=out, stderr=err)
+    assert "Forgot 'paymnets'" in out.getvalue() and "paymnets" not in ghost.names()
+    assert [r["action"] for r in audit_rows(service="paymnets")][-1] == "forget"
+
+
+def test_forget_without_a_terminal_refuses_instead_of_waiting(ghost, audit, audit_rows):
+    """OP-7: without --yes and with stdin not a terminal (a pipe, cron) it refuses at once, saying to pass
+    --yes; nothing is read and nothing changes."""
+    piped = io.StringIO("yes\n")
+    with pytest.raises(CommandError, match=r"stdin is not a terminal.*Pass --yes"):
+        call_command("baldur_forget", "paymnets", stdin=piped, stdout=io.StringIO(), stderr=io.StringIO())
+    assert piped.tell() == 0 and "paymnets" in ghost.names()
+    assert audit_rows(action="forget") == []
+
+
+def test_forget_refuses_a_forced_breaker(ghost, audit, audit_rows):
+    """OP-7: a forced breaker is refused with a pointer to the release; nothing changes."""
+    run("baldur_force", "open", "paymnets", "--ttl", "5")
+    with pytest.raises(CommandError, match=r"'paymnets' is forced open until .*release it first.*Nothing was changed"):
+        run("baldur_forget", "paymnets", "--yes")
+    assert ghost.inspect("paymnets").record.forced == "open"
+    assert audit_rows(action="forget") == []
+
+
+def test_forget_of_an_unregistered_name_names_the_closest(ghost):
+    """OP-7: a name nobody registered is refused with the closest registered names."""
+    with pytest.raises(CommandError, match=r"'paymnet' is known here; did you mean 'paymnets'\? Nothing was changed"):
+        run("baldur_forget", "paymnet", "--yes")
+
+
+def test_forget_on_the_memory_backend_says_it_acts_on_its_own_process(clock, db, audit, audit_rows):
+    """OP-7: on the memory backend the command says on stderr that only its own process is concerned,
+    and forgets a breaker of that process."""
+    baldur.get_breaker("local")
+    out, err = run("baldur_forget", "local", "--yes")
+    assert "only its own process" not in out and "its own short-lived process" in err
+    assert "removed from this process (memory backend)" in out
+    assert "local" not in registry_module.registry.names()
+
+
 # ------------------------------------------------------------- as real processes
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
@@ -420,6 +498,32 @@ def test_process_force_on_a_shared_backend_reaches_other_processes(project):
     assert b"was not forced" in done.stdout
     done = manage(project, "baldur_status", "--json", **shared)
     assert [b["service"] for b in json.loads(done.stdout)["breakers"] if "paymnets" in b["service"]] == []
+
+
+@pytest.mark.multiprocess
+def test_process_forget(project):
+    """OP-7: as processes on the database backend: without --yes and with no terminal on stdin,
+    baldur_forget exits 1 at once saying to pass --yes; with --yes it removes the ghost for every
+    later process and is audited."""
+    shared = {"BALDUR_STATE_BACKEND": "database"}
+    assert manage(project, "baldur_force", "close", "proc-ghost", "--ttl", "1", "--new", **shared).returncode == 0
+    assert manage(project, "baldur_force", "release", "proc-ghost", **shared).returncode == 0
+    _root, env = project
+    done = subprocess.run(
+        [sys.executable, "manage.py", "baldur_forget", "proc-ghost"],
+        cwd=REPO,
+        env={**env, **shared},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and b"stdin is not a terminal" in done.stderr and b"--yes" in done.stderr
+    done = manage(project, "baldur_forget", "proc-ghost", "--yes", **shared)
+    assert done.returncode == 0, done.stderr
+    assert b"Forgot 'proc-ghost'" in done.stdout
+    done = manage(project, "baldur_status", "--json", **shared)
+    assert "proc-ghost" not in [b["service"] for b in json.loads(done.stdout)["breakers"]]
+    assert audit_in(project)[-1][:3] == ("proc-ghost", "forget", "command")
 
 
 @pytest.mark.multiprocess
