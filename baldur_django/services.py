@@ -8,6 +8,8 @@ one function here and formats the answer. Nothing here knows about HTTP or argpa
   :func:`known_services` / :func:`check_known` decide which names exist, so a typo
   creates no ghost breaker (OP-7).
 * :func:`forget` -- remove a breaker from the shared record and registry (OP-7), audited.
+* :func:`require_migrated` -- every operator command first makes sure ``migrate`` has
+  created the package's tables (OP-7).
 * :func:`status_rows` -- one snapshot dict per known breaker (OP-6, OP-7).
 * :func:`config_report` -- every effective ``BALDUR_*`` value and where it came from (CFG-4).
 * :func:`emergency_status` / :func:`set_emergency_level` / :func:`step_down_emergency` --
@@ -42,6 +44,9 @@ from .core.maintenance import WATCHDOG_ACTOR
 __all__ = [
     "UnknownServiceError",
     "BreakerForcedError",
+    "NotMigratedError",
+    "missing_tables",
+    "require_migrated",
     "forget",
     "known_services",
     "closest_services",
@@ -134,6 +139,22 @@ def _utc(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+class NotMigratedError(BaldurError):
+    """The package's tables do not exist yet: ``manage.py migrate`` has not run (OP-7).
+
+    Attributes:
+        missing (dict[str, list[str]]): database alias -> missing table names.
+    """
+
+    def __init__(self, missing: dict[str, list[str]]) -> None:
+        self.missing = missing
+        where = "; ".join(f"database {alias!r}: {', '.join(tables)}" for alias, tables in missing.items())
+        super().__init__(
+            f"the baldur_django tables do not exist yet ({where}). Run `python manage.py migrate` first, "
+            "then this command again."
+        )
+
+
 # --------------------------------------------------------------------------- backend
 def backend_name() -> str:
     """The configured state backend: ``"memory"``, ``"database"`` or ``"redis"``.
@@ -201,6 +222,48 @@ def _check_actor(actor: Any) -> str | None:
     if not isinstance(actor, str):
         raise ConfigError(f"actor={actor!r}: expected text or None")
     return actor[:_ACTOR_MAX]
+
+
+# ------------------------------------------------------------------------ migrations
+def missing_tables() -> dict[str, list[str]]:
+    """The package's tables that do not exist, per database alias (OP-7).
+
+    The tables are those of the audit (:class:`~baldur_django.models.BreakerAudit`) and of
+    the database store (shared records and fleet locks), each looked up in the database
+    the routers send its writes to. A database that cannot be reached is not reported
+    here: the command's own work then says what went wrong (ST-4).
+
+    Returns:
+        dict[str, list[str]]: alias -> missing table names; empty when ``migrate`` has run.
+    """
+    from django.db import DatabaseError, connections, router
+
+    from .models import BreakerAudit, BreakerLock, BreakerRecord
+
+    existing: dict[str, set[str] | None] = {}
+    missing: dict[str, list[str]] = {}
+    for model in (BreakerAudit, BreakerRecord, BreakerLock):
+        alias = router.db_for_write(model)
+        if alias not in existing:
+            try:
+                existing[alias] = set(connections[alias].introspection.table_names())
+            except DatabaseError:
+                existing[alias] = None
+        tables = existing[alias]
+        if tables is not None and model._meta.db_table not in tables:
+            missing.setdefault(alias, []).append(model._meta.db_table)
+    return missing
+
+
+def require_migrated() -> None:
+    """Refuse to go on before ``manage.py migrate`` has created the package's tables (OP-7).
+
+    Raises:
+        NotMigratedError: some table is missing; the message says to run ``migrate``.
+    """
+    missing = missing_tables()
+    if missing:
+        raise NotMigratedError(missing)
 
 
 # ---------------------------------------------------------------------------- forces

@@ -129,7 +129,7 @@ def test_status_json_notices_go_to_stderr_not_through_logging(some_breakers, sha
         child.removeHandler(keep)
 
 
-def test_status_config_lists_every_setting_with_source(settings, monkeypatch):
+def test_status_config_lists_every_setting_with_source(settings, monkeypatch, db):
     """CFG-4: --config lists every knob with its effective value and source (setting, env, default)."""
     settings.BALDUR_CB_FAILURE_THRESHOLD = 9
     monkeypatch.setenv("BALDUR_CB_RECOVERY_TIMEOUT", "12.5")
@@ -146,7 +146,7 @@ def test_status_config_lists_every_setting_with_source(settings, monkeypatch):
     assert {r["name"]: r["source"] for r in document["settings"]}["BALDUR_CB_RECOVERY_TIMEOUT"] == "env"
 
 
-def test_status_config_never_prints_the_webhook(settings):
+def test_status_config_never_prints_the_webhook(settings, db):
     """CFG-4, OP-8: the Slack URL shows as hidden."""
     settings.BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL = "https://hooks.example.test/services/T/B/TOPSECRET"
     out, _ = run("baldur_status", "--config")
@@ -527,6 +527,63 @@ def test_process_forget(project):
 
 
 @pytest.mark.multiprocess
+def test_process_every_command_says_to_migrate_first(tmp_path):
+    """OP-7: on a fresh SQLite database (``migrate`` never ran) every operator command, on the memory and
+    on the database backend, exits 1 and says to run ``manage.py migrate`` first; nothing is created."""
+    (tmp_path / "fresh_settings.py").write_text(
+        "from tests.settings import *  # noqa: F401,F403\n"
+        f"DATABASES = {{'default': {{'ENGINE': 'django.db.backends.sqlite3', 'NAME': {str(tmp_path / 'db.sqlite3')!r}}}}}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BALDUR_") or k == "BALDUR_EMERGENCY_STATE_FILE"}
+    env.update(DJANGO_SETTINGS_MODULE="fresh_settings", PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]))
+    commands = [
+        (["baldur_status"], "memory"),
+        (["baldur_status", "--json"], "database"),
+        (["baldur_force", "open", "payments", "--ttl", "5", "--new"], "database"),
+        (["baldur_forget", "payments", "--yes"], "database"),
+        (["baldur_emergency", "status"], "memory"),
+        (["baldur_emergency", "set", "1"], "memory"),
+    ]
+    running = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", *argv],
+            cwd=REPO,
+            env={**env, "BALDUR_STATE_BACKEND": backend},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for argv, backend in commands
+    ]
+    for (argv, _backend), process in zip(commands, running, strict=True):
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 1, (argv, err)
+        assert b"Run `python manage.py migrate` first" in err and b"Traceback" not in err, (argv, err)
+        assert out == b"", argv
+    with sqlite3.connect(tmp_path / "db.sqlite3") as db:
+        tables = {row[0] for row in db.execute("select name from sqlite_master where type = 'table'")}
+    assert not {t for t in tables if t.startswith("baldur_django_")}
+    assert not Path(env["BALDUR_EMERGENCY_STATE_FILE"]).exists()  # the level was not set
+
+
+def test_missing_tables_are_reported_per_database(db):
+    """OP-7: with the test database migrated nothing is missing; with the audit table gone (dropped
+    inside this test's transaction) require_migrated names it and says to run migrate."""
+    from django.db import connection
+
+    from baldur_django import services
+
+    assert services.missing_tables() == {}
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP TABLE "{BreakerAudit._meta.db_table}"')
+    with pytest.raises(services.NotMigratedError, match=r"baldur_django_breakeraudit.*manage\.py migrate") as info:
+        services.require_migrated()
+    assert info.value.missing == {"default": [BreakerAudit._meta.db_table]}
+    with pytest.raises(CommandError, match=r"Run `python manage\.py migrate` first"):
+        run("baldur_status")
+
+
+@pytest.mark.multiprocess
 def test_process_force_is_audited(project):
     """OP-6, OP-7: a force from the command, in its own process, writes its audit row (source 'command').
 
@@ -568,13 +625,18 @@ BALDUR_REDIS_SOCKET_TIMEOUT = 0.5
 
 
 @pytest.fixture(scope="module")
-def logging_project(tmp_path_factory):
+def logging_project(tmp_path_factory, project):
     """A settings module whose LOGGING sends ``baldur`` (DEBUG and up) to stdout, on the Redis
-    backend pointed at a closed local port (nothing listens: the store is down)."""
+    backend pointed at a closed local port (nothing listens: the store is down); its database
+    is the migrated one of ``project``."""
     import socket
 
     root = tmp_path_factory.mktemp("op7log")
-    (root / "op7_settings.py").write_text(LOGGING_TO_STDOUT)
+    database = project[0] / "db.sqlite3"
+    (root / "op7_settings.py").write_text(
+        LOGGING_TO_STDOUT
+        + f"DATABASES = {{'default': {{'ENGINE': 'django.db.backends.sqlite3', 'NAME': {str(database)!r}}}}}\n"
+    )
     with socket.socket() as sock:  # a port nothing listens on once this socket is closed
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

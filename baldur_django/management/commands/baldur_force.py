@@ -12,6 +12,7 @@ Forces a breaker open or closed for a lifetime in minutes, or releases it, throu
 * On the memory backend it refuses (non-zero): a force made in this short-lived process
   could not reach the running workers, which each keep their own breakers.
 * A force the shared store could not record exits non-zero (OP-4).
+* Before ``manage.py migrate`` it exits 1 saying to run it.
 * Releasing a breaker that was not forced exits 0 and says so.
 """
 
@@ -27,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
 
-from .baldur_status import Utf8OutputMixin, format_time
+from .baldur_status import Utf8OutputMixin, format_time, require_migrated
 
 __all__ = ["Command", "MEMORY_REFUSAL", "parse_ttl", "command_actor"]
 
@@ -97,6 +98,7 @@ class Command(Utf8OutputMixin, BaseCommand):
         new: bool = False,
         **options: Any,
     ) -> None:
+        require_migrated()
         if not service:
             raise CommandError("SERVICE: a breaker name must be a non-empty string")
         if action == "release" and ttl is not None:

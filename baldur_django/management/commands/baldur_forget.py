@@ -12,6 +12,7 @@ that no longer exists.
 * A forced breaker is refused (non-zero): release it first.
 * A name neither the shared registry nor this process has is refused (non-zero) with the
   closest registered names.
+* Before ``manage.py migrate`` it exits 1 saying to run it.
 * On the memory backend every process keeps its own breakers: it says so on stderr, and
   can only forget what this short-lived process itself knows.
 """
@@ -28,7 +29,7 @@ from baldur_django.core.errors import BaldurError, ConfigError
 
 from .baldur_emergency import command_text
 from .baldur_force import command_actor
-from .baldur_status import Utf8OutputMixin
+from .baldur_status import Utf8OutputMixin, require_migrated
 
 __all__ = ["Command", "confirmed"]
 
@@ -80,6 +81,7 @@ class Command(Utf8OutputMixin, BaseCommand):
         parser.add_argument("--reason", metavar="TEXT", default="", help="why; recorded in the audit")
 
     def handle(self, *args: Any, service: str, yes: bool = False, reason: str = "", **options: Any) -> None:
+        require_migrated()
         service = command_text(service)
         if not service:
             raise CommandError("SERVICE: a breaker name must be a non-empty string")
