@@ -554,15 +554,18 @@ def status_rows(service: str | None = None) -> list[dict[str, Any]]:
         due lapses and recovery timeouts and never takes a trial slot.
 
     Raises:
-        UnknownServiceError: *service* is given and not known here or in the shared store.
+        UnknownServiceError: *service* is given and not known here or in the shared store
+            (``suggestions``: the closest names that are).
     """
     registry = registry_module.registry
     if service is not None:
         breaker = registry.get(service, create=False) if isinstance(service, str) and service else None
-        if breaker is None and isinstance(service, str) and service in _store_names():
+        stored = _store_names() if breaker is None else []
+        if breaker is None and isinstance(service, str) and service in stored:
             breaker = registry.get(service)
         if breaker is None:
-            raise UnknownServiceError(str(service))
+            registered = set(registry.names()) | set(stored)
+            raise UnknownServiceError(str(service), closest_services(str(service), registered))
         return [breaker.snapshot()]
     names = set(registry.names()) | set(_store_names())
     return [registry.get(name).snapshot() for name in sorted(names)]

@@ -83,10 +83,13 @@ def test_status_single_service(some_breakers):
 
 
 def test_status_unknown_service_is_an_error(some_breakers):
-    """OP-7: an unknown --service is a CommandError naming it, and registers nothing."""
+    """OP-7: an unknown --service is a CommandError naming it (and the closest known names), and
+    registers nothing."""
     with pytest.raises(CommandError, match="'nope'"):
         run("baldur_status", "--service", "nope")
     assert "nope" not in registry_module.registry.names()
+    with pytest.raises(CommandError, match=r"'alpah' is known here; did you mean 'alpha'\?"):
+        run("baldur_status", "--service", "alpah")
 
 
 def test_status_on_a_shared_backend_has_no_process_notice(some_breakers, shared):
