@@ -506,8 +506,8 @@ def test_process_force_on_a_shared_backend_reaches_other_processes(project):
 @pytest.mark.multiprocess
 def test_process_forget(project):
     """OP-7: as processes on the database backend: without --yes and with no terminal on stdin,
-    baldur_forget exits 1 at once saying to pass --yes; with --yes it removes the ghost for every
-    later process and is audited."""
+    baldur_forget exits 1 at once saying to pass --yes; on a real terminal (a pty) answering 'yes'
+    removes the ghost for every later process, audited."""
     shared = {"BALDUR_STATE_BACKEND": "database"}
     assert manage(project, "baldur_force", "close", "proc-ghost", "--ttl", "1", "--new", **shared).returncode == 0
     assert manage(project, "baldur_force", "release", "proc-ghost", **shared).returncode == 0
@@ -521,9 +521,24 @@ def test_process_forget(project):
         timeout=60,
     )
     assert done.returncode == 1 and b"stdin is not a terminal" in done.stderr and b"--yes" in done.stderr
-    done = manage(project, "baldur_forget", "proc-ghost", "--yes", **shared)
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, b"yes\n")  # typed ahead; the command reads it after its question
+        done = subprocess.run(
+            [sys.executable, "manage.py", "baldur_forget", "proc-ghost"],
+            cwd=REPO,
+            env={**env, **shared},
+            stdin=terminal,
+            capture_output=True,
+            timeout=60,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
     assert done.returncode == 0, done.stderr
-    assert b"Forgot 'proc-ghost'" in done.stdout
+    assert b"Forget circuit breaker 'proc-ghost'?" in done.stderr and b"Forgot 'proc-ghost'" in done.stdout
     done = manage(project, "baldur_status", "--json", **shared)
     assert "proc-ghost" not in [b["service"] for b in json.loads(done.stdout)["breakers"]]
     assert audit_in(project)[-1][:3] == ("proc-ghost", "forget", "command")
