@@ -415,7 +415,9 @@ def forget(service: str, actor: str | None = None, source: str = "api", reason: 
     registered = set(registry.names()) | set(_store_names(strict=True))
     if service not in registered:
         raise UnknownServiceError(service, closest_services(service, registered))
-    snapshot = registry.get(service).snapshot()  # adopts the shared record, lapses included
+    breaker = registry.get(service)
+    breaker.sync()  # the shared record now, not as of the last consult: a fresh force must refuse
+    snapshot = breaker.snapshot()  # lapses included
     if snapshot.get("forced"):
         raise BreakerForcedError(service, str(snapshot["forced"]), snapshot.get("force_expires_at"))
     store = registry.store

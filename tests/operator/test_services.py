@@ -277,6 +277,16 @@ def test_forget_is_refused_while_forced(clock, on_database, audit, audit_rows):
     assert [r["action"] for r in audit_rows()] == ["close"]
 
 
+def test_forget_sees_a_force_another_process_just_made(clock, on_database, audit, audit_rows):
+    """OP-4, OP-7: a breaker this process consulted a moment ago, then forced by another process
+    (written straight to the shared store), is refused: forget reads the shared record first."""
+    baldur.get_breaker("payments").snapshot()  # consulted now; the next regular consult is seconds away
+    on_database.force("payments", "open", 600.0, "elsewhere", "other-process")
+    with pytest.raises(services.BreakerForcedError, match="'payments' is forced open"):
+        services.forget("payments")
+    assert on_database.inspect("payments").record.forced == "open" and audit_rows() == []
+
+
 def test_forget_of_a_lapsed_force_goes_ahead(clock, on_database, audit, audit_rows):
     """OP-7: a force whose lifetime is over does not block the forget (a shared store on the test's clock)."""
     from baldur_django.core.stores.memory import MemoryStore
