@@ -415,7 +415,7 @@ def forget(service: str, actor: str | None = None, source: str = "api", reason: 
     registered = set(registry.names()) | set(_store_names(strict=True))
     if service not in registered:
         raise UnknownServiceError(service, closest_services(service, registered))
-    breaker = registry.get(service)
+    breaker = registry_module.get_breaker(service)
     breaker.sync()  # the shared record now, not as of the last consult: a fresh force must refuse
     snapshot = breaker.snapshot()  # lapses included
     if snapshot.get("forced"):

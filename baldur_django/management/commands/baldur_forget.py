@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
@@ -73,7 +73,7 @@ class Command(Utf8OutputMixin, BaseCommand):
     )
     stealth_options = ("stdin",)  # call_command(stdin=...) in tests, as createsuperuser
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("service", metavar="SERVICE", help="the breaker's name")
         parser.add_argument(
             "--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)"
