@@ -159,7 +159,8 @@ class SlackNotifier:
         if self._fixed_url is not None:
             return self._fixed_url or None
         try:
-            return self._source.get(SETTING)
+            url: str | None = self._source.get(SETTING)
+            return url
         except ConfigError as exc:  # its text never shows the URL (a secret)
             if not self._bad_setting_logged:
                 self._bad_setting_logged = True
