@@ -5,8 +5,10 @@ The list lives at ``admin/baldur_django/breaker/``. It is the changelist of the
 table-less :class:`~baldur_django.models.Breaker` model, replaced by a view that reads
 :func:`baldur_django.services.status_rows`. Selecting breakers and an action leads to a
 confirmation page (as Django's "delete selected") asking for the lifetime in minutes and a
-reason; confirming calls :func:`baldur_django.services.force` or
-:func:`~baldur_django.services.release` with ``source="admin"`` and the user name as actor.
+reason; confirming calls :func:`baldur_django.services.force`,
+:func:`~baldur_django.services.release` or :func:`~baldur_django.services.forget` (removes
+the breaker from the shared record and registry; refused while forced, OP-7) with
+``source="admin"`` and the user name as actor.
 Acting needs ``baldur_django.force_circuit``; seeing the list needs ``view_breaker`` or
 that permission. On the memory backend the page says it acts on its own process only.
 
@@ -44,11 +46,16 @@ else:
 
 __all__ = ["BreakerAdmin", "BreakerAuditAdmin", "BREAKER_ACTIONS"]
 
-#: action name -> (force mode or None for release, label, button text)
+#: action name -> (force mode, None for release or ``"forget"``, label, button text)
 BREAKER_ACTIONS: dict[str, tuple[str | None, Any, Any]] = {
     "force_open": ("open", gettext_lazy("Force open selected breakers"), gettext_lazy("Yes, force open")),
     "force_close": ("close", gettext_lazy("Force closed selected breakers"), gettext_lazy("Yes, force closed")),
     "release": (None, gettext_lazy("Release selected breakers (back to automatic)"), gettext_lazy("Yes, release")),
+    "forget": (
+        "forget",
+        gettext_lazy("Forget selected breakers (remove from the shared record and registry)"),
+        gettext_lazy("Yes, forget"),
+    ),
 }
 
 
@@ -205,7 +212,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
             )
             return HttpResponseRedirect(self._list_url())
         mode, label, button = BREAKER_ACTIONS[action]
-        form_class = ReleaseForm if mode is None else ForceForm
+        form_class = ReleaseForm if mode in (None, "forget") else ForceForm
         if request.POST.get("post") == "yes":
             form = form_class(request.POST)
             if form.is_valid():
@@ -304,6 +311,9 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
     def _perform(self, request: HttpRequest, selected: list[str], mode: str | None, data: dict[str, Any]) -> None:
         actor = request.user.get_username()
         reason = data.get("reason", "")
+        if mode == "forget":
+            self._forget(request, selected, actor, reason)
+            return
         done: list[str] = []
         unchanged: list[str] = []
         for name in selected:
@@ -350,6 +360,25 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
                     len(done),
                 )
                 % {"count": len(done), "what": what, "ttl": data["ttl_minutes"], "names": ", ".join(done)},
+                messages.SUCCESS,
+            )
+
+    def _forget(self, request: HttpRequest, selected: list[str], actor: str, reason: str) -> None:
+        """Forget each selected breaker through :func:`services.forget` (OP-7); a forced one is refused."""
+        done: list[str] = []
+        for name in selected:
+            try:
+                services.forget(name, actor=actor, source="admin", reason=reason)
+                done.append(name)
+            except BaldurError as exc:
+                self.message_user(
+                    request, _("%(name)s: not forgotten: %(error)s") % {"name": name, "error": exc}, messages.ERROR
+                )
+        if done:
+            self.message_user(
+                request,
+                ngettext("Forgot %(count)d breaker: %(names)s.", "Forgot %(count)d breakers: %(names)s.", len(done))
+                % {"count": len(done), "names": ", ".join(done)},
                 messages.SUCCESS,
             )
 

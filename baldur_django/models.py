@@ -4,9 +4,10 @@
   in the admin (``/admin/baldur_django/breaker/``) and carries the permission
   ``baldur_django.force_circuit`` that gates every force and release from the admin.
 * :class:`BreakerAudit` is the audit trail: one row per breaker per operator action
-  (force open, force closed, release), and one per Emergency Mode level change, whatever
-  surface it came from. Rows are written
-  by the bus listener of :func:`baldur_django.services.install_audit_listener`.
+  (force open, force closed, release, forget), and one per Emergency Mode level change,
+  whatever surface it came from. Rows are written by the bus listener of
+  :func:`baldur_django.services.install_audit_listener` (a forget's by
+  :func:`baldur_django.services.forget` itself).
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ class BreakerAudit(models.Model):
         at: when the action took effect (aware datetime).
         actor: who did it: the admin user name, ``command:<OS user>``, or what an API
             caller passed as ``actor`` (empty when none was given).
-        action: ``open`` (force open), ``close`` (force closed), ``release``, or for Emergency
-            Mode ``level_set`` / ``level_step_down`` (EM-1).
+        action: ``open`` (force open), ``close`` (force closed), ``release``, ``forget``
+            (removed from the shared record and registry, OP-7), or for Emergency Mode
+            ``level_set`` / ``level_step_down`` (EM-1).
         service: the breaker's name (empty for an emergency level change: it concerns all).
         ttl_minutes: lifetime of a force or level in minutes (None for a release).
         expires_at: when the force or level lapses on its own (None for a release).
@@ -73,6 +75,7 @@ class BreakerAudit(models.Model):
         OPEN = "open", _("force open")
         CLOSE = "close", _("force closed")
         RELEASE = "release", _("release")
+        FORGET = "forget", _("forget")
         LEVEL_SET = "level_set", _("set emergency level")
         LEVEL_STEP_DOWN = "level_step_down", _("step down emergency level")
 

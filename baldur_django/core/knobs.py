@@ -424,15 +424,20 @@ def _redis_url(name: str, value: Any, from_env: bool) -> str | None:
     return value.strip()
 
 
-def _http_url(name: str, value: Any, from_env: bool) -> str | None:
+def _https_url(name: str, value: Any, from_env: bool) -> str | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if not isinstance(value, str):
         raise _fail(name, "<hidden>", "expected a URL string")
     parsed = urlparse(value.strip())
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        # never echo the value: a webhook URL is a secret (OP-8)
-        raise ConfigError(f"{name}: expected an http:// or https:// URL (value not shown)")
+    # never echo the value: a webhook URL is a secret (OP-8)
+    if parsed.scheme.lower() == "http":
+        raise ConfigError(
+            f"{name}: a plain http:// URL would send the webhook's secret in clear; an https:// URL is required "
+            "(value not shown)"
+        )
+    if parsed.scheme.lower() != "https" or not parsed.hostname:
+        raise ConfigError(f"{name}: expected an https:// URL (value not shown)")
     return value.strip()
 
 
@@ -867,7 +872,7 @@ _ROWS: list[Knob] = [
     Knob(
         "BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL",
         None,
-        _http_url,
+        _https_url,
         "Slack incoming webhook for open/close posts",
         "baldur.E054",
         accepts="The https:// URL Slack gave you for the incoming webhook.",

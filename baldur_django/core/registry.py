@@ -182,6 +182,23 @@ class Registry:
             for name, config in fresh.items():
                 self._breakers[name].reconfigure(config)
 
+    def forget(self, name: str) -> bool:
+        """Drop breaker *name* from this process, with its overrides and cached routes (OP-7).
+
+        Only this process: the shared record is the store's business. A later use builds
+        a fresh breaker.
+
+        Returns:
+            bool: True when this process knew the breaker.
+        """
+        with self._lock:
+            known = self._breakers.pop(name, None) is not None
+            self._overrides.pop(name, None)
+            self._conflicts.discard(name)
+            for cache in self.name_caches:
+                cache.pop(name, None)
+        return known
+
     def clear(self) -> None:
         """Forget every breaker (tests; a new process)."""
         with self._lock:
