@@ -247,6 +247,13 @@ def test_the_url_never_appears_in_logs(webhook, caplog, clock, settings):
     """OP-8: across 429s, refusals, server errors, timeouts and refused connections, no log record carries the URL."""
     import socket
 
+    # an earlier test (Django's LOGGING in a command test) may have left these loggers quiet
+    # or detached from the root handler that caplog listens on
+    for name in ("baldur", "baldur.slack"):
+        logger = logging.getLogger(name)
+        logger.propagate, logger.disabled = True, False
+        caplog.set_level(logging.DEBUG, logger=name)
+
     with socket.socket() as probe:  # a port with nothing listening
         probe.bind(("127.0.0.1", 0))
         dead_port = probe.getsockname()[1]
