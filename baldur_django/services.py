@@ -250,8 +250,9 @@ def missing_tables() -> dict[str, list[str]]:
             except DatabaseError:
                 existing[alias] = None
         tables = existing[alias]
-        if tables is not None and model._meta.db_table not in tables:
-            missing.setdefault(alias, []).append(model._meta.db_table)
+        table = model._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
+        if tables is not None and table not in tables:
+            missing.setdefault(alias, []).append(table)
     return missing
 
 
