@@ -170,6 +170,7 @@ class CircuitBreaker:
         # permit stamped with the admission time: this is the CLOSED permit to copy it
         # from (lock-free, like _fast_permit, which is then None), else None.
         self._timing_permit: Permit | None = None
+        self._timing = False  # the slow-call trigger is on (CB-17); set by _configure_lanes()
         self._cascade = SecondBuckets(config.cascade_window)
         self._cooldown_until = 0.0
         self._opened_at: float | None = None  # wall clock
@@ -411,6 +412,11 @@ class CircuitBreaker:
                 return permit
         return self._admit(now, metered)
 
+    def timing_start(self, now: float) -> float | None:
+        """The admission time to stamp on a permit (monotonic seconds), or None while the
+        slow-call trigger is off (CB-17: then nothing is slow, in any state)."""
+        return now if self._timing else None
+
     def _reject_fast(self, now: float, until: float, metered: bool = True) -> CircuitOpenError:
         """OPEN inside its deadline: the rejection needs no lock (CB-4). The event is built
         only when a listener wants plain rejections."""
@@ -431,7 +437,7 @@ class CircuitBreaker:
         with self._lock:
             self._evaluate(now, events)
             state = self._state
-            timing = self.config.slow_call_duration > 0
+            timing = self._timing
             if state is CLOSED:
                 permit = Permit(self._gen, started=now) if timing else self._closed_permit
             elif state is HALF_OPEN:
@@ -553,7 +559,8 @@ class CircuitBreaker:
                 return
         now = self._mono()
         started = permit.started
-        slow = started is not None and now - started >= self.config.slow_call_duration  # CB-17
+        # CB-17: only while the trigger is on (a duration and a rate threshold, both > 0)
+        slow = started is not None and self._timing and now - started >= self.config.slow_call_duration
         if permit.trial:
             if count_attempt:
                 with self._lock:
@@ -687,7 +694,7 @@ class CircuitBreaker:
         window.advance(now)
         if window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls):
             self._trip(now, Trigger.FAILURE_RATE, events)
-        elif cfg.slow_call_duration > 0 and window.slow_rate_reached(cfg.slow_call_rate_threshold, cfg.minimum_calls):
+        elif self._timing and window.slow_rate_reached(cfg.slow_call_rate_threshold, cfg.minimum_calls):
             self._trip(now, Trigger.SLOW_CALL_RATE, events)
 
     def _check_cascade(self, now: float, events: MutableSequence[Event]) -> None:
@@ -712,7 +719,7 @@ class CircuitBreaker:
             if self._state is CLOSED and self._forced is None and (not self._timed or self._mono() < self._sync_due)
             else None
         )
-        if self.config.slow_call_duration > 0:
+        if self._timing:
             self._fast_permit, self._timing_permit = None, fast
         else:
             self._fast_permit, self._timing_permit = fast, None
@@ -720,8 +727,13 @@ class CircuitBreaker:
     def _configure_lanes(self) -> None:
         """Whether successes may skip the window (lock held, or in __init__): only with the
         count window and no call timing, where a success in a clean full window changes
-        nothing. A time window must count every success (CB-15)."""
-        self._lanes = self.config.sliding_window_type == "count" and self.config.slow_call_duration <= 0
+        nothing. A time window must count every success (CB-15).
+
+        Calls are timed only while the slow-call trigger is on: a duration and a rate
+        threshold both above 0. With either at 0 nothing is ever slow, in any state (CB-17)."""
+        cfg = self.config
+        self._timing = cfg.slow_call_duration > 0 and cfg.slow_call_rate_threshold > 0
+        self._lanes = cfg.sliding_window_type == "count" and not self._timing
         if not self._lanes:
             self._healthy_permit = None
 

@@ -376,7 +376,7 @@ class StoreSync:
             if answer is not None:
                 with breaker._lock:
                     breaker._adopt(answer, breaker._mono(), events)
-                    started = now if cfg.slow_call_duration > 0 else None  # CB-17: timed calls
+                    started = breaker.timing_start(now)  # CB-17: timed calls
                     if answer.result:  # the adopted round already counts this probe
                         self._probe_versions[token] = answer.record.version
                         permit = Permit(breaker._gen, trial=True, token=token, started=started)
