@@ -417,6 +417,17 @@ class CircuitBreaker:
         slow-call trigger is off (CB-17: then nothing is slow, in any state)."""
         return now if self._timing else None
 
+    def held_open(self, now: float) -> str | None:
+        """The trigger of this process's own automatic open while its open time runs
+        (OPEN, not forced, *now* before the recovery deadline; monotonic seconds), else None.
+
+        A shared store that answers with an empty or older CLOSED record is never taken
+        over such an open (ST-4)."""
+        with self._lock:
+            if self._state is OPEN and self._forced is None and now < self._open_until:
+                return self._last_trigger or Trigger.ADOPTED
+        return None
+
     def _reject_fast(self, now: float, until: float, metered: bool = True) -> CircuitOpenError:
         """OPEN inside its deadline: the rejection needs no lock (CB-4). The event is built
         only when a listener wants plain rejections."""
@@ -617,7 +628,9 @@ class CircuitBreaker:
                     if self._trial_successes >= self.config.half_open_max_calls:
                         self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
                 else:
-                    self._to_open(now, Trigger.SLOW_CALL_RATE if slow else Trigger.HALF_OPEN_FAILURE, events)
+                    # a re-open is a trip like any other (ST-4): with a shared store it is
+                    # queued for write-back, and pushed once the store answers again
+                    self._trip(now, Trigger.SLOW_CALL_RATE if slow else Trigger.HALF_OPEN_FAILURE, events)
         self._settle(events)
 
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:

@@ -32,6 +32,8 @@ class Trigger:
     HALF_OPEN_SUCCESS = "half_open_success"
     RELEASED = "released"
     FORCE_LAPSED = "force_lapsed"
+    #: the worker followed a shared record that names no trigger of its own (a fresh record)
+    ADOPTED = "adopted"
 
 
 class Reason:

@@ -276,6 +276,8 @@ class StoreSync:
         events: list[Event] = []
         with self._io:
             answer = self.guard.call(breaker.name, "load")
+            if answer is not None and self._forgot(breaker, answer, now):
+                return
             with breaker._lock:
                 if answer is None:
                     self._schedule(breaker, retry_at)  # try again later
@@ -283,6 +285,24 @@ class StoreSync:
                     breaker._adopt(answer, breaker._mono(), events)
                 breaker._refresh_fast()
         breaker._publish(events)
+
+    def _forgot(self, breaker: CircuitBreaker, answer: Answer, now: float) -> bool:
+        """ST-4: the store answered with a CLOSED, unforced record older than the one this
+        worker last adopted (a server restarted empty, a failover that lost writes) while
+        the worker's own open time runs. The record is not taken as CLOSED: the open is
+        written back as a trip, and the answer to that is adopted. True when it was handled
+        (written back, or the write failed and waits for the next consult)."""
+        record = answer.record
+        if record.state != "closed" or record.forced is not None or record.version >= self.version:
+            return False
+        trigger = breaker.held_open(now)
+        if trigger is None:
+            return False
+        if not self._write_trip(breaker, trigger, []):
+            self._unpushed = trigger
+            interval = breaker.config.sync_interval
+            self._schedule(breaker, now + (interval if interval > 0 else 1.0))
+        return True
 
     def refresh(self, breaker: CircuitBreaker, now: float) -> None:
         """Store I/O before a state read: consult when due or when a force lapse is due, then
