@@ -23,6 +23,7 @@ Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3, EM-6 (adopting a pe
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import math
 import threading
@@ -53,7 +54,19 @@ from .stores.logic import next_open
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow, _count_of
 
-__all__ = ["Permit", "CircuitBreaker", "validate_ttl", "PEER_APPLIED", "PEER_UNCHANGED", "PEER_BLOCKED", "PEER_LIFTED"]
+__all__ = [
+    "Permit",
+    "CircuitBreaker",
+    "validate_ttl",
+    "recorded_since",
+    "trial_in_progress",
+    "enter_trial",
+    "leave_trial",
+    "PEER_APPLIED",
+    "PEER_UNCHANGED",
+    "PEER_BLOCKED",
+    "PEER_LIFTED",
+]
 
 CLOSED = CircuitState.CLOSED
 OPEN = CircuitState.OPEN
@@ -64,6 +77,44 @@ PEER_APPLIED = "applied"  # the breaker moved to the peer's state
 PEER_UNCHANGED = "unchanged"  # it was in that state already
 PEER_BLOCKED = "blocked"  # an OPEN met a local forced closed (like a trip meeting a force)
 PEER_LIFTED = "lifted"  # a CLOSED was applied over a local forced open (the documented hazard)
+
+
+# Nested use of one breaker is one call (CB-19). Two context variables, so "the same
+# thread or asyncio task" is exactly what they see, and neither is set on the CLOSED hot
+# path: _RECORDED is written only where an outcome is counted off the lock-free healthy
+# lane, _TRIAL only while a HALF_OPEN trial runs.
+#: ``(breaker, n)``: the breaker that last counted an outcome in this thread or task, and
+#: its record number then (see :func:`recorded_since`).
+_RECORDED: contextvars.ContextVar[tuple[Any, int] | None] = contextvars.ContextVar("baldur_recorded", default=None)
+#: ``(breaker, permit)``: the trial this thread or task is running through a breaker.
+_TRIAL: contextvars.ContextVar[tuple[Any, Permit] | None] = contextvars.ContextVar("baldur_trial", default=None)
+
+
+def recorded_since(breaker: CircuitBreaker, mark: int) -> bool:
+    """True when *breaker* counted an outcome in this thread or task after its record
+    number was *mark* (read with :meth:`CircuitBreaker.record_mark` when a call began):
+    a nested call through the same breaker already settled this call (CB-19)."""
+    last = _RECORDED.get()
+    return last is not None and last[0] is breaker and last[1] > mark
+
+
+def trial_in_progress(breaker: CircuitBreaker) -> Permit | None:
+    """The trial permit this thread or task holds for *breaker*, or None: a call nested
+    in a trial runs on the outer permit, neither taking a slot nor refused (CB-19)."""
+    running = _TRIAL.get()
+    if running is not None and running[0] is breaker:
+        return running[1]
+    return None
+
+
+def enter_trial(breaker: CircuitBreaker, permit: Permit) -> contextvars.Token[tuple[Any, Permit] | None]:
+    """Mark *permit*'s trial as running in this thread or task; pass the token to :func:`leave_trial`."""
+    return _TRIAL.set((breaker, permit))
+
+
+def leave_trial(token: contextvars.Token[tuple[Any, Permit] | None]) -> None:
+    """End what :func:`enter_trial` marked."""
+    _TRIAL.reset(token)
 
 
 class Permit:
@@ -185,6 +236,7 @@ class CircuitBreaker:
         self._force_reason = ""
         self._force_actor: str | None = None
         self._last_trigger: str | None = None
+        self._seq = 0  # outcomes counted off the healthy lane (lock held), for CB-19
         self.dry_run_rejections = 0
         self._init_metrics()
         # Events are queued here under the state lock, in the order the transitions were
@@ -417,6 +469,23 @@ class CircuitBreaker:
         slow-call trigger is off (CB-17: then nothing is slow, in any state)."""
         return now if self._timing else None
 
+    def record_mark(self) -> int:
+        """The number of outcomes counted so far off the lock-free healthy lane: read when a
+        call begins, and given to :func:`recorded_since` before its outcome is recorded (CB-19)."""
+        return self._seq
+
+    def _mark(self) -> None:
+        """An outcome was counted (lock held): number it, and note it for this thread or
+        task, so a call around a nested one through this breaker records nothing more (CB-19)."""
+        self._seq += 1
+        _RECORDED.set((self, self._seq))
+
+    def note_recorded(self) -> None:
+        """Note in this thread or task that an outcome of this breaker was counted elsewhere
+        (a worker thread recording a trial for a coroutine), as :meth:`_mark` does (CB-19)."""
+        with self._lock:
+            _RECORDED.set((self, self._seq))
+
     def held_open(self, now: float) -> str | None:
         """The trigger of this process's own automatic open while its open time runs
         (OPEN, not forced, *now* before the recovery deadline; monotonic seconds), else None.
@@ -521,6 +590,7 @@ class CircuitBreaker:
                             self._fast_permit = None  # a shared store's consult is due
                     else:
                         next(self._m_uncounted)  # EM-7
+                    self._mark()
                     return
             finally:
                 lock.release()
@@ -556,7 +626,11 @@ class CircuitBreaker:
         ``Exception``, or never reached the dependency: neither success nor failure. A trial
         gives its slot back (CB-10); with a shared store, to the fleet's round."""
         next(self._m_ignored)  # EM-7
-        if not permit.trial or self._sync.finish_probe(self, permit, "abandon"):
+        if not permit.trial:
+            return
+        with self._lock:
+            self._mark()  # settled, for a call around a nested one (CB-19)
+        if self._sync.finish_probe(self, permit, "abandon"):
             return
         with self._lock:
             if permit.generation == self._gen and self._state is HALF_OPEN and self._trials > 0:
@@ -573,8 +647,9 @@ class CircuitBreaker:
         # CB-17: only while the trigger is on (a duration and a rate threshold, both > 0)
         slow = started is not None and self._timing and now - started >= self.config.slow_call_duration
         if permit.trial:
-            if count_attempt:
-                with self._lock:
+            with self._lock:
+                self._mark()
+                if count_attempt:
                     self._cascade.add(now, False)
                     if not ok:
                         self._m_noted += 1  # EM-7
@@ -582,6 +657,7 @@ class CircuitBreaker:
             return
         events = self._outbox
         with self._lock:
+            self._mark()
             if count_attempt:
                 self._cascade.add(now, False)
                 if not ok:

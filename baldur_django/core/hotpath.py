@@ -58,11 +58,11 @@ import types
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from .breaker import CircuitBreaker, Permit
+from .breaker import CircuitBreaker, Permit, enter_trial, leave_trial, recorded_since, trial_in_progress
 from .classify import PLAIN_TYPES
 from .errors import CircuitOpenError, ConfigError, new_open_error
 from .registry import registry
-from .retry import Outcome, Raised, RetryPolicy, Returned, settled
+from .retry import Outcome, Raised, RetryPolicy, Returned, exception_outcome, settled
 from .runner import (
     acall_fallback,
     call_fallback,
@@ -141,6 +141,41 @@ async def asettle(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., Any
     return fn(*args)
 
 
+def _trial(
+    breaker: CircuitBreaker, permit: Permit, wrapper: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Run a HALF_OPEN trial: the wrapper is entered again with the trial marked as running
+    in this thread, so it and every call nested in it through the same breaker use this
+    one permit (CB-19). A trial that recorded nothing (its outcome was dropped on the
+    healthy lane after a state change) gives its slot back."""
+    mark = breaker.record_mark()
+    token = enter_trial(breaker, permit)
+    try:
+        return wrapper(*args, **kwargs)
+    finally:
+        leave_trial(token)
+        if not recorded_since(breaker, mark):
+            breaker.record_ignored(permit)
+
+
+async def _atrial(
+    breaker: CircuitBreaker,
+    permit: Permit,
+    wrapper: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The async :func:`_trial` (the mark lives in this task's context)."""
+    mark = breaker.record_mark()
+    token = enter_trial(breaker, permit)
+    try:
+        return await wrapper(*args, **kwargs)
+    finally:
+        leave_trial(token)
+        if not recorded_since(breaker, mark):
+            await off_loop(breaker, breaker.record_ignored, permit)
+
+
 def _trial_policy(policy: RetryPolicy | None) -> RetryPolicy:
     # a trial is one attempt (CB-6), still gated by the cooldown (RL-6)
     return cast(RetryPolicy, None if policy is None else dataclasses.replace(policy, max_attempts=1))
@@ -174,6 +209,7 @@ def sync_wrapper(
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
+        mark = breaker._seq  # CB-19: a nested call through this breaker settles this one
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             until = breaker._reject_until
             if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see the module docstring)
@@ -185,13 +221,19 @@ def sync_wrapper(
                         # error's traceback into a cycle that only the GC frees
                         raise new_open_error(name, OPEN, until - now)
                     return call_fallback(fallback, args, kwargs, new_open_error(name, OPEN, until - now))
-            if fallback is None:
-                permit = acquire_slow()
+            outer = trial_in_progress(breaker)
+            if outer is not None:
+                permit = outer  # CB-19: nested in this breaker's trial: no second slot, no refusal
             else:
-                try:
+                if fallback is None:
                     permit = acquire_slow()
-                except CircuitOpenError as rejection:
-                    return call_fallback(fallback, args, kwargs, rejection)
+                else:
+                    try:
+                        permit = acquire_slow()
+                    except CircuitOpenError as rejection:
+                        return call_fallback(fallback, args, kwargs, rejection)
+                if permit.trial:
+                    return _trial(breaker, permit, wrapper, args, kwargs)
         retrying = policy is not None and not permit.dry_run
         if retrying and (permit.trial or budgeted or breaker._cooldown_until):
             return run_sync(
@@ -204,12 +246,16 @@ def sync_wrapper(
             result = func(*args, **kwargs)
         except BaseException as exc:
             if not retrying:
-                if settle_exception(breaker, permit, exc) and fallback is not None and not permit.dry_run:
+                if recorded_since(breaker, mark):
+                    counted = exception_outcome(breaker.config, exc, name)[0]  # a nested call counted it (CB-19)
+                else:
+                    counted = settle_exception(breaker, permit, exc)
+                if counted and fallback is not None and not permit.dry_run:
                     return call_fallback(fallback, args, kwargs, exc)
                 raise
             first: Outcome = Raised(exc)
         else:
-            if type(result) not in PLAIN_TYPES:
+            if type(result) not in PLAIN_TYPES and not recorded_since(breaker, mark):
                 # settle_result()'s response lane, inlined: a plain int status on neither
                 # list is a success like a plain value; anything else is classified there.
                 try:
@@ -229,7 +275,7 @@ def sync_wrapper(
             # healthy_success() inlined: the hottest lines of the package
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 next(cascade.counter)
-            else:
+            elif not recorded_since(breaker, mark):
                 record_success(permit)
             return result
         return continue_sync(breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
@@ -258,6 +304,7 @@ def async_wrapper(
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
+        mark = breaker._seq  # CB-19, as in sync_wrapper
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             until = breaker._reject_until
             if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see the module docstring)
@@ -267,13 +314,19 @@ def async_wrapper(
                     if fallback is None:
                         raise new_open_error(name, OPEN, until - now)  # unnamed: see sync_wrapper
                     return await acall_fallback(fallback, args, kwargs, new_open_error(name, OPEN, until - now))
-            if fallback is None:
-                permit = await aacquire(breaker)
+            outer = trial_in_progress(breaker)
+            if outer is not None:
+                permit = outer  # CB-19: nested in this breaker's trial
             else:
-                try:
+                if fallback is None:
                     permit = await aacquire(breaker)
-                except CircuitOpenError as rejection:
-                    return await acall_fallback(fallback, args, kwargs, rejection)
+                else:
+                    try:
+                        permit = await aacquire(breaker)
+                    except CircuitOpenError as rejection:
+                        return await acall_fallback(fallback, args, kwargs, rejection)
+                if permit.trial:
+                    return await _atrial(breaker, permit, wrapper, args, kwargs)
         retrying = policy is not None and not permit.dry_run
         if retrying and (permit.trial or budgeted or breaker._cooldown_until):
             return await run_async(
@@ -283,8 +336,11 @@ def async_wrapper(
             result = await func(*args, **kwargs)
         except BaseException as exc:
             if not retrying:
-                if permit.trial:  # a shared round's outcome is a store write
+                if recorded_since(breaker, mark):
+                    counted = exception_outcome(breaker.config, exc, name)[0]  # a nested call counted it (CB-19)
+                elif permit.trial:  # a shared round's outcome is a store write
                     counted = await off_loop(breaker, settle_exception, breaker, permit, exc)
+                    breaker.note_recorded()
                 else:
                     counted = settle_exception(breaker, permit, exc)
                 if counted and fallback is not None and not permit.dry_run:
@@ -292,8 +348,11 @@ def async_wrapper(
                 raise
             first: Outcome = Raised(exc)
         else:
+            if recorded_since(breaker, mark) if permit.trial or type(result) not in PLAIN_TYPES else False:
+                return result  # a nested call through this breaker settled this one (CB-19)
             if permit.trial:  # never retrying here: a trial with a policy went to run_async
                 await off_loop(breaker, settle_result, breaker, permit, result)
+                breaker.note_recorded()
                 return result
             if type(result) not in PLAIN_TYPES:  # the response lane, as in sync_wrapper
                 try:
@@ -312,7 +371,7 @@ def async_wrapper(
                     )
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 next(cascade.counter)
-            else:
+            elif not recorded_since(breaker, mark):
                 record_success(permit)
             return result
         return await continue_async(breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
@@ -527,22 +586,25 @@ def protect(
                 # runs none of its body, it only makes the coroutine or generator (closed
                 # unused) or fails to bind its arguments. Nothing is recorded for it, so it
                 # is as if it had been refused before the call.
+                mark = breaker._seq  # CB-19: a nested call through this breaker settles this one
                 try:
                     result = call()
                 except BaseException as exc:
                     if not call.__code__.co_flags & _NOT_PLAIN:
-                        settle_exception(breaker, permit, exc)
+                        if not recorded_since(breaker, mark):
+                            settle_exception(breaker, permit, exc)
                         raise
                 else:
                     if type(result) in PLAIN_TYPES:
                         cascade = route.cascade
                         if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
                             next(cascade.counter)
-                        else:
+                        elif not recorded_since(breaker, mark):
                             breaker.record_success(permit)
                         return result
                     if not call.__code__.co_flags & _NOT_PLAIN:
-                        settle_result(breaker, permit, result)  # the response lane too
+                        if not recorded_since(breaker, mark):
+                            settle_result(breaker, permit, result)  # the response lane too
                         return result
                     _discard(result)
             elif not call.__code__.co_flags & _NOT_PLAIN:
@@ -593,6 +655,7 @@ async def aprotect(
                 # a generator, not a coroutine: it is caught there, before anything of it
                 # ran, and the full way below raises the ConfigError.
                 refused = None
+                mark = breaker._seq  # CB-19, as in protect()
                 try:
                     value = factory()
                     if value.__class__ is not _COROUTINE and factory.__code__.co_flags & _GENERATORS:
@@ -605,7 +668,8 @@ async def aprotect(
                         result = await value
                 except BaseException as exc:
                     if not factory.__code__.co_flags & _GENERATORS:
-                        settle_exception(breaker, permit, exc)
+                        if not recorded_since(breaker, mark):
+                            settle_exception(breaker, permit, exc)
                         raise
                 else:
                     if refused is None:
@@ -613,9 +677,9 @@ async def aprotect(
                             cascade = route.cascade
                             if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
                                 next(cascade.counter)
-                            else:
+                            elif not recorded_since(breaker, mark):
                                 breaker.record_success(permit)
-                        else:
+                        elif not recorded_since(breaker, mark):
                             settle_result(breaker, permit, result)
                         return result
                     _discard(refused)

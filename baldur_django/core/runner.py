@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .breaker import CircuitBreaker, Permit
+from .breaker import CircuitBreaker, Permit, recorded_since
 from .classify import (
     PLAIN_TYPES,
     RATE_LIMITED,
@@ -202,11 +202,18 @@ def run_sync(
     start = breaker._mono() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if until <= start:
+        mark = breaker.record_mark()
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
+            if recorded_since(breaker, mark):  # a nested call through this breaker counted it (CB-19)
+                if fallback is not None and exception_outcome(breaker.config, exc, breaker.name)[0]:
+                    return call_fallback(fallback, args, kwargs, exc)
+                raise
             first = Raised(exc)
         else:
+            if recorded_since(breaker, mark):
+                return result  # a nested call through this breaker settled this one (CB-19)
             if type(result) in PLAIN_TYPES:  # settled()'s first test, inlined: no status to read
                 breaker.record_success(permit)
                 return result
@@ -279,11 +286,18 @@ async def run_async(
     start = breaker._mono() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if until <= start:
+        mark = breaker.record_mark()
         try:
             result = await factory(*args, **kwargs)
         except BaseException as exc:
+            if recorded_since(breaker, mark):  # CB-19, as in run_sync
+                if fallback is not None and exception_outcome(breaker.config, exc, breaker.name)[0]:
+                    return await acall_fallback(fallback, args, kwargs, exc)
+                raise
             first = Raised(exc)
         else:
+            if recorded_since(breaker, mark):
+                return result
             if type(result) in PLAIN_TYPES:  # settled()'s first test, inlined
                 await _recording(breaker, permit, breaker.record_success, permit)
                 return result
