@@ -60,6 +60,16 @@ _OPEN = CircuitState.OPEN
 _HALF_OPEN = CircuitState.HALF_OPEN
 
 
+def _timing(breaker: CircuitBreaker) -> dict[str, float]:
+    """The open timing of *breaker* as the store protocol's keyword arguments (seconds, CB-16)."""
+    recovery_timeout, backoff_factor, recovery_timeout_max = breaker._open_timing()
+    return {
+        "recovery_timeout": recovery_timeout,
+        "backoff_factor": backoff_factor,
+        "recovery_timeout_max": recovery_timeout_max,
+    }
+
+
 class StoreGuard:
     """Calls a store, turning every error into ``None`` plus rate-limited warnings (ST-4).
 
@@ -93,10 +103,12 @@ class StoreGuard:
         self._warned_at: float | None = None
         self.failures = 0
 
-    def call(self, service: str, op: str, *args: Any) -> Answer | None:
-        """Run ``store.<op>(service, *args)`` (store I/O); None when the store did not answer."""
+    def call(self, service: str, op: str, **kwargs: Any) -> Answer | None:
+        """Run ``store.<op>(service, **kwargs)`` (store I/O); None when the store did not answer.
+
+        The store protocol takes everything but the name as keyword arguments (ST-6)."""
         try:
-            answer: Answer = getattr(self.store, op)(service, *args)
+            answer: Answer = getattr(self.store, op)(service, **kwargs)
         except Exception as exc:  # ST-4: any store error, never the caller's problem
             self._failed(service, exc)
             return None
@@ -275,7 +287,7 @@ class StoreSync:
                 return
         events: list[Event] = []
         with self._io:
-            answer = self.guard.call(breaker.name, "load")
+            answer = self.guard.call(breaker.name, "load", frozen=frozen())
             if answer is not None and self._forgot(breaker, answer, now):
                 return
             with breaker._lock:
@@ -312,13 +324,13 @@ class StoreSync:
         with breaker._lock:
             due = breaker._state is _OPEN and breaker._forced is None and now >= breaker._open_until
         if due and not self.guard.down and not frozen():
-            self._run(breaker, "sweep")
+            self._run(breaker, "sweep", frozen=False)
 
-    def _run(self, breaker: CircuitBreaker, op: str, *args: Any) -> Answer | None:
+    def _run(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer | None:
         """Store I/O: one guarded operation, adopted under the state lock; events delivered."""
         events: list[Event] = []
         with self._io:
-            answer = self.guard.call(breaker.name, op, *args)
+            answer = self.guard.call(breaker.name, op, **kwargs)
             if answer is not None:
                 with breaker._lock:
                     breaker._adopt(answer, breaker._mono(), events)
@@ -360,7 +372,7 @@ class StoreSync:
     def _write_trip(self, breaker: CircuitBreaker, trigger: str, held: list[Event]) -> bool:
         events: list[Event] = []
         with self._io:
-            answer = self.guard.call(breaker.name, "trip", trigger, *breaker._open_timing())
+            answer = self.guard.call(breaker.name, "trip", trigger=trigger, **_timing(breaker), frozen=frozen())
             if answer is None:
                 return False
             self._unpushed = None
@@ -392,7 +404,14 @@ class StoreSync:
         events: list[Event] = []
         permit: Permit | None = None
         with self._io:
-            answer = self.guard.call(breaker.name, "acquire_probe", token, cfg.half_open_max_calls, cfg.probe_lease)
+            answer = self.guard.call(
+                breaker.name,
+                "acquire_probe",
+                token=token,
+                max_calls=cfg.half_open_max_calls,
+                lease_seconds=cfg.probe_lease,
+                frozen=frozen(),
+            )
             if answer is not None:
                 with breaker._lock:
                     breaker._adopt(answer, breaker._mono(), events)
@@ -415,14 +434,21 @@ class StoreSync:
         cfg = breaker.config
         version = self._probe_versions.pop(permit.token, self.version)
         answer = self._run(
-            breaker, "finish_probe", permit.token, version, outcome, cfg.half_open_max_calls, *breaker._open_timing()
+            breaker,
+            "finish_probe",
+            token=permit.token,
+            version=version,
+            outcome=outcome,
+            max_calls=cfg.half_open_max_calls,
+            **_timing(breaker),
+            frozen=frozen(),
         )
         return answer is not None or outcome == "abandon"
 
     # ---------------------------------------------------------------- forces
-    def _operator(self, breaker: CircuitBreaker, op: str, *args: Any) -> Answer:
+    def _operator(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer:
         try:
-            answer: Answer = getattr(self.guard.store, op)(breaker.name, *args)
+            answer: Answer = getattr(self.guard.store, op)(breaker.name, frozen=frozen(), **kwargs)
         except Exception as exc:  # OP-4: a force never fails silently
             raise StoreError(f"could not store the {op} of {breaker.name!r}: {describe(exc)}") from exc
         return answer
@@ -432,7 +458,7 @@ class StoreSync:
     ) -> Answer:
         """Store I/O: write an operator's force. Raises StoreError when the store fails (OP-4)."""
         self.consult(breaker, breaker._mono())  # so from_state is the shared state, not a stale local view
-        return self._operator(breaker, "force", mode, ttl_seconds, reason, actor)
+        return self._operator(breaker, "force", mode=mode, ttl_seconds=ttl_seconds, reason=reason, actor=actor)
 
     def store_release(self, breaker: CircuitBreaker) -> Answer:
         """Store I/O: remove a force from the record. Raises StoreError when the store fails (OP-4)."""
