@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Callable, Collection, MutableSequence
 from typing import Any
 
+from . import rules
 from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
@@ -48,9 +49,9 @@ from .events import (
     TripBlocked,
 )
 from .events import bus as default_bus
+from .rules import next_open
 from .states import CircuitState, Reason, Trigger
 from .stores.base import Answer, Record
-from .stores.logic import next_open
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow, _count_of
 
@@ -521,13 +522,17 @@ class CircuitBreaker:
             if state is CLOSED:
                 permit = Permit(self._gen, started=now) if timing else self._closed_permit
             elif state is HALF_OPEN:
-                if frozen():
-                    reason = Reason.FROZEN  # EM-2: no probe while Level 3 holds
-                elif self._sync.local_judgement() and self._trials < self.config.half_open_max_calls:
+                # the fleet's slots are the store's while it answers (ST-2): none here
+                max_calls = self.config.half_open_max_calls
+                taken = self._trials if self._sync.local_judgement() else max_calls
+                refusal = rules.probe_refusal(
+                    state=state.value, forced=self._forced, taken=taken, max_calls=max_calls, frozen=frozen()
+                )
+                if refusal is None:
                     self._trials += 1
                     permit = Permit(self._gen, trial=True, started=now if timing else None)
                 else:
-                    reason = Reason.HALF_OPEN_FULL
+                    reason = refusal  # frozen (EM-2) or half_open_full (CB-6)
             else:
                 until = self._force_until if self._forced == "open" else self._open_until
                 if now >= until and self._forced is None and frozen():
@@ -680,10 +685,9 @@ class CircuitBreaker:
                         self._consecutive += 1
                     self._window.add(not ok, slow, now)
                 if self._forced is None:
-                    if not ok and self._consecutive >= self.config.failure_threshold:
-                        self._trip(now, Trigger.CONSECUTIVE_FAILURES, events)
-                    else:
-                        self._check_rate(now, events)
+                    trigger = self._closed_trigger(now, failed=not ok)
+                    if trigger is not None:
+                        self._trip(now, trigger, events)
             if rate_limited and self._state is CLOSED:
                 self._check_cascade(now, events)
         self._settle(events)
@@ -692,21 +696,29 @@ class CircuitBreaker:
         """A trial's outcome (CB-6): N successes close, one failure reopens; stale ones drop.
         A slow trial is a failed one, reopening with trigger ``slow_call_rate`` (CB-17).
         With a shared store the fleet's round decides (one store operation)."""
-        if self._sync.finish_probe(self, permit, "slow" if slow else ("success" if ok else "failure")):
+        outcome = "slow" if slow else ("success" if ok else "failure")
+        if self._sync.finish_probe(self, permit, outcome):
             return
         events = self._outbox
         with self._lock:
             if permit.generation == self._gen and self._state is HALF_OPEN:
-                if frozen():
+                verdict = rules.trial_verdict(
+                    successes=self._trial_successes,
+                    max_calls=self.config.half_open_max_calls,
+                    outcome=outcome,
+                    frozen=frozen(),
+                )
+                if verdict == rules.GIVE_BACK:
                     self._trials -= 1  # EM-2: no close, no reopen while frozen; the slot goes back
-                elif ok:
+                elif verdict == rules.COUNT:
                     self._trial_successes += 1
-                    if self._trial_successes >= self.config.half_open_max_calls:
-                        self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
+                elif verdict == rules.CLOSE:
+                    self._trial_successes += 1
+                    self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
                 else:
                     # a re-open is a trip like any other (ST-4): with a shared store it is
                     # queued for write-back, and pushed once the store answers again
-                    self._trip(now, Trigger.SLOW_CALL_RATE if slow else Trigger.HALF_OPEN_FAILURE, events)
+                    self._trip(now, rules.trial_trigger(outcome), events, reopen=True)
         self._settle(events)
 
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
@@ -774,17 +786,26 @@ class CircuitBreaker:
         return remaining if remaining > 0 else 0.0
 
     # ------------------------------------------------------------------ triggers
-    def _check_rate(self, now: float, events: MutableSequence[Event]) -> None:
-        """The rate triggers over the window (CB-3, CB-15): the failure rate first, so when both
-        cross on one outcome the trigger is ``failure_rate``; then the slow-call rate (CB-17),
-        gated by ``minimum_calls`` whatever the failure-rate setting."""
+    def _closed_trigger(self, now: float, *, failed: bool) -> str | None:
+        """The trigger one recorded CLOSED outcome fires, or None (lock held): the consecutive
+        count, then the rates over the window (CB-2, CB-3, CB-15), the failure rate before the
+        slow-call rate (CB-17, gated by ``minimum_calls`` whatever the failure-rate setting).
+        The order is :func:`rules.closed_trigger`'s."""
         cfg = self.config
         window = self._window
-        window.advance(now)
-        if window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls):
-            self._trip(now, Trigger.FAILURE_RATE, events)
-        elif self._timing and window.slow_rate_reached(cfg.slow_call_rate_threshold, cfg.minimum_calls):
-            self._trip(now, Trigger.SLOW_CALL_RATE, events)
+        if failed and self._consecutive >= cfg.failure_threshold:
+            rate = slow = False  # decided already: the rates need not be read
+        else:
+            window.advance(now)
+            rate = window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls)
+            slow = self._timing and window.slow_rate_reached(cfg.slow_call_rate_threshold, cfg.minimum_calls)
+        return rules.closed_trigger(
+            failed=failed,
+            consecutive=self._consecutive,
+            failure_threshold=cfg.failure_threshold,
+            rate_reached=rate,
+            slow_rate_reached=slow,
+        )
 
     def _check_cascade(self, now: float, events: MutableSequence[Event]) -> None:
         if self._forced is not None or self._state is not CLOSED:
@@ -832,12 +853,15 @@ class CircuitBreaker:
         self._healthy_permit = None
         self._reject_until = 0.0
 
-    def _trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
+    def _trip(self, now: float, trigger: str, events: MutableSequence[Event], *, reopen: bool = False) -> None:
         """An automatic trigger fired (lock held): open at once for this process's traffic;
         the strategy decides when the events are published (a shared store first asks
         the store who decided the trip)."""
-        if frozen():
-            return  # EM-2: Level 3 holds every automatic decision; the failure stays recorded
+        if reopen:
+            if frozen():
+                return  # EM-2 (the trial's verdict already said so)
+        elif rules.trip_verdict(state=self._state.value, forced=self._forced, frozen=frozen()) != rules.TRIPPED:
+            return  # EM-2: Level 3 holds every automatic decision; a force refuses it (OP-2)
         held: list[Event] = []
         self._to_open(now, trigger, held)
         self._sync.trip_decided(self, trigger, held, events)
@@ -923,11 +947,10 @@ class CircuitBreaker:
             previous = self._forced
             before = self._state
             self._clear_force()
-            if previous == "open":
-                if frozen():  # EM-2: a lapsed forced open stays OPEN until the level drops
-                    self._open_until = now
-                else:
-                    self._to_half_open(Trigger.FORCE_LAPSED, None)
+            if rules.lapse_target(previous, frozen=frozen()) is not None:
+                self._to_half_open(Trigger.FORCE_LAPSED, None)
+            elif previous == "open":  # EM-2: a lapsed forced open stays OPEN until the level drops
+                self._open_until = now
             else:
                 self._refresh_fast()
             events.append(
@@ -939,7 +962,9 @@ class CircuitBreaker:
                     to_state=self._state.value,
                 )
             )
-        if self._state is OPEN and self._forced is None and now >= self._open_until and not frozen():
+        if self._state is OPEN and rules.recovery_due(
+            state="open", forced=self._forced, now=now, open_until=self._open_until, frozen=frozen()
+        ):
             self._to_half_open(Trigger.RECOVERY_TIMEOUT, events)
 
     def _clear_force(self) -> None:
@@ -1120,7 +1145,7 @@ class CircuitBreaker:
                     previous = self._forced
                     if previous is not None:
                         self._clear_force()
-                        if previous == "open":
+                        if rules.release_target(previous) is not None:
                             self._to_half_open(Trigger.RELEASED, None)
                         else:
                             self._refresh_fast()

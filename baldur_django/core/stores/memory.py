@@ -12,8 +12,8 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from ..rules import prunable, run
 from .base import Answer, Record, decode, encode
-from .logic import prunable, run
 
 __all__ = ["MemoryStore"]
 
