@@ -50,7 +50,7 @@ from .events import (
 )
 from .events import bus as default_bus
 from .rules import next_open
-from .states import CircuitState, Reason, Trigger
+from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow, _count_of
@@ -379,8 +379,9 @@ class CircuitBreaker:
             a call let through by dry-run counts too); ``blocked``: rejections by reason
             (``open``, ``half_open_full``, ``frozen``; dry-run rejects nothing);
             ``transitions``: ``{(from_state, to_state, trigger): count}`` for every state
-            change of this process's breaker, adopted ones included (trigger
-            ``"unknown"`` when none is known, as after :meth:`reset`). Counts start at 0
+            change of this process's breaker, adopted ones included (every trigger is
+            named, CB-20: ``reset`` after :meth:`reset`, ``adopted`` for a shared record
+            that names none). Counts start at 0
             in a process, a forked child included, and never decrease.
 
         Implements EM-7 (the counts).
@@ -871,18 +872,33 @@ class CircuitBreaker:
         cfg = self.config
         return cfg.recovery_timeout, cfg.recovery_backoff_factor, cfg.recovery_timeout_max
 
-    def _enter(self, target: CircuitState, trigger: str | None, events: MutableSequence[Event] | None) -> float:
+    def _enter(
+        self,
+        target: CircuitState,
+        trigger: str,
+        events: MutableSequence[Event] | None,
+        *,
+        adopted: bool = False,
+    ) -> float:
         """Move to *target* in a new generation (lock held): the single place a state
         changes, for local decisions and adoption alike. Appends ``StateChanged`` to
         *events* unless it is None (adoption of a peer's decision publishes nothing, CB-14).
 
+        The edge is checked against the legal-transition table first (CB-20,
+        :func:`~baldur_django.core.states.check_transition`); *adopted* marks a state taken
+        over from a shared record, legal from any state.
+
         Returns:
             The wall-clock time of the transition (Unix seconds).
+
+        Raises:
+            IllegalTransition: the edge is not in the table (a programming error).
         """
         before = self._state
+        check_transition(before, target, trigger, adopted=adopted)
         self._invalidate()
         if target is not before:  # EM-7
-            key = (before.value, target.value, trigger or "unknown")
+            key = (before.value, target.value, trigger)
             self._transitions[key] = self._transitions.get(key, 0) + 1
         self._gen += 1
         self._trials = 0
@@ -904,7 +920,7 @@ class CircuitBreaker:
                     wall,
                     from_state=before.value,
                     to_state=target.value,
-                    trigger=trigger or "",
+                    trigger=trigger,
                     dry_run=self.config.dry_run,
                 )
             )
@@ -1017,10 +1033,11 @@ class CircuitBreaker:
             self._clear_force()
         target = _STATES[record.state]
         announce = answer.moved and answer.lapsed is None and target is not before
+        trigger = record.trigger or Trigger.ADOPTED
         if target is not before or target is not CLOSED:
-            self._enter(target, record.trigger, events if announce else None)
+            self._enter(target, trigger, events if announce else None, adopted=True)
         else:
-            self._last_trigger = record.trigger
+            self._last_trigger = trigger
             self._refresh_fast()
         if target is CLOSED:
             if before is not CLOSED:
@@ -1114,7 +1131,7 @@ class CircuitBreaker:
             if self._state is not OPEN:
                 self._to_open(now, Trigger.FORCED, [])
             else:
-                self._enter(OPEN, self._last_trigger, None)
+                self._enter(OPEN, Trigger.FORCED, None)
                 self._opened_at = self._opened_at or wall
             self._hold_open_until(self._force_until)
         elif self._state is not CLOSED:
@@ -1285,7 +1302,7 @@ class CircuitBreaker:
         """Return to a fresh CLOSED breaker: counts, cooldown and force cleared (for tests and operators)."""
         with self._lock:
             self._clear_force()
-            self._enter(CLOSED, None, None)
+            self._enter(CLOSED, Trigger.RESET, None)
             self._consecutive = 0
             self._window.clear()
             self._cascade.clear()
