@@ -101,7 +101,7 @@ class DatabaseStore:
         from .models import BreakerRecord
 
         key = safe_key(name)
-        table = BreakerRecord._meta.db_table
+        table = BreakerRecord._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
         held = frozen  # Level 3 holds automatic steps (EM-2): the caller's reading
 
         def work() -> Answer:
@@ -230,7 +230,7 @@ class DatabaseStore:
     def lock(self, name: str, *, ttl_seconds: float) -> str | None:
         from .models import BreakerLock
 
-        table = BreakerLock._meta.db_table
+        table = BreakerLock._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
 
         def work() -> str | None:
             token = uuid.uuid4().hex

@@ -23,16 +23,18 @@ Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3, EM-6 (adopting a pe
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import inspect
 import itertools
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, MutableSequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, MutableSequence
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from . import rules
-from .classify import parse_retry_after
+from .classify import PLAIN_TYPES, parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
 from .emergency import frozen
@@ -54,6 +56,9 @@ from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow, _count_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .retry import Outcome, RetryPolicy
 
 __all__ = [
     "Permit",
@@ -161,6 +166,51 @@ def validate_ttl(ttl_minutes: Any, default: float) -> float:
     if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > 1440:
         raise ConfigError(f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most 1440 minutes")
     return float(ttl_minutes)
+
+
+class Engine(NamedTuple):
+    """The functions of the runner and the retry engine that the wrappers a breaker builds
+    call (:meth:`CircuitBreaker.build_wrapper`): handed in by ``core/hotpath.py``, so this
+    module imports neither of them (no import circle inside ``core/``)."""
+
+    run_sync: Callable[..., Any]
+    continue_sync: Callable[..., Any]
+    run_async: Callable[..., Awaitable[Any]]
+    continue_async: Callable[..., Awaitable[Any]]
+    settle_exception: Callable[..., bool]
+    settle_result: Callable[..., None]
+    settled: Callable[..., bool]
+    call_fallback: Callable[..., Any]
+    acall_fallback: Callable[..., Awaitable[Any]]
+    exception_outcome: Callable[..., tuple[bool, bool]]
+    trial: Callable[..., Any]
+    atrial: Callable[..., Awaitable[Any]]
+    raised: Callable[[BaseException], Any]
+    returned: Callable[[Any], Any]
+    discard: Callable[[Any], None]
+    slow: object
+    refused: object
+    not_plain: int
+    generators: int
+    coroutine: type
+
+
+class View(NamedTuple):
+    """What a breaker's store strategy reads of its state (``CircuitBreaker.view``).
+
+    Attributes:
+        state (CircuitState): the local state.
+        forced (str | None): the force held locally.
+        force_until (float): monotonic deadline of that force (seconds).
+        open_until (float): monotonic end of the current automatic open (seconds).
+        sync_due (float): monotonic time of the next due consult of the store (seconds).
+    """
+
+    state: CircuitState
+    forced: str | None
+    force_until: float
+    open_until: float
+    sync_due: float
 
 
 class CircuitBreaker:
@@ -403,8 +453,8 @@ class CircuitBreaker:
         counts["state"] = state
         return counts
 
-    def _forked(self) -> None:
-        """In a child just forked (one thread): its counts start from what it inherited."""
+    def after_fork(self) -> None:
+        """In a child just forked (one thread): its counts start from what it inherited (EM-7)."""
         self._inherited = self._metric_counts()
 
     def _open_fields(self) -> dict[str, float | None]:
@@ -470,6 +520,422 @@ class CircuitBreaker:
         """The admission time to stamp on a permit (monotonic seconds), or None while the
         slow-call trigger is off (CB-17: then nothing is slow, in any state)."""
         return now if self._timing else None
+
+    # ------------------------------------------------------- the hot path's closures
+    def build_wrapper(
+        self,
+        func: Callable[..., Any],
+        policy: RetryPolicy | None,
+        trial_policy: RetryPolicy | None,
+        fallback: Any,
+        engine: Engine,
+    ) -> Callable[..., Any]:
+        """The wrapper of a ``def`` protected by this breaker (built here because it reads the
+        hot-path fields lock-free; see :mod:`baldur_django.core.hotpath`): one attribute read
+        to admit, no lock to record a healthy success.
+
+        Args:
+            func: the protected function.
+            policy: the retry policy, or None for no retry stage.
+            trial_policy: *policy* made one attempt (CB-6), for trials.
+            fallback: called with the call's arguments when the breaker rejects or the call
+                fails (FAC-4), or None.
+            engine: the runner's and retry engine's functions (no import circle).
+
+        Returns:
+            A function with *func*'s signature. Implements FAC-1..FAC-4, CB-4, CB-8, CB-19.
+        """
+        run_sync, continue_sync = engine.run_sync, engine.continue_sync
+        settle_exception, settle_result, settled = engine.settle_exception, engine.settle_result, engine.settled
+        call_fallback, exception_outcome, trial = engine.call_fallback, engine.exception_outcome, engine.trial
+        Raised, Returned = engine.raised, engine.returned
+        cascade = self._cascade
+        monotonic = self._mono
+        acquire_slow = self.acquire_slow
+        record_success = self.record_success
+        wants_rejections = self._bus.wants_rejections
+        blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
+        name = self.name
+        retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
+        budgeted = policy is not None and policy.budget_seconds is not None
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            permit = self._fast_permit
+            mark = self._seq  # CB-19: a nested call through this breaker settles this one
+            if permit is None or (self._timed and monotonic() >= self._sync_due):
+                until = self._reject_until
+                if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
+                    now = monotonic()
+                    if now < until and now < self._sync_due and not wants_rejections():
+                        next(blocked_open)
+                        if fallback is None:
+                            # raised unnamed: a local holding it would tie this frame and the
+                            # error's traceback into a cycle that only the GC frees
+                            raise new_open_error(name, Reason.OPEN, until - now)
+                        return call_fallback(fallback, args, kwargs, new_open_error(name, Reason.OPEN, until - now))
+                outer = trial_in_progress(self)
+                if outer is not None:
+                    permit = outer  # CB-19: nested in this breaker's trial: no second slot, no refusal
+                else:
+                    if fallback is None:
+                        permit = acquire_slow()
+                    else:
+                        try:
+                            permit = acquire_slow()
+                        except CircuitOpenError as rejection:
+                            return call_fallback(fallback, args, kwargs, rejection)
+                    if permit.trial:
+                        return trial(self, permit, wrapper, args, kwargs)
+            retrying = policy is not None and not permit.dry_run
+            if retrying and (permit.trial or budgeted or self._cooldown_until):
+                return run_sync(
+                    self, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+                )
+            # With a retry policy and nothing to gate the first attempt, run_sync() would make
+            # it at once with start=0.0: it is made here, and the engine takes over only when
+            # it did not succeed (continue_sync).
+            try:
+                result = func(*args, **kwargs)
+            except BaseException as exc:
+                if not retrying:
+                    if recorded_since(self, mark):
+                        counted = exception_outcome(self.config, exc, name)[0]  # a nested call counted it (CB-19)
+                    else:
+                        counted = settle_exception(self, permit, exc)
+                    if counted and fallback is not None and not permit.dry_run:
+                        return call_fallback(fallback, args, kwargs, exc)
+                    raise
+                first: Outcome = Raised(exc)
+            else:
+                if type(result) not in PLAIN_TYPES and not recorded_since(self, mark):
+                    # settle_result()'s response lane, inlined: a plain int status on neither
+                    # list is a success like a plain value; anything else is classified there.
+                    try:
+                        code = result.status_code
+                    except Exception:
+                        code = None
+                    config = self.config
+                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                        if not retrying:
+                            settle_result(self, permit, result)
+                            return result
+                        if settled(self, permit, result):
+                            return result
+                        return continue_sync(
+                            self, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                        )
+                # healthy_success() inlined: the hottest lines of the package
+                if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
+                    next(cascade.counter)
+                elif not recorded_since(self, mark):
+                    record_success(permit)
+                return result
+            return continue_sync(self, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
+
+        return wrapper
+
+    def build_awrapper(
+        self,
+        func: Callable[..., Awaitable[Any]],
+        policy: RetryPolicy | None,
+        trial_policy: RetryPolicy | None,
+        fallback: Any,
+        engine: Engine,
+    ) -> Callable[..., Awaitable[Any]]:
+        """The wrapper of an ``async def``: the same steps as :meth:`build_wrapper`, awaiting
+        the call; a shared breaker's slow paths (store I/O) run in a worker thread.
+
+        Returns:
+            A coroutine function with *func*'s signature.
+        """
+        run_async, continue_async = engine.run_async, engine.continue_async
+        settle_exception, settle_result, settled = engine.settle_exception, engine.settle_result, engine.settled
+        acall_fallback, exception_outcome, atrial = engine.acall_fallback, engine.exception_outcome, engine.atrial
+        Raised, Returned = engine.raised, engine.returned
+        cascade = self._cascade
+        monotonic = self._mono
+        record_success = self.record_success
+        wants_rejections = self._bus.wants_rejections
+        blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
+        name = self.name
+        retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
+        budgeted = policy is not None and policy.budget_seconds is not None
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            permit = self._fast_permit
+            mark = self._seq  # CB-19, as in sync_wrapper
+            if permit is None or (self._timed and monotonic() >= self._sync_due):
+                until = self._reject_until
+                if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
+                    now = monotonic()
+                    if now < until and now < self._sync_due and not wants_rejections():
+                        next(blocked_open)
+                        if fallback is None:
+                            raise new_open_error(name, Reason.OPEN, until - now)  # unnamed: see sync_wrapper
+                        return await acall_fallback(
+                            fallback, args, kwargs, new_open_error(name, Reason.OPEN, until - now)
+                        )
+                outer = trial_in_progress(self)
+                if outer is not None:
+                    permit = outer  # CB-19: nested in this breaker's trial
+                else:
+                    if fallback is None:
+                        permit = await self.aacquire()
+                    else:
+                        try:
+                            permit = await self.aacquire()
+                        except CircuitOpenError as rejection:
+                            return await acall_fallback(fallback, args, kwargs, rejection)
+                    if permit.trial:
+                        return await atrial(self, permit, wrapper, args, kwargs)
+            retrying = policy is not None and not permit.dry_run
+            if retrying and (permit.trial or budgeted or self._cooldown_until):
+                return await run_async(
+                    self, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+                )
+            try:  # the first attempt of a retry sequence too, as in sync_wrapper
+                result = await func(*args, **kwargs)
+            except BaseException as exc:
+                if not retrying:
+                    if recorded_since(self, mark):
+                        counted = exception_outcome(self.config, exc, name)[0]  # a nested call counted it (CB-19)
+                    elif permit.trial:  # a shared round's outcome is a store write
+                        counted = await self.off_loop(settle_exception, self, permit, exc)
+                        self.note_recorded()
+                    else:
+                        counted = settle_exception(self, permit, exc)
+                    if counted and fallback is not None and not permit.dry_run:
+                        return await acall_fallback(fallback, args, kwargs, exc)
+                    raise
+                first: Outcome = Raised(exc)
+            else:
+                if recorded_since(self, mark) if permit.trial or type(result) not in PLAIN_TYPES else False:
+                    return result  # a nested call through this breaker settled this one (CB-19)
+                if permit.trial:  # never retrying here: a trial with a policy went to run_async
+                    await self.off_loop(settle_result, self, permit, result)
+                    self.note_recorded()
+                    return result
+                if type(result) not in PLAIN_TYPES:  # the response lane, as in sync_wrapper
+                    try:
+                        code = result.status_code
+                    except Exception:
+                        code = None
+                    config = self.config
+                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                        if not retrying:
+                            settle_result(self, permit, result)
+                            return result
+                        if settled(self, permit, result):
+                            return result
+                        return await continue_async(
+                            self, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                        )
+                if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
+                    next(cascade.counter)
+                elif not recorded_since(self, mark):
+                    record_success(permit)
+                return result
+            return await continue_async(self, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
+
+        return wrapper
+
+    def build_inline(self, engine: Engine) -> Callable[[Callable[[], Any]], Any]:
+        """``inline(call)``: :func:`~baldur_django.core.hotpath.protect`'s plain CLOSED path
+        (no retry stage, no fallback) for a process-local breaker, reading the hot-path fields
+        lock-free as the wrappers do. Returns the call's value, or ``engine.slow`` when the
+        plain path does not apply (the caller runs its full wrapper), or ``engine.refused``
+        when *call* turned out to be a coroutine or generator function (nothing recorded,
+        the caller's full way raises the ConfigError). Implements CB-19 as the wrappers do.
+        """
+        settle_exception, settle_result = engine.settle_exception, engine.settle_result
+        slow, refused, not_plain, discard = engine.slow, engine.refused, engine.not_plain, engine.discard
+        cascade = self._cascade
+        monotonic = self._mono
+        record_success = self.record_success
+
+        def inline(call: Callable[[], Any]) -> Any:
+            permit = self._fast_permit
+            if permit is None or self._timed:
+                return slow
+            mark = self._seq  # CB-19: a nested call through this breaker settles this one
+            try:
+                result = call()
+            except BaseException as exc:
+                if not call.__code__.co_flags & not_plain:
+                    if not recorded_since(self, mark):
+                        settle_exception(self, permit, exc)
+                    raise
+                return refused
+            if type(result) in PLAIN_TYPES:
+                if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
+                    next(cascade.counter)
+                elif not recorded_since(self, mark):
+                    record_success(permit)
+                return result
+            if not call.__code__.co_flags & not_plain:
+                if not recorded_since(self, mark):
+                    settle_result(self, permit, result)  # the response lane too
+                return result
+            discard(result)
+            return refused
+
+        return inline
+
+    def build_ainline(self, engine: Engine, service: str) -> Callable[[Callable[[], Any]], Awaitable[Any]]:
+        """The async :meth:`build_inline`, for :func:`~baldur_django.core.hotpath.aprotect`:
+        awaits ``factory()``; the same return values (a generator function is refused)."""
+        settle_exception, settle_result = engine.settle_exception, engine.settle_result
+        slow, refused, generators, discard = engine.slow, engine.refused, engine.generators, engine.discard
+        coroutine = engine.coroutine
+        cascade = self._cascade
+        monotonic = self._mono
+        record_success = self.record_success
+
+        async def ainline(factory: Callable[[], Any]) -> Any:
+            permit = self._fast_permit
+            if permit is None or self._timed:
+                return slow
+            mark = self._seq  # CB-19, as in build_inline
+            try:
+                value: Any = factory()
+                if value.__class__ is not coroutine and factory.__code__.co_flags & generators:
+                    discard(value)
+                    return refused
+                if value.__class__ is not coroutine and not inspect.isawaitable(value):
+                    raise ConfigError(
+                        f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}"
+                    )
+                result = await cast("Awaitable[Any]", value)
+            except BaseException as exc:
+                if not factory.__code__.co_flags & generators:
+                    if not recorded_since(self, mark):
+                        settle_exception(self, permit, exc)
+                    raise
+                return refused
+            if type(result) in PLAIN_TYPES:
+                if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
+                    next(cascade.counter)
+                elif not recorded_since(self, mark):
+                    record_success(permit)
+            elif not recorded_since(self, mark):
+                settle_result(self, permit, result)
+            return result
+
+        return ainline
+
+    async def aacquire(self) -> Permit:
+        """:meth:`acquire` for coroutines: the lock-free paths run inline; a shared breaker's
+        admission that may reach its store runs in a worker thread, so the event loop never
+        waits on store I/O.
+
+        Returns:
+            A permit. Raises CircuitOpenError as :meth:`acquire` does.
+        """
+        permit = self._fast_permit
+        if permit is not None and not (self._timed and self._mono() >= self._sync_due):
+            return permit
+        if self._timed:
+            now = self._mono()
+            if not (now < self._reject_until and now < self._sync_due):  # else a lock-free rejection
+                return cast(Permit, await asyncio.to_thread(self.acquire_slow))
+        return self.acquire_slow()
+
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` so that a shared store's I/O never blocks the running event loop:
+        in a worker thread for a shared breaker, inline for a process-local one (no I/O)."""
+        if self._timed:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    # ------------------------------------------------ the store strategy's seam
+    # sync.py changes nothing of a breaker directly: it reads a View, schedules the next
+    # consult, and hands store answers to apply() / apply_probe(), which adopt them here.
+    @property
+    def clock(self) -> Clock:
+        """The breaker's time source (monotonic and wall seconds)."""
+        return self._clock
+
+    def view(self, *, locked: bool = False) -> View:
+        """The state a store strategy decides on (ST-3); *locked* reads it under the state lock."""
+        if locked:
+            with self._lock:
+                return View(self._state, self._forced, self._force_until, self._open_until, self._sync_due)
+        return View(self._state, self._forced, self._force_until, self._open_until, self._sync_due)
+
+    def schedule(self, deadline: float, *, refresh: bool = False) -> None:
+        """Set when a shared breaker consults its store next (monotonic seconds; ST-3). With
+        *refresh* the hot-path permit is re-derived under the state lock (not held by the caller)."""
+        if not refresh:
+            self._sync_due = deadline
+            return
+        with self._lock:
+            self._sync_due = deadline
+            self._refresh_fast()
+
+    def apply(self, answer: Answer, *, force: bool = False, first: Collection[Event] = ()) -> None:
+        """Make the local state follow a store *answer* (state lock taken here, not held by the
+        caller), then deliver *first* and what the adoption published (CB-14, ST-2).
+
+        Args:
+            answer (Answer): what one store operation returned.
+            force (bool): adopt it even when its version is the one already adopted (the
+                answer to this worker's own write: a trip, a force, a release).
+            first (Collection[Event]): events to deliver before the adoption's own.
+        """
+        events: list[Event] = list(first)
+        with self._lock:
+            self._adopt(answer, self._mono(), events, force=force)
+            self._refresh_fast()
+        self._publish(events)
+
+    def apply_probe(self, answer: Answer, token: str, now: float) -> Permit | None:
+        """Adopt the answer to a probe request and build the permit it grants (ST-2): a trial
+        permit holding *token* when the store gave a slot, the CLOSED permit when the record
+        turned out CLOSED, else None (no slot). Takes the state lock; publishes afterwards."""
+        events: list[Event] = []
+        permit: Permit | None = None
+        with self._lock:
+            self._adopt(answer, self._mono(), events)
+            started = self.timing_start(now)  # CB-17: timed calls
+            if answer.result:  # the adopted round already counts this probe
+                permit = Permit(self._gen, trial=True, token=token, started=started)
+            elif self._state is CLOSED:
+                permit = self._closed_permit if started is None else Permit(self._gen, started=started)
+        self._publish(events)
+        return permit
+
+    def publish(self, events: Collection[Event]) -> None:
+        """Deliver *events* in order after the state lock was released (CB-14)."""
+        self._publish(events)
+
+    @property
+    def generation(self) -> int:
+        """The state generation: a new one with every transition (CB-8: an outcome admitted
+        in an older generation is dropped)."""
+        return self._gen
+
+    @property
+    def shared(self) -> bool:
+        """True while the breaker meets a shared store (its slow paths may do store I/O, so
+        coroutines run them off the event loop)."""
+        return self._timed
+
+    @property
+    def cooldown_deadline(self) -> float:
+        """Monotonic end of this process's 429 cooldown (seconds); 0.0 until a cooldown was
+        ever set, which the retry stage reads to skip the clock (RL-6)."""
+        return self._cooldown_until
+
+    def healthy_success(self, permit: Permit) -> bool:
+        """Count a success on the lock-free healthy lane when it applies (the window full and
+        clean, the cascade's second not over); True when counted, False when the caller must
+        :meth:`record_success`."""
+        if permit is self._healthy_permit:
+            cascade = self._cascade
+            if self._mono() < cascade.bucket_end:
+                next(cascade.counter)
+                return True
+        return False
 
     def record_mark(self) -> int:
         """The number of outcomes counted so far off the lock-free healthy lane: read when a
@@ -867,7 +1333,7 @@ class CircuitBreaker:
         self._to_open(now, trigger, held)
         self._sync.trip_decided(self, trigger, held, events)
 
-    def _open_timing(self) -> tuple[float, float, float]:
+    def open_timing(self) -> tuple[float, float, float]:
         """``(recovery_timeout, backoff factor, cap)`` in seconds, for the store's open (CB-16)."""
         cfg = self.config
         return cfg.recovery_timeout, cfg.recovery_backoff_factor, cfg.recovery_timeout_max
@@ -936,7 +1402,7 @@ class CircuitBreaker:
         backed-off duration (CB-16); a forced open leaves the count alone."""
         self._opened_at = self._enter(OPEN, trigger, events)
         if trigger != Trigger.FORCED:
-            self._opens, self._open_seconds = next_open(self._opens, *self._open_timing())
+            self._opens, self._open_seconds = next_open(self._opens, *self.open_timing())
         self._open_until = now + self._open_seconds
         if self._forced is None:
             self._hold_open_until(self._open_until)
@@ -1256,6 +1722,7 @@ class CircuitBreaker:
                 self._to_closed(Trigger.PROPAGATED, events)
             if outcome in (PEER_APPLIED, PEER_LIFTED):
                 self._sync.after_peer(self)
+                self._refresh_fast()
         self._settle(events)
         return outcome
 

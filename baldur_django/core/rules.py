@@ -27,6 +27,9 @@ import math
 from .stores.base import ALREADY, BLOCKED, TRIPPED, Answer, Record
 
 __all__ = [
+    "TRIPPED",
+    "BLOCKED",
+    "ALREADY",
     "CLOSE",
     "REOPEN",
     "GIVE_BACK",
@@ -244,6 +247,7 @@ def op_trip(
     recovery_timeout: float,
     factor: float = 1.0,
     cap: float = math.inf,
+    *,
     frozen: bool = False,
 ) -> str:
     """An automatic trigger fired: ``TRIPPED``, ``BLOCKED`` or ``ALREADY`` (see :func:`trip_verdict`)."""
@@ -262,7 +266,7 @@ def op_sweep(record: Record, now: float, frozen: bool = False) -> bool:
 
 
 def op_acquire_probe(
-    record: Record, now: float, token: str, max_calls: int, lease_seconds: float, frozen: bool = False
+    record: Record, now: float, token: str, max_calls: int, lease_seconds: float, *, frozen: bool = False
 ) -> tuple[bool, bool]:
     """Returns ``(admitted, moved)``."""
     moved = op_sweep(record, now, frozen)
@@ -284,6 +288,7 @@ def op_finish_probe(
     recovery_timeout: float,
     factor: float = 1.0,
     cap: float = math.inf,
+    *,
     frozen: bool = False,
 ) -> str | None:
     """Returns the transition made (``"closed"``, ``"open"``) or None. *outcome* is

@@ -77,12 +77,8 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
     except Exception:
         code = None
     if type(code) is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
-        if permit is breaker._healthy_permit:
-            cascade = breaker._cascade
-            if breaker._mono() < cascade.bucket_end:
-                next(cascade.counter)
-                return
-        breaker.record_success(permit)
+        if not breaker.healthy_success(permit):
+            breaker.record_success(permit)
         return
     kind = classify_status(status_of(result), cfg.failure_codes, cfg.rate_limit_codes)
     if kind == SUCCESS:
@@ -198,8 +194,8 @@ def run_sync(
     # its outcome, or at once under a cooldown. The clock is read only when it matters: a
     # cooldown was ever set in this process (_cooldown_until is 0.0 until then) or the
     # budget needs the start time.
-    until = breaker._cooldown_until
-    start = breaker._mono() if until or policy.budget_seconds is not None else 0.0
+    until = breaker.cooldown_deadline
+    start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if until <= start:
         mark = breaker.record_mark()
@@ -250,7 +246,7 @@ def continue_sync(
                 outcome = Raised(exc)
             step = plan.send(outcome)
         elif isinstance(step, Sleep):
-            breaker._clock.sleep(step.seconds)
+            breaker.clock.sleep(step.seconds)
             step = next(plan)
         else:
             break
@@ -265,7 +261,7 @@ async def _recording(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., 
     """Run ``fn(*args)``, which may record *permit*'s outcome: a shared breaker's trial
     outcome is a store write, made from a worker thread so the event loop never waits on
     the store (ST-2); anything else inline."""
-    if permit.trial and breaker._timed:
+    if permit.trial and breaker.shared:
         return await asyncio.to_thread(fn, *args)
     return fn(*args)
 
@@ -282,8 +278,8 @@ async def run_async(
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
     ``asyncio.sleep`` (or the clock's ``asleep``) (FAC-3, RL-6). Same arguments, return
     value and errors as :func:`run_sync`; a coroutine-function fallback is awaited."""
-    until = breaker._cooldown_until  # the happy path: see run_sync
-    start = breaker._mono() if until or policy.budget_seconds is not None else 0.0
+    until = breaker.cooldown_deadline  # the happy path: see run_sync
+    start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if until <= start:
         mark = breaker.record_mark()
@@ -332,7 +328,7 @@ async def continue_async(
                 outcome = Raised(exc)
             step = await _recording(breaker, permit, plan.send, outcome)
         elif isinstance(step, Sleep):
-            clock = breaker._clock
+            clock = breaker.clock
             asleep = getattr(clock, "asleep", None) or asyncio.sleep
             await asleep(step.seconds)
             step = await _recording(breaker, permit, next, plan)
