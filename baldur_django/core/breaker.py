@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import itertools
 import math
 import threading
@@ -191,8 +190,6 @@ class Engine(NamedTuple):
     slow: object
     refused: object
     not_plain: int
-    generators: int
-    coroutine: type
 
 
 class View(NamedTuple):
@@ -561,7 +558,6 @@ class CircuitBreaker:
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             permit = self._fast_permit
-            mark = self._seq  # CB-19: a nested call through this breaker settles this one
             if permit is None or (self._timed and monotonic() >= self._sync_due):
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
@@ -586,6 +582,7 @@ class CircuitBreaker:
                             return call_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return trial(self, permit, wrapper, args, kwargs)
+            mark = self._seq  # CB-19: a nested call through this breaker settles this one
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return run_sync(
@@ -663,7 +660,6 @@ class CircuitBreaker:
 
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             permit = self._fast_permit
-            mark = self._seq  # CB-19, as in sync_wrapper
             if permit is None or (self._timed and monotonic() >= self._sync_due):
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
@@ -688,6 +684,7 @@ class CircuitBreaker:
                             return await acall_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return await atrial(self, permit, wrapper, args, kwargs)
+            mark = self._seq  # CB-19, as in build_wrapper
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return await run_async(
@@ -709,13 +706,12 @@ class CircuitBreaker:
                     raise
                 first: Outcome = Raised(exc)
             else:
-                if recorded_since(self, mark) if permit.trial or type(result) not in PLAIN_TYPES else False:
-                    return result  # a nested call through this breaker settled this one (CB-19)
                 if permit.trial:  # never retrying here: a trial with a policy went to run_async
-                    await self.off_loop(settle_result, self, permit, result)
-                    self.note_recorded()
+                    if not recorded_since(self, mark):  # else a nested call settled it (CB-19)
+                        await self.off_loop(settle_result, self, permit, result)
+                        self.note_recorded()
                     return result
-                if type(result) not in PLAIN_TYPES:  # the response lane, as in sync_wrapper
+                if type(result) not in PLAIN_TYPES and not recorded_since(self, mark):  # the response lane
                     try:
                         code = result.status_code
                     except Exception:
@@ -781,37 +777,34 @@ class CircuitBreaker:
 
         return inline
 
-    def build_ainline(self, engine: Engine, service: str) -> Callable[[Callable[[], Any]], Awaitable[Any]]:
-        """The async :meth:`build_inline`, for :func:`~baldur_django.core.hotpath.aprotect`:
-        awaits ``factory()``; the same return values (a generator function is refused)."""
+    def build_ainline(
+        self, engine: Engine
+    ) -> tuple[
+        Callable[[], tuple[Permit, int] | None],
+        Callable[[Permit, int, Any], None],
+        Callable[[Permit, int, BaseException], None],
+    ]:
+        """``(admit, succeeded, failed)``: :func:`~baldur_django.core.hotpath.aprotect`'s plain
+        CLOSED path for a process-local breaker, in three plain calls around the caller's own
+        ``await`` (an extra coroutine per call would cost more than the path itself).
+
+        ``admit()`` returns ``(permit, mark)`` when the plain path applies, else None (the
+        caller runs its full wrapper); ``succeeded(permit, mark, result)`` and
+        ``failed(permit, mark, exc)`` record the outcome, the healthy lane lock-free, and
+        nothing when a nested call through this breaker settled the call already (CB-19).
+        """
         settle_exception, settle_result = engine.settle_exception, engine.settle_result
-        slow, refused, generators, discard = engine.slow, engine.refused, engine.generators, engine.discard
-        coroutine = engine.coroutine
         cascade = self._cascade
         monotonic = self._mono
         record_success = self.record_success
 
-        async def ainline(factory: Callable[[], Any]) -> Any:
+        def admit() -> tuple[Permit, int] | None:
             permit = self._fast_permit
             if permit is None or self._timed:
-                return slow
-            mark = self._seq  # CB-19, as in build_inline
-            try:
-                value: Any = factory()
-                if value.__class__ is not coroutine and factory.__code__.co_flags & generators:
-                    discard(value)
-                    return refused
-                if value.__class__ is not coroutine and not inspect.isawaitable(value):
-                    raise ConfigError(
-                        f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}"
-                    )
-                result = await cast("Awaitable[Any]", value)
-            except BaseException as exc:
-                if not factory.__code__.co_flags & generators:
-                    if not recorded_since(self, mark):
-                        settle_exception(self, permit, exc)
-                    raise
-                return refused
+                return None
+            return permit, self._seq
+
+        def succeeded(permit: Permit, mark: int, result: Any) -> None:
             if type(result) in PLAIN_TYPES:
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
@@ -819,9 +812,12 @@ class CircuitBreaker:
                     record_success(permit)
             elif not recorded_since(self, mark):
                 settle_result(self, permit, result)
-            return result
 
-        return ainline
+        def failed(permit: Permit, mark: int, exc: BaseException) -> None:
+            if not recorded_since(self, mark):
+                settle_exception(self, permit, exc)
+
+        return admit, succeeded, failed
 
     async def aacquire(self) -> Permit:
         """:meth:`acquire` for coroutines: the lock-free paths run inline; a shared breaker's

@@ -320,7 +320,7 @@ class Route:
         # the plain CLOSED path, built by the breaker (it reads the hot-path fields): only
         # without a retry stage; a route serves protect() or aprotect(), so both are built
         self.fast = breaker.build_inline(ENGINE) if self.inline else None
-        self.afast = breaker.build_ainline(ENGINE, breaker.name) if self.inline else None
+        self.afast = breaker.build_ainline(ENGINE) if self.inline else None
 
 
 #: service -> the :class:`Route` of ``protect`` calls without overrides / with overrides,
@@ -468,14 +468,34 @@ async def aprotect(
     ):
         if fallback is None:
             afast = route.afast
-            # async_wrapper's CLOSED path (never a trial here) with acall_wrappers' attempt,
-            # run by the breaker's closure. A generator function (refused, as in protect())
-            # makes a generator, not a coroutine: it is caught there, before anything of it
-            # ran, and the full way below raises the ConfigError.
-            result = _SLOW if afast is None else await afast(factory)
-            if result is not _SLOW:
-                if result is not _REFUSED:
-                    return result
+            admitted = None if afast is None else afast[0]()
+            if afast is not None and admitted is not None:
+                # async_wrapper's CLOSED path (never a trial here) with acall_wrappers'
+                # attempt, inlined around the breaker's closures. A generator function
+                # (refused, as in protect()) makes a generator, not a coroutine: it is caught
+                # there, before anything of it ran, and the full way below raises the
+                # ConfigError.
+                permit, mark = admitted
+                refused = None
+                try:
+                    value = factory()
+                    if value.__class__ is not _COROUTINE and factory.__code__.co_flags & _GENERATORS:
+                        refused = value
+                    else:
+                        if value.__class__ is not _COROUTINE and not inspect.isawaitable(value):
+                            raise ConfigError(
+                                f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}"
+                            )
+                        result = await value
+                except BaseException as exc:
+                    if not factory.__code__.co_flags & _GENERATORS:
+                        afast[2](permit, mark, exc)
+                        raise
+                else:
+                    if refused is None:
+                        afast[1](permit, mark, result)
+                        return result
+                    _discard(refused)
             elif not factory.__code__.co_flags & _GENERATORS:
                 return await route.run(factory)
         elif callable(fallback) and not factory.__code__.co_flags & _GENERATORS:
@@ -504,6 +524,4 @@ ENGINE = Engine(
     slow=_SLOW,
     refused=_REFUSED,
     not_plain=_NOT_PLAIN,
-    generators=_GENERATORS,
-    coroutine=_COROUTINE,
 )
