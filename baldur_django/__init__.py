@@ -1,8 +1,9 @@
 """baldur_django: circuit breakers for Django and plain Python.
 
-The names below are the fixed public contract (REQUIREMENTS section 0). Importing this
-package needs no Django settings: the core reads environment variables until the Django
-app (``baldur_django.apps.BaldurDjangoConfig``) installs ``django.conf.settings``.
+The names below are the fixed public contract (see "Public names" on the Behaviour
+reference page of the docs). Importing this package needs no Django settings: the core
+reads environment variables until the Django app
+(``baldur_django.apps.BaldurDjangoConfig``) installs ``django.conf.settings``.
 """
 
 from .core.breaker import CircuitBreaker

@@ -5,8 +5,10 @@ The list lives at ``admin/baldur_django/breaker/``. It is the changelist of the
 table-less :class:`~baldur_django.models.Breaker` model, replaced by a view that reads
 :func:`baldur_django.services.status_rows`. Selecting breakers and an action leads to a
 confirmation page (as Django's "delete selected") asking for the lifetime in minutes and a
-reason; confirming calls :func:`baldur_django.services.force` or
-:func:`~baldur_django.services.release` with ``source="admin"`` and the user name as actor.
+reason; confirming calls :func:`baldur_django.services.force`,
+:func:`~baldur_django.services.release` or :func:`~baldur_django.services.forget` (removes
+the breaker from the shared record and registry; refused while forced, OP-7) with
+``source="admin"`` and the user name as actor.
 Acting needs ``baldur_django.force_circuit``; seeing the list needs ``view_breaker`` or
 that permission. On the memory backend the page says it acts on its own process only.
 
@@ -18,14 +20,14 @@ While an Emergency Mode level is in force the page shows it with its expiry; hol
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -36,13 +38,24 @@ from .core.registry import registry
 from .forms import EmergencyLevelForm, ForceForm, ReleaseForm, StepDownForm
 from .models import FORCE_PERMISSION, Breaker, BreakerAudit
 
+if TYPE_CHECKING:  # django-stubs makes ModelAdmin generic; at run time it takes no subscript
+    _BreakerModelAdmin = admin.ModelAdmin[Breaker]
+    _AuditModelAdmin = admin.ModelAdmin[BreakerAudit]
+else:
+    _BreakerModelAdmin = _AuditModelAdmin = admin.ModelAdmin
+
 __all__ = ["BreakerAdmin", "BreakerAuditAdmin", "BREAKER_ACTIONS"]
 
-#: action name -> (force mode or None for release, label, button text)
+#: action name -> (force mode, None for release or ``"forget"``, label, button text)
 BREAKER_ACTIONS: dict[str, tuple[str | None, Any, Any]] = {
     "force_open": ("open", gettext_lazy("Force open selected breakers"), gettext_lazy("Yes, force open")),
     "force_close": ("close", gettext_lazy("Force closed selected breakers"), gettext_lazy("Yes, force closed")),
     "release": (None, gettext_lazy("Release selected breakers (back to automatic)"), gettext_lazy("Yes, release")),
+    "forget": (
+        "forget",
+        gettext_lazy("Forget selected breakers (remove from the shared record and registry)"),
+        gettext_lazy("Yes, forget"),
+    ),
 }
 
 
@@ -92,7 +105,7 @@ class ReadOnlyAdminMixin:
 
 
 @admin.register(Breaker)
-class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
     """The breaker list and its force/release actions (OP-6). See the module docstring."""
 
     actions = None  # the three actions are handled by this admin's own views
@@ -102,7 +115,9 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     # ------------------------------------------------------------------ permissions
     def has_force_circuit_permission(self, request: HttpRequest) -> bool:
         """True when the user may force and release breakers (``baldur_django.force_circuit``)."""
-        return request.user.is_active and request.user.has_perm(FORCE_PERMISSION)
+        user: Any = request.user  # AUTH_USER_MODEL, whatever it is (the admin needs has_perm)
+        allowed: bool = user.is_active and user.has_perm(FORCE_PERMISSION)
+        return allowed
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return super().has_view_permission(request, obj) or self.has_force_circuit_permission(request)
@@ -111,7 +126,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return super().has_module_permission(request) or self.has_force_circuit_permission(request)
 
     # ------------------------------------------------------------------------- urls
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
         return [
             path(
@@ -197,7 +212,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             )
             return HttpResponseRedirect(self._list_url())
         mode, label, button = BREAKER_ACTIONS[action]
-        form_class = ReleaseForm if mode is None else ForceForm
+        form_class = ReleaseForm if mode in (None, "forget") else ForceForm
         if request.POST.get("post") == "yes":
             form = form_class(request.POST)
             if form.is_valid():
@@ -296,6 +311,9 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def _perform(self, request: HttpRequest, selected: list[str], mode: str | None, data: dict[str, Any]) -> None:
         actor = request.user.get_username()
         reason = data.get("reason", "")
+        if mode == "forget":
+            self._forget(request, selected, actor, reason)
+            return
         done: list[str] = []
         unchanged: list[str] = []
         for name in selected:
@@ -345,9 +363,28 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 messages.SUCCESS,
             )
 
+    def _forget(self, request: HttpRequest, selected: list[str], actor: str, reason: str) -> None:
+        """Forget each selected breaker through :func:`services.forget` (OP-7); a forced one is refused."""
+        done: list[str] = []
+        for name in selected:
+            try:
+                services.forget(name, actor=actor, source="admin", reason=reason)
+                done.append(name)
+            except BaldurError as exc:
+                self.message_user(
+                    request, _("%(name)s: not forgotten: %(error)s") % {"name": name, "error": exc}, messages.ERROR
+                )
+        if done:
+            self.message_user(
+                request,
+                ngettext("Forgot %(count)d breaker: %(names)s.", "Forgot %(count)d breakers: %(names)s.", len(done))
+                % {"count": len(done), "names": ", ".join(done)},
+                messages.SUCCESS,
+            )
+
 
 @admin.register(BreakerAudit)
-class BreakerAuditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class BreakerAuditAdmin(ReadOnlyAdminMixin, _AuditModelAdmin):
     """Read-only audit of every force and release (OP-6)."""
 
     actions = None

@@ -30,9 +30,9 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from .conf import closest_setting, django_lookup, format_default, redact
-from .core.config import MISSING, SettingsSource
+from .core.config import MISSING, SettingsSource, import_reference
 from .core.errors import ConfigError
-from .core.knobs import CHECK_IDS, KNOBS, RESERVED
+from .core.knobs import CHECK_IDS, KNOBS, PREDICATE_KEYS, RESERVED, is_exception_type, is_predicate
 
 __all__ = ["Codes", "KNOB_IDS", "check_settings", "check_rate_limit_cache", "check_deployment"]
 
@@ -62,6 +62,9 @@ class Codes:
     REDIS_CLUSTER_WITHOUT_URL = "baldur.E070"
     REDIS_CLUSTER_BAD_URL = "baldur.E071"
     PROPAGATION_LIFTS_FORCES = "baldur.W010"
+    PREDICATE_NOT_IMPORTABLE = "baldur.E080"  # a BALDUR_SERVICES predicate path that cannot be imported
+    PREDICATE_NOT_CALLABLE = "baldur.E081"  # ... that names something that is not a function
+    HEALTH_DETAILS_PUBLIC = "baldur.W011"
 
 
 #: One fixed error id per knob (``baldur.E0xx``), so a log search or
@@ -115,8 +118,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         without ``BALDUR_REDIS_URL`` and E071 for a cluster URL that is a socket or names
         a database other than 0 (ST-2), E009 for cluster propagation switched on with
         neither a URL nor a django-redis cache alias, and W010 for cluster propagation on
-        the memory backend, where a peer's CLOSED lifts an operator's force (EM-6). Never
-        raises.
+        the memory backend, where a peer's CLOSED lifts an operator's force (EM-6), E080
+        for a ``BALDUR_SERVICES`` predicate path (``ignore_exceptions``,
+        ``failure_predicate``, ``result_predicate``) that cannot be imported and E081 for
+        one that names something that is not callable (CB-18). Never raises.
     """
     messages: list[CheckMessage] = []
     source = _source()
@@ -143,8 +148,56 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages.extend(_check_redis_cluster(values))
     messages.extend(_check_propagation(values))
     messages.extend(_check_reserved(values))
+    messages.extend(_check_predicates(values))
     messages.extend(_check_unknown_names())
     return messages
+
+
+_PREDICATE_HINTS = {
+    "ignore_exceptions": "a list of dotted import paths, each naming an exception class (ignored with its "
+    "subclasses) or a function f(exc) -> bool (True: ignored)",
+    "failure_predicate": "the dotted import path of a function f(exc) -> bool: True counts the exception "
+    "as a failure, False ignores it",
+    "result_predicate": "the dotted import path of a function f(value) -> bool: True records the returned "
+    "value as a failure",
+}
+
+
+def _check_predicates(values: dict[str, Any]) -> list[CheckMessage]:
+    # CB-18: the dotted paths of BALDUR_SERVICES are imported here, as the first breaker of
+    # the service would import them, so a typo reads as a check error at startup
+    services = values.get("BALDUR_SERVICES")
+    if not isinstance(services, dict):
+        return []  # a bad value was already reported
+    out: list[CheckMessage] = []
+    for service, entry in services.items():
+        for key in PREDICATE_KEYS:
+            if key not in entry:
+                continue
+            where = f"BALDUR_SERVICES[{service!r}][{key!r}]"
+            hint = (
+                f"{where} must be {_PREDICATE_HINTS[key]}, for example 'myapp.breakers.is_outage'. Check the "
+                "spelling and that the module is importable from the project (on the Python path). See "
+                "docs/settings.md."
+            )
+            items = entry[key] if key == "ignore_exceptions" else (entry[key],)
+            for item in items:
+                try:
+                    value = import_reference(where, item)
+                except ConfigError as exc:
+                    out.append(Error(redact(str(exc)), hint=hint, id=Codes.PREDICATE_NOT_IMPORTABLE))
+                    continue
+                good = is_predicate(value) or (key == "ignore_exceptions" and is_exception_type(value))
+                if not good:
+                    what = "a class that is not an exception" if isinstance(value, type) else "not callable"
+                    out.append(
+                        Error(
+                            f"{where}={item!r} names {value!r}, which is {what}",
+                            hint=hint,
+                            id=Codes.PREDICATE_NOT_CALLABLE,
+                        )
+                    )
+    return out
 
 
 def _is_defined(name: str) -> bool:
@@ -483,19 +536,36 @@ def check_rate_limit_cache(app_configs: Any = None, **kwargs: Any) -> list[Check
 
 @register("baldur", deploy=True)
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """``manage.py check --deploy``: warn that the memory backend is per process (ST-1).
+    """``manage.py check --deploy``: warn that the memory backend is per process (ST-1), and
+    that the health endpoint shows its details to anyone (HC-5).
 
     Returns:
         list[CheckMessage]: W004 when ``BALDUR_STATE_BACKEND`` is ``"memory"``. Silence it
         with ``SILENCED_SYSTEM_CHECKS = ["baldur.W004"]`` when you run one worker process.
+        W011 when ``BALDUR_HEALTH_DETAILS`` is on.
     """
+    messages: list[CheckMessage] = []
+    try:
+        details = _source().get("BALDUR_HEALTH_DETAILS")
+    except ConfigError:
+        details = False  # reported by check_settings
+    if details:
+        messages.append(
+            Warning(
+                "BALDUR_HEALTH_DETAILS=True: the health endpoint shows every breaker's state to anonymous callers",
+                hint="Breaker names tell an outsider which dependencies you have and which are failing. Leave "
+                "it off (staff users still see the details) unless the endpoint is reachable only from "
+                "inside your network; then silence baldur.W011.",
+                id=Codes.HEALTH_DETAILS_PUBLIC,
+            )
+        )
     try:
         backend = _source().get("BALDUR_STATE_BACKEND")
     except ConfigError:
-        return []  # reported by check_settings
+        return messages  # reported by check_settings
     if backend != "memory":
-        return []
-    return [
+        return messages
+    messages.append(
         Warning(
             "BALDUR_STATE_BACKEND='memory': every worker process keeps breakers of its own",
             hint="Each worker must see its own failures before it trips, probes on its own, and forces or "
@@ -503,4 +573,5 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             "'database' or 'redis'; with exactly one, silence baldur.W004.",
             id=Codes.MEMORY_BACKEND,
         )
-    ]
+    )
+    return messages

@@ -4,18 +4,24 @@
   in the admin (``/admin/baldur_django/breaker/``) and carries the permission
   ``baldur_django.force_circuit`` that gates every force and release from the admin.
 * :class:`BreakerAudit` is the audit trail: one row per breaker per operator action
-  (force open, force closed, release), and one per Emergency Mode level change, whatever
-  surface it came from. Rows are written
-  by the bus listener of :func:`baldur_django.services.install_audit_listener`.
+  (force open, force closed, release, forget), and one per Emergency Mode level change,
+  whatever surface it came from. Rows are written by the bus listener of
+  :func:`baldur_django.services.install_audit_listener` (a forget's by
+  :func:`baldur_django.services.forget` itself).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .backends.models import BreakerLock, BreakerRecord  # tables of the database backend (ST-2)
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 __all__ = ["Breaker", "BreakerAudit", "BreakerRecord", "BreakerLock", "FORCE_PERMISSION"]
 
@@ -31,7 +37,7 @@ class Breaker(models.Model):
     closed") and only a ``view`` default permission. Implements OP-6.
     """
 
-    service = models.CharField(_("service"), max_length=255, primary_key=True)
+    service: models.CharField[str, str] = models.CharField(_("service"), max_length=255, primary_key=True)
 
     class Meta:
         managed = False
@@ -51,8 +57,9 @@ class BreakerAudit(models.Model):
         at: when the action took effect (aware datetime).
         actor: who did it: the admin user name, ``command:<OS user>``, or what an API
             caller passed as ``actor`` (empty when none was given).
-        action: ``open`` (force open), ``close`` (force closed), ``release``, or for Emergency
-            Mode ``level_set`` / ``level_step_down`` (EM-1).
+        action: ``open`` (force open), ``close`` (force closed), ``release``, ``forget``
+            (removed from the shared record and registry, OP-7), or for Emergency Mode
+            ``level_set`` / ``level_step_down`` (EM-1).
         service: the breaker's name (empty for an emergency level change: it concerns all).
         ttl_minutes: lifetime of a force or level in minutes (None for a release).
         expires_at: when the force or level lapses on its own (None for a release).
@@ -68,6 +75,7 @@ class BreakerAudit(models.Model):
         OPEN = "open", _("force open")
         CLOSE = "close", _("force closed")
         RELEASE = "release", _("release")
+        FORGET = "forget", _("forget")
         LEVEL_SET = "level_set", _("set emergency level")
         LEVEL_STEP_DOWN = "level_step_down", _("step down emergency level")
 
@@ -77,23 +85,33 @@ class BreakerAudit(models.Model):
         API = "api", _("API")
         TASK = "task", _("background task")
 
-    at = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
-    actor = models.CharField(_("who"), max_length=150, blank=True, default="")
-    action = models.CharField(_("action"), max_length=16, choices=Action.choices)
-    service = models.TextField(_("service"))
-    ttl_minutes = models.FloatField(_("lifetime (minutes)"), null=True, blank=True)
-    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
-    reason = models.TextField(_("reason"), blank=True, default="")
-    source = models.CharField(_("source"), max_length=16, choices=Source.choices, default=Source.API)
-    from_state = models.CharField(_("state before"), max_length=16, blank=True, default="")
-    to_state = models.CharField(_("state after"), max_length=16, blank=True, default="")
-    dry_run = models.BooleanField(_("dry-run"), default=False)
+    at: models.DateTimeField[datetime, datetime] = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
+    actor: models.CharField[str, str] = models.CharField(_("who"), max_length=150, blank=True, default="")
+    action: models.CharField[str, str] = models.CharField(_("action"), max_length=16, choices=Action.choices)
+    service: models.TextField[str, str] = models.TextField(_("service"))
+    ttl_minutes: models.FloatField[float | None, float | None] = models.FloatField(
+        _("lifetime (minutes)"), null=True, blank=True
+    )
+    expires_at: models.DateTimeField[datetime | None, datetime | None] = models.DateTimeField(
+        _("expires at"), null=True, blank=True
+    )
+    reason: models.TextField[str, str] = models.TextField(_("reason"), blank=True, default="")
+    source: models.CharField[str, str] = models.CharField(
+        _("source"), max_length=16, choices=Source.choices, default=Source.API
+    )
+    from_state: models.CharField[str, str] = models.CharField(_("state before"), max_length=16, blank=True, default="")
+    to_state: models.CharField[str, str] = models.CharField(_("state after"), max_length=16, blank=True, default="")
+    dry_run: models.BooleanField[bool, bool] = models.BooleanField(_("dry-run"), default=False)
 
     class Meta:
         verbose_name = _("breaker audit entry")
         verbose_name_plural = _("breaker audit entries")
         ordering = ("-at", "-id")
         default_permissions = ("view",)
+
+    if TYPE_CHECKING:  # Django adds it for a field with choices
+
+        def get_action_display(self) -> str: ...
 
     def __str__(self) -> str:
         who = self.actor or "?"

@@ -5,6 +5,11 @@ one function here and formats the answer. Nothing here knows about HTTP or argpa
 
 * :func:`force` / :func:`release` -- force a breaker open or closed with a lifetime, or
   hand it back to automatic judgement (OP-1..OP-4), tagging the audit row with its source.
+  :func:`known_services` / :func:`check_known` decide which names exist, so a typo
+  creates no ghost breaker (OP-7).
+* :func:`forget` -- remove a breaker from the shared record and registry (OP-7), audited.
+* :func:`require_migrated` -- every operator command first makes sure ``migrate`` has
+  created the package's tables (OP-7).
 * :func:`status_rows` -- one snapshot dict per known breaker (OP-6, OP-7).
 * :func:`config_report` -- every effective ``BALDUR_*`` value and where it came from (CFG-4).
 * :func:`emergency_status` / :func:`set_emergency_level` / :func:`step_down_emergency` --
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import datetime as dt
+import difflib
 import logging
 import math
 import threading
@@ -29,14 +35,22 @@ from . import emergency as emergency_facade
 from .core import emergency as emergency_core
 from .core import registry as registry_module
 from .core.breaker import validate_ttl
-from .core.config import settings
-from .core.errors import BaldurError, ConfigError
+from .core.config import settings as settings  # re-exported: the commands read it
+from .core.errors import BaldurError, ConfigError, StoreError
 from .core.events import EmergencyLevelChanged, Event, Forced, Released, bus
 from .core.knobs import SECRETS
 from .core.maintenance import WATCHDOG_ACTOR
 
 __all__ = [
     "UnknownServiceError",
+    "BreakerForcedError",
+    "NotMigratedError",
+    "missing_tables",
+    "require_migrated",
+    "forget",
+    "known_services",
+    "closest_services",
+    "check_known",
     "SOURCES",
     "MAX_REASON_LENGTH",
     "MEMORY_NOTICE",
@@ -86,11 +100,59 @@ _context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar
 
 
 class UnknownServiceError(BaldurError, LookupError):
-    """No breaker of that name is known here (OP-7). ``service`` holds the name asked for."""
+    """No breaker of that name is known here (OP-7).
 
-    def __init__(self, service: str) -> None:
+    Attributes:
+        service (str): the name asked for.
+        suggestions (list[str]): the closest known names (best first, at most three);
+            the message names them.
+    """
+
+    def __init__(self, service: str, suggestions: list[str] | None = None) -> None:
         self.service = service
-        super().__init__(f"no circuit breaker named {service!r} is known here")
+        self.suggestions = list(suggestions or [])
+        text = f"no circuit breaker named {service!r} is known here"
+        if self.suggestions:
+            text += "; did you mean " + " or ".join(repr(name) for name in self.suggestions) + "?"
+        super().__init__(text)
+
+
+class BreakerForcedError(BaldurError):
+    """The breaker is forced, so it cannot be forgotten (OP-7). Release it first.
+
+    Attributes:
+        service (str): the breaker's name.
+        forced (str): ``"open"`` or ``"closed"``.
+    """
+
+    def __init__(self, service: str, forced: str, expires_at: float | None = None) -> None:
+        self.service = service
+        self.forced = forced
+        until = f" until {_utc(expires_at)}" if expires_at is not None else ""
+        super().__init__(
+            f"{service!r} is forced {forced}{until}: a forced breaker is not forgotten; "
+            "release it first (baldur_force release, or the admin's Release action)"
+        )
+
+
+def _utc(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class NotMigratedError(BaldurError):
+    """The package's tables do not exist yet: ``manage.py migrate`` has not run (OP-7).
+
+    Attributes:
+        missing (dict[str, list[str]]): database alias -> missing table names.
+    """
+
+    def __init__(self, missing: dict[str, list[str]]) -> None:
+        self.missing = missing
+        where = "; ".join(f"database {alias!r}: {', '.join(tables)}" for alias, tables in missing.items())
+        super().__init__(
+            f"the baldur_django tables do not exist yet ({where}). Run `python manage.py migrate` first, "
+            "then this command again."
+        )
 
 
 # --------------------------------------------------------------------------- backend
@@ -162,6 +224,49 @@ def _check_actor(actor: Any) -> str | None:
     return actor[:_ACTOR_MAX]
 
 
+# ------------------------------------------------------------------------ migrations
+def missing_tables() -> dict[str, list[str]]:
+    """The package's tables that do not exist, per database alias (OP-7).
+
+    The tables are those of the audit (:class:`~baldur_django.models.BreakerAudit`) and of
+    the database store (shared records and fleet locks), each looked up in the database
+    the routers send its writes to. A database that cannot be reached is not reported
+    here: the command's own work then says what went wrong (ST-4).
+
+    Returns:
+        dict[str, list[str]]: alias -> missing table names; empty when ``migrate`` has run.
+    """
+    from django.db import DatabaseError, connections, router
+
+    from .models import BreakerAudit, BreakerLock, BreakerRecord
+
+    existing: dict[str, set[str] | None] = {}
+    missing: dict[str, list[str]] = {}
+    for model in (BreakerAudit, BreakerRecord, BreakerLock):
+        alias = router.db_for_write(model)
+        if alias not in existing:
+            try:
+                existing[alias] = set(connections[alias].introspection.table_names())
+            except DatabaseError:
+                existing[alias] = None
+        tables = existing[alias]
+        table = model._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
+        if tables is not None and table not in tables:
+            missing.setdefault(alias, []).append(table)
+    return missing
+
+
+def require_migrated() -> None:
+    """Refuse to go on before ``manage.py migrate`` has created the package's tables (OP-7).
+
+    Raises:
+        NotMigratedError: some table is missing; the message says to run ``migrate``.
+    """
+    missing = missing_tables()
+    if missing:
+        raise NotMigratedError(missing)
+
+
 # ---------------------------------------------------------------------------- forces
 def force(
     service: str,
@@ -170,11 +275,15 @@ def force(
     reason: str = "",
     actor: str | None = None,
     source: str = "api",
+    *,
+    allow_new: bool = True,
 ) -> dict[str, Any]:
-    """Force breaker *service* open or closed for a lifetime (OP-1, OP-2, OP-4).
+    """Force breaker *service* open or closed for a lifetime (OP-1, OP-2, OP-4, OP-7).
 
     Every argument is checked before anything is touched: bad input registers no
-    breaker and writes nothing. Forcing a service not seen yet registers it (OP-1).
+    breaker and writes nothing. Forcing a service not seen yet registers it (OP-1),
+    unless *allow_new* is False: then a name that no process or setting knows (see
+    :func:`known_services`) is refused, so a typo cannot create a ghost breaker.
 
     Args:
         service: breaker name, a non-empty string.
@@ -184,13 +293,17 @@ def force(
         reason: free text (at most :data:`MAX_REASON_LENGTH` characters) for logs and audit.
         actor: who asked (admin user name, ``"command:<user>"``...); None when unknown.
         source: ``"admin"``, ``"command"`` or ``"api"``; stored in the audit row.
+        allow_new: keyword only; False refuses a name nobody knows (``baldur_force``
+            without ``--new``).
 
     Returns:
         The breaker's snapshot after the force (see :func:`status_rows`).
 
     Raises:
         ConfigError: bad mode, lifetime, reason, actor, source or name; nothing written.
-        BaldurError: the shared store could not record the force (OP-4).
+        UnknownServiceError: *allow_new* is False and nobody knows *service*; nothing written.
+        BaldurError: the shared store could not record the force (OP-4), or (*allow_new*
+            False) its registry could not be read.
     """
     service = _check_service(service)
     kind = _MODES.get(mode) if isinstance(mode, str) else None
@@ -199,7 +312,10 @@ def force(
     ttl = validate_lifetime(ttl_minutes)
     reason = _check_reason(reason)
     actor = _check_actor(actor)
-    token = _context.set({"source": _check_source(source), "reason": reason})
+    source = _check_source(source)
+    if not allow_new:
+        check_known(service)
+    token = _context.set({"source": source, "reason": reason})
     try:
         if kind == "open":
             registry_module.force_open_circuit(service, ttl_minutes=ttl, reason=reason, actor=actor)
@@ -210,32 +326,51 @@ def force(
     return registry_module.get_breaker(service).snapshot()
 
 
-def release(service: str, actor: str | None = None, source: str = "api", reason: str = "") -> bool:
+def release(
+    service: str,
+    actor: str | None = None,
+    source: str = "api",
+    reason: str = "",
+    *,
+    allow_unknown: bool = True,
+) -> bool:
     """Hand breaker *service* back to automatic judgement (OP-3).
 
     A forced open goes straight to HALF_OPEN; a forced closed stays CLOSED with its counts.
+    A name that no process or setting knows is never registered by asking (OP-7).
 
     Args:
         service: breaker name.
         actor: who asked; None when unknown.
         source: ``"admin"``, ``"command"`` or ``"api"``.
         reason: free text recorded in the audit row.
+        allow_unknown: keyword only; False raises :class:`UnknownServiceError` for a name
+            nobody knows instead of returning False (``baldur_force release``).
 
     Returns:
-        True when a force was removed; False when nothing was forced (no audit row), or,
-        on the memory backend, when this process does not know the breaker (it is not
-        registered by asking).
+        True when a force was removed; False when nothing was forced (no audit row), or
+        when nobody knows the breaker (on the memory backend: this process does not).
 
     Raises:
         ConfigError: bad name, actor, reason or source.
-        BaldurError: the shared store could not record the release (OP-4).
+        UnknownServiceError: *allow_unknown* is False and nobody knows *service*.
+        BaldurError: the shared store could not record the release (OP-4), or could not
+            tell whether it knows the name.
     """
     service = _check_service(service)
     reason = _check_reason(reason)
     actor = _check_actor(actor)
     source = _check_source(source)
-    if not is_shared_backend() and registry_module.registry.get(service, create=False) is None:
-        return False
+    if registry_module.registry.get(service, create=False) is None:
+        try:
+            if is_shared_backend():
+                check_known(service)
+            else:
+                _unknown_here(service)
+        except UnknownServiceError:
+            if allow_unknown:
+                return False
+            raise
     token = _context.set({"source": source, "reason": reason})
     try:
         return bool(registry_module.release_circuit(service, actor=actor))
@@ -243,21 +378,165 @@ def release(service: str, actor: str | None = None, source: str = "api", reason:
         _context.reset(token)
 
 
+def forget(service: str, actor: str | None = None, source: str = "api", reason: str = "") -> dict[str, Any]:
+    """Remove breaker *service* from the shared record and registry, and from this process (OP-7).
+
+    For a name that should never have existed (a typo forced before ``--new`` was
+    required) or a service that is gone. Refused while the breaker is forced (a force
+    that lapsed is applied first). Audited with action ``forget``. A process still using
+    the breaker registers it again, with a fresh record, on its next consult of the
+    shared store; the check and the removal are two steps, so a force made in between
+    by someone else is removed with the record.
+
+    On the memory backend only this process's breaker is removed: every process keeps its
+    own (the result's ``shared`` is False).
+
+    Args:
+        service: breaker name, registered in the shared store or in this process.
+        actor: who asked; None when unknown.
+        source: ``"admin"``, ``"command"`` or ``"api"``; stored in the audit row.
+        reason: free text recorded in the audit row.
+
+    Returns:
+        dict: ``service``, ``state`` (the state it had), ``shared`` (True when the shared
+        record and registry entry were removed).
+
+    Raises:
+        ConfigError: bad name, actor, reason or source; nothing changed.
+        UnknownServiceError: neither the shared registry nor this process has the breaker;
+            ``suggestions`` holds the closest registered names.
+        BreakerForcedError: the breaker is forced; nothing changed.
+        StoreError: the shared store could not be read or the removal not stored.
+    """
+    service = _check_service(service)
+    reason = _check_reason(reason)
+    actor = _check_actor(actor)
+    source = _check_source(source)
+    registry = registry_module.registry
+    registered = set(registry.names()) | set(_store_names(strict=True))
+    if service not in registered:
+        raise UnknownServiceError(service, closest_services(service, registered))
+    breaker = registry_module.get_breaker(service)
+    breaker.sync()  # the shared record now, not as of the last consult: a fresh force must refuse
+    snapshot = breaker.snapshot()  # lapses included
+    if snapshot.get("forced"):
+        raise BreakerForcedError(service, str(snapshot["forced"]), snapshot.get("force_expires_at"))
+    store = registry.store
+    if store is not None:
+        try:
+            store.reset(service)
+        except Exception as exc:
+            raise StoreError(
+                f"the shared record of {service!r} could not be removed ({type(exc).__name__}: {exc}); "
+                "nothing was forgotten"
+            ) from exc
+    registry.forget(service)
+    _log.info("baldur.forgotten service=%r actor=%s source=%s", service, actor, source)
+    now = registry.clock.wall()
+    _record(
+        {
+            "at": dt.datetime.fromtimestamp(now, tz=dt.timezone.utc),
+            "actor": actor or "",
+            "action": "forget",
+            "service": service,
+            "ttl_minutes": None,
+            "expires_at": None,
+            "reason": reason,
+            "source": source,
+            "from_state": str(snapshot.get("state") or ""),
+            "to_state": "",
+            "dry_run": bool(settings.get("BALDUR_DRY_RUN")),
+        }
+    )
+    return {"service": service, "state": snapshot.get("state"), "shared": store is not None}
+
+
+def _unknown_here(service: str) -> None:
+    """Memory backend: only this process's breakers can be acted on (OP-6, OP-7)."""
+    raise UnknownServiceError(service, closest_services(service, set(registry_module.registry.names())))
+
+
 # ---------------------------------------------------------------------------- status
-def _store_names() -> list[str]:
-    """Names in the shared store's registry; [] on the memory backend or when it cannot answer."""
+def _store_names(strict: bool = False) -> list[str]:
+    """Names in the shared store's registry; [] on the memory backend or when it cannot
+    answer (with *strict*: a :class:`StoreError` then)."""
     store = getattr(registry_module.registry, "store", None)
     if store is None:
         return []
     try:
         return [name for name in store.names() if isinstance(name, str) and name]
     except Exception as exc:  # ST-4: show what this process knows rather than fail
+        if strict:
+            raise StoreError(
+                f"the shared registry of breakers could not be read ({type(exc).__name__}: {exc}); nothing was changed"
+            ) from exc
         _log.warning(
             "baldur.status_store_unavailable: the shared registry could not be read (%s); "
             "showing this process's breakers only",
             type(exc).__name__,
         )
         return []
+
+
+def known_services(*, strict: bool = False) -> set[str]:
+    """Every breaker name that a process or a setting knows (OP-7).
+
+    That is the breakers of this process, the names in the shared store's registry (every
+    process registers the breakers it uses there), the keys of ``BALDUR_SERVICES`` and the
+    breaker names of ``BALDUR_DOMAIN_MAPPING``.
+
+    Args:
+        strict: raise when the shared registry cannot be read instead of leaving its
+            names out (the answer would be incomplete).
+
+    Returns:
+        set[str]: the names.
+
+    Raises:
+        ConfigError: ``BALDUR_SERVICES`` or ``BALDUR_DOMAIN_MAPPING`` is invalid.
+        StoreError: only with *strict*, when the shared registry could not be read.
+    """
+    names = set(registry_module.registry.names()) | set(_store_names(strict=strict))
+    names.update(settings.get("BALDUR_SERVICES"))
+    names.update(settings.get("BALDUR_DOMAIN_MAPPING").values())
+    return names
+
+
+def closest_services(service: str, known: set[str] | None = None) -> list[str]:
+    """The known names closest to *service*, best first, at most three (``difflib``).
+
+    Args:
+        service: the name asked for.
+        known: the names to choose from; None reads :func:`known_services`.
+
+    Returns:
+        list[str]: possibly empty.
+    """
+    pool = known_services() if known is None else known
+    return difflib.get_close_matches(service, sorted(pool), n=3, cutoff=0.6)
+
+
+def check_known(service: str) -> str:
+    """Make sure a process or a setting knows breaker *service* before acting on it (OP-7).
+
+    Args:
+        service: the breaker name.
+
+    Returns:
+        str: *service*, unchanged.
+
+    Raises:
+        ConfigError: *service* is not a non-empty string, or a setting it is checked
+            against is invalid.
+        UnknownServiceError: nobody knows the name; ``suggestions`` holds the closest
+            known names.
+        StoreError: the shared registry could not be read.
+    """
+    service = _check_service(service)
+    known = known_services(strict=True)
+    if service not in known:
+        raise UnknownServiceError(service, closest_services(service, known))
+    return service
 
 
 def status_rows(service: str | None = None) -> list[dict[str, Any]]:
@@ -278,18 +557,21 @@ def status_rows(service: str | None = None) -> list[dict[str, Any]]:
         due lapses and recovery timeouts and never takes a trial slot.
 
     Raises:
-        UnknownServiceError: *service* is given and not known here or in the shared store.
+        UnknownServiceError: *service* is given and not known here or in the shared store
+            (``suggestions``: the closest names that are).
     """
     registry = registry_module.registry
     if service is not None:
         breaker = registry.get(service, create=False) if isinstance(service, str) and service else None
-        if breaker is None and isinstance(service, str) and service in _store_names():
+        stored = _store_names() if breaker is None else []
+        if breaker is None and isinstance(service, str) and service in stored:
             breaker = registry.get(service)
         if breaker is None:
-            raise UnknownServiceError(str(service))
+            registered = set(registry.names()) | set(stored)
+            raise UnknownServiceError(str(service), closest_services(str(service), registered))
         return [breaker.snapshot()]
     names = set(registry.names()) | set(_store_names())
-    return [registry.get(name).snapshot() for name in sorted(names)]
+    return [registry.get(name).snapshot() for name in sorted(names)]  # type: ignore[union-attr]  # create=True
 
 
 # ------------------------------------------------------------------------- emergency
@@ -520,6 +802,16 @@ def _save_in_thread(row: dict[str, Any]) -> None:
     thread.join(10.0)
 
 
+def _record(row: dict[str, Any]) -> None:
+    """Write one audit row; off the event loop's thread when called from async code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        _save(row)
+    else:
+        _save_in_thread(row)
+
+
 def audit_listener(event: Event) -> None:
     """Bus listener: one :class:`~baldur_django.models.BreakerAudit` row per force, per
     release that changed something and per emergency level change, from any source (OP-6).
@@ -532,12 +824,7 @@ def audit_listener(event: Event) -> None:
         row = _row_for(event)
         if row is None:
             return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            _save(row)
-        else:
-            _save_in_thread(row)
+        _record(row)
     except Exception:
         _log.exception("baldur.audit_listener_failed service=%r", getattr(event, "service", None))
 

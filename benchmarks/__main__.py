@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics] [--predicates] [--http]``."""
 
 from __future__ import annotations
 
@@ -64,11 +64,29 @@ def _parser() -> argparse.ArgumentParser:
         help="run the metrics benchmark instead (benchmarks/metrics.py: the hot path without and with "
         "prometheus.install(), and in multiprocess mode)",
     )
+    # --- predicates benchmark hook (benchmarks/predicates.py) ---
+    parser.add_argument(
+        "--predicates",
+        action="store_true",
+        help="run the predicates benchmark instead (benchmarks/predicates.py: the CLOSED success without "
+        "predicates, with exception predicates and with a result_predicate)",
+    )
+    # --- outbound HTTP clients benchmark hook (benchmarks/http.py) ---
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="run the outbound HTTP clients benchmark instead (benchmarks/http.py: the requests adapter and "
+        "the httpx transports against a local server)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.predicates:  # --- predicates benchmark hook ---
+        from .predicates import main as predicates_main
+
+        return predicates_main(["--cpu-time"] if args.cpu_time else [], quick=args.quick, rounds=args.rounds)
     if args.stores:  # --- shared-store benchmark hook ---
         from .stores import main as stores_main
 
@@ -83,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         from .metrics import main as metrics_main
 
         return metrics_main([], quick=args.quick, json_file=args.json)
+    if args.http:  # --- outbound HTTP clients benchmark hook ---
+        from .http import main as http_main
+
+        return http_main([], quick=args.quick, json_file=args.json)
     if args.inbound:  # --- inbound-side benchmark hook ---
         from .inbound import main as inbound_main
 

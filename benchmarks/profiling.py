@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 import baldur_django as baldur
-from baldur_django.core.classify import PLAIN_TYPES
 
 from .harness import interleave, loop_calls
 from .scenarios import BenchSettings, _service, _target, _target_response, _warm_up_baldur
@@ -65,6 +64,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
     cascade = breaker._cascade
     monotonic = breaker._mono
     record_success = breaker.record_success
+    plain = breaker.plain_types  # bound once, as the wrapper binds it (PLAIN_TYPES unless a result_predicate is set)
     policy = None
 
     def forward(*args: Any, **kwargs: Any) -> Any:
@@ -98,7 +98,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
             result = inner(*args, **kwargs)
         except BaseException:
             raise
-        if type(result) in PLAIN_TYPES:
+        if type(result) in plain:
             pass
         return result
 
@@ -112,7 +112,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
             result = inner(*args, **kwargs)
         except BaseException:
             raise
-        if type(result) in PLAIN_TYPES:  # noqa: SIM102 - one step of the wrapper per line, as it takes them
+        if type(result) in plain:  # noqa: SIM102 - one step of the wrapper per line, as it takes them
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 pass
         return result
@@ -127,7 +127,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
             result = inner(*args, **kwargs)
         except BaseException:
             raise
-        if type(result) in PLAIN_TYPES:
+        if type(result) in plain:
             if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
                 next(cascade.counter)
             else:
@@ -138,7 +138,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         ("python wrapper forwarding *args, **kwargs", forward),
         ("+ admit: read breaker._fast_permit and _timed", admit),
         ("+ retry check and try/except around the call", guarded),
-        ("+ type(result) in PLAIN_TYPES", typed),
+        ("+ type(result) in plain (the breaker's PLAIN_TYPES)", typed),
         ("+ healthy-permit test and monotonic() < bucket_end", checked),
         ("+ next(cascade.counter) (full replica)", counted),
         ("the real circuit_breaker wrapper", func),

@@ -39,8 +39,9 @@ Emergency Mode level through a state file there too (``emergency-level.json``, t
 default level file. Every breaker transition is printed as
 the server records it (``/breakers/``). The run ends
 with a summary table and, unless ``--no-plot``, a picture of the run drawn from what was
-recorded on the way (``timeline.png`` in the output directory: the breaker's state as a
-band, the requests per second by outcome, the phases labelled; see
+recorded on the way (``timeline.png`` in the output directory: one panel per phase, named
+in words, with the breaker's state as a band where a breaker is in use, the requests by
+outcome and the operators' commands, on the console's clock; see
 ``testproject.timeline``); the exit status is 0 when the expected transitions and counts were
 observed, 1 when not, 2 when the servers could not be started, 130 on Ctrl-C. The child
 processes are always stopped, and they also exit by themselves if this process dies.
@@ -68,6 +69,8 @@ from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+#: The shop's view protected by the ``payments`` breaker (the other one calls the service bare).
+PROTECTED_PATH = "/orders/{id}/charge/"
 
 
 # ----------------------------------------------------------------------------- output
@@ -343,7 +346,7 @@ class PhaseResult:
 
 def plans(short: bool) -> list[PhasePlan]:
     """The ten phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
-    protected = "/orders/{id}/charge/"
+    protected = PROTECTED_PATH
     unprotected = "/orders/{id}/charge-unprotected/"
     hang_count = 16 if short else 32
     return [
@@ -558,6 +561,9 @@ class Demo:
         # the step-down), as {"t": seconds since t0, "state": str, "note": str}
         self.band_marks: list[dict[str, Any]] = []
         self.emergency_commands: list[dict[str, Any]] = []  # each baldur_emergency run
+        # for the picture: each operator command's run, {"start": s, "end": s, "text": str}
+        # in seconds since t0 (the demo sends no request meanwhile)
+        self.commands: list[dict[str, Any]] = []
 
     # -- setup ---------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
@@ -630,8 +636,10 @@ class Demo:
         for child in reversed(self.children):
             child.stop()
 
-    def stamp(self) -> str:
-        return f"{time.monotonic() - self.t0:6.2f}s"
+    def stamp(self, t: float | None = None) -> str:
+        """*t* (default: now), seconds since the demo started, as the console shows it; the
+        picture's time axis uses the same clock and origin."""
+        return f"{self.now() if t is None else t:6.2f}s"
 
     def now(self) -> float:
         """Seconds since the demo started."""
@@ -686,7 +694,9 @@ class Demo:
         argv = [sys.executable, "manage.py", "baldur_force", action, "payments"]
         if action == "open":
             argv += ["--ttl", "1", "--reason", "demo: maintenance window"]
+        began = self.now()
         done = subprocess.run(argv, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=60)
+        self.commands.append({"start": began, "end": self.now(), "text": f"manage.py baldur_force {action} payments"})
         said = (done.stdout.strip() or done.stderr.strip()).splitlines()
         self.display.line(f"    {self.stamp()}  $ manage.py {' '.join(argv[2:])}  ->  {said[-1] if said else ''}")
         if done.returncode != 0:
@@ -735,7 +745,7 @@ class Demo:
             self.current.transitions.append(entry)
         d = self.display
         d.line(
-            f"    {self.stamp()}  breaker {entry['service']}: {d.state(entry['from'])} -> {d.state(entry['to'])}{trigger}{where}"
+            f"    {self.stamp(entry['t'])}  breaker {entry['service']}: {d.state(entry['from'])} -> {d.state(entry['to'])}{trigger}{where}"
         )
         self.refresh()
 
@@ -872,7 +882,11 @@ class Demo:
         """Run ``manage.py baldur_emergency ARGS`` in a separate process, as an operator
         would, on the demo's level file; prints it and its answer, returns the answer."""
         argv = [sys.executable, "manage.py", "baldur_emergency", *args]
+        began = self.now()
         done = subprocess.run(argv, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=60)
+        self.commands.append(
+            {"start": began, "end": self.now(), "text": f"manage.py baldur_emergency {' '.join(args[:2])}"}
+        )
         said = (done.stdout.strip() or done.stderr.strip()).splitlines()
         answer = said[-1] if said else ""
         self.display.line(f"    {self.stamp()}  $ manage.py {shlex.join(argv[2:])}  ->  {answer}")
@@ -1454,15 +1468,21 @@ class Demo:
         return problems
 
     def timeline_data(self) -> dict[str, Any]:
-        """What :func:`testproject.timeline.draw` needs, from what this run recorded; times
-        in seconds from the start of phase 1."""
-        origin = self.results[0].started
+        """What :func:`testproject.timeline.draw` needs, from what this run recorded.
+
+        Every time is in seconds since the demo started, the clock of the console's
+        timestamps (:meth:`stamp`), so an event printed at 19.2 s is drawn at 19.2 s. A
+        phase whose view has no breaker (the unprotected hang phase) is marked
+        ``"breaker": False`` and gets no state band."""
+        origin = 0.0  # the demo's own t0: the console's clock
         phases = [
             {
+                "key": plan.key,
                 "label": plan.label or plan.title,
                 "title": plan.title,
                 "start": r.started - origin,
                 "end": r.ended - origin,
+                "breaker": plan.path == PROTECTED_PATH,
             }
             for plan, r in zip(self.plans, self.results, strict=False)
         ]
@@ -1471,6 +1491,7 @@ class Demo:
             states.append({"t": t["t"] - origin, "state": t.get("band", t["to"]), "note": t.get("trigger", "")})
         for mark in self.band_marks:  # Emergency Mode: the span the server held the breaker frozen
             states.append({"t": mark["t"] - origin, "state": mark["state"], "note": mark["note"]})
+        commands = [dict(c, start=c["start"] - origin, end=c["end"] - origin) for c in self.commands]
         requests = [{"t": r["t"] - origin, "outcome": r["outcome"]} for r in self.requests]
         by_key = {r.key: r for r in self.results}
         config = self.config
@@ -1510,13 +1531,14 @@ class Demo:
                     f"{f['burst_upstream']} trial calls",
                 }
             )
-        forced = by_key["operator_forced"]
-        notes.append(
-            {
-                "t": (forced.started + forced.ended) / 2 - origin,
-                "text": "baldur_force runs in another process;\nthe server obeys the force it finds in the database",
-            }
-        )
+        forced = next((t for t in self.transitions if t.get("band") == "forced_open"), None)
+        if forced is not None:
+            notes.append(
+                {
+                    "t": forced["t"] - origin,
+                    "text": "the running server finds the force in the database: every request gets the fallback",
+                }
+            )
         freeze = by_key["emergency"]
         if freeze.emergency.get("frozen_rejections"):
             f = freeze.emergency
@@ -1543,6 +1565,7 @@ class Demo:
             "states": states,
             "requests": requests,
             "notes": notes,
+            "commands": commands,
         }
 
     def draw_timeline(self) -> Path:
@@ -1564,7 +1587,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m testproject.demo", description="Circuit-breaker demo against a real, misbehaving HTTP upstream."
     )
-    parser.add_argument("--short", action="store_true", help="fewer requests and short hang phases (about 15 s)")
+    parser.add_argument("--short", action="store_true", help="fewer requests and short hang phases (about 40 s)")
     parser.add_argument("--no-color", action="store_true", help="no ANSI colours")
     parser.add_argument("--no-plot", action="store_true", help="do not draw timeline.png (needs matplotlib)")
     parser.add_argument("--json-summary", type=Path, metavar="PATH", help="also write the summary as JSON to PATH")

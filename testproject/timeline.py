@@ -1,24 +1,36 @@
 """Draw the demo's run as one picture: ``demo-out/timeline.png``.
 
 :func:`draw` takes plain data that ``testproject.demo`` records while it runs (no server
-needed, so the drawing is testable on its own):
+needed, so the drawing is testable on its own, and :func:`build` returns the matplotlib
+figure for tests to inspect):
 
-* ``phases``: ``[{"label": str, "title": str, "start": s, "end": s}, ...]`` in order
-  (``label``: the short name drawn over the phase, ``title``: the name in the key);
+* ``phases``: ``[{"label": str, "title": str, "start": s, "end": s, "breaker": bool}, ...]``
+  in order (``title``: the phase's name in words, drawn over its panel; ``breaker``: False
+  for a phase whose requests go to a view without a breaker, which gets no state band);
 * ``states``: ``[{"t": s, "state": str, "note": str}, ...]``: from ``t`` on, the breaker's
   shared state is ``state`` (a key of :data:`BAND_STATES`); ``note`` (optional) is what
   made it move;
 * ``requests``: ``[{"t": s, "outcome": str}, ...]``: when each request was sent and what
   became of it (a key of :data:`OUTCOMES`);
-* ``notes``: ``[{"t": s, "text": str}, ...]``: call-outs above the bars;
+* ``notes``: ``[{"t": s, "text": str}, ...]``: what to look at, marked in the panel of the
+  phase they fall in and spelled out under it;
+* ``commands``: ``[{"start": s, "end": s, "text": str}, ...]``: an operator's
+  ``manage.py`` command running in another process (no request is sent meanwhile: this
+  is what the quiet stretches inside a phase are);
 * ``title`` and ``subtitle``.
 
-Times are seconds from the start of the first phase. matplotlib draws off-screen (the Agg
-backend); it comes with the ``dev`` extra.
+Every time is in seconds since the demo started: the clock of the console's
+``12.34s`` timestamps, so a line printed at 19.2 s sits at 19.2 s in the picture. Each
+phase has its own panel, from when it started to when it ended, so a short phase is as
+readable as a long one; what lies between phases (the start-up of the servers, the demo
+reading counters) is left out and said so under the picture.
+
+matplotlib draws off-screen (the Agg backend); it comes with the ``dev`` extra.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import textwrap
 from collections import Counter
@@ -38,6 +50,10 @@ BAND_STATES: dict[str, tuple[str, str]] = {
     "frozen": ("FROZEN: held OPEN by Emergency Level 3", "#4a5a8c"),
 }
 UNKNOWN_STATE = ("state unknown", "#bbbbbb")
+#: The band of a phase that uses no breaker: hatched, in no state's colour.
+NO_BREAKER = ("no breaker in use (the view calls the service directly)", "#f4f4f4", "#9a9a9a")
+#: The span of an operator's command in the bars.
+COMMAND = ("an operator's manage.py command runs in another process (no request is sent)", "#eceff4", "#8792a2")
 
 #: What became of a request, bottom to top in the stacked bars: ``outcome -> (label, colour)``.
 OUTCOMES: dict[str, tuple[str, str]] = {
@@ -47,9 +63,24 @@ OUTCOMES: dict[str, tuple[str, str]] = {
     "error": ("no answer", "#333333"),
 }
 
+#: Width of one bar, seconds.
+BIN = 0.5
+#: Phases per row of panels.
+PER_ROW = 5
+#: No panel is narrower than this share of its row's mean width.
+MIN_SHARE = 0.6
 
-def _segments(states: list[dict[str, Any]], end: float) -> list[tuple[float, float, str, str]]:
-    """``(start, end, state, note)`` runs from the change points; empty runs dropped."""
+
+def segments(states: list[dict[str, Any]], end: float) -> list[tuple[float, float, str, str]]:
+    """``(start, end, state, note)`` runs from the change points; empty runs dropped.
+
+    Args:
+        states: the change points, ``{"t": s, "state": str}``, in any order.
+        end (float): where the last run stops, seconds.
+
+    Returns:
+        list of tuple: the runs in time order.
+    """
     runs = []
     ordered = sorted(states, key=lambda s: s["t"])
     for i, point in enumerate(ordered):
@@ -60,58 +91,41 @@ def _segments(states: list[dict[str, Any]], end: float) -> list[tuple[float, flo
     return runs
 
 
-def place_callouts(ax: Any, notes: list[dict[str, Any]], seconds: float, renderer: Any) -> list[Any]:
-    """Draw each note (``{"t": s, "text": str}``, in time order) as a framed call-out at
-    second ``t`` of *ax*, with a dotted line down to the time axis.
+def phase_of(phases: list[dict[str, Any]], t: float) -> int:
+    """Index of the phase *t* (seconds) falls in; between two phases, the one before; before
+    the first, the first."""
+    found = 0
+    for i, phase in enumerate(phases):
+        if phase["start"] <= t:
+            found = i
+    return found
 
-    Each call-out goes as high as it can without covering one placed before it: it is
-    measured with *renderer* and, while it would cover some, moved just under the lowest
-    of those. Heights are fractions of the panel, so scaling the bars afterwards moves
-    nothing.
+
+def panels(fig: Any) -> dict[int, dict[str, Any]]:
+    """The axes of a figure made by :func:`build`, by phase number (from 1) and part
+    (``"band"``, ``"bars"``, ``"caption"``)."""
+    found: dict[int, dict[str, Any]] = {}
+    for ax in fig.axes:
+        kind, _, number = ax.get_label().partition(":")
+        if kind in ("band", "bars", "caption") and number.isdigit():
+            found.setdefault(int(number), {})[kind] = ax
+    return found
+
+
+def _widths(phases: list[dict[str, Any]]) -> list[float]:
+    durations = [max(p["end"] - p["start"], 1e-3) for p in phases]
+    floor = MIN_SHARE * sum(durations) / len(durations)
+    return [max(d, floor) for d in durations]
+
+
+def build(data: dict[str, Any]) -> Any:
+    """The timeline picture of one demo run as a matplotlib ``Figure`` (Agg, not shown).
 
     Args:
-        ax: the matplotlib Axes of the bars, its x limits already set (seconds).
-        notes: the call-outs, in time order.
-        seconds (float): the length of the time axis, seconds (notes near its ends are
-            aligned inwards).
-        renderer: the figure canvas's renderer, to measure the text.
+        data: the run, as described in this module's docstring.
 
     Returns:
-        list of matplotlib ``Bbox``: each call-out's frame in display pixels, in order.
-    """
-    from matplotlib.transforms import blended_transform_factory
-
-    over = blended_transform_factory(ax.transData, ax.transAxes)  # x: seconds, y: 0..1 of the panel
-    to_axes = ax.transAxes.inverted()
-    placed: list[Any] = []
-    for note in notes:
-        align = "left" if note["t"] < 0.08 * seconds else "right" if note["t"] > 0.9 * seconds else "center"
-        y = 0.975
-        for attempt in range(len(notes) + 1):
-            callout = ax.text(
-                note["t"],
-                y,
-                note["text"],
-                transform=over,
-                ha=align,
-                va="top",
-                fontsize=8.3,
-                zorder=3,
-                bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "#8792a2", "linewidth": 0.7},
-            )
-            box = callout.get_window_extent(renderer).padded(5)  # the text plus its rounded frame
-            clash = [other for other in placed if other.overlaps(box)]
-            if not clash or attempt == len(notes):
-                break
-            callout.remove()  # go just under the lowest call-out it would cover
-            y = to_axes.transform((0, min(other.y0 for other in clash) - 7))[1]
-        placed.append(box)
-        ax.plot([note["t"], note["t"]], [0, y], transform=over, color="#5d6878", linewidth=0.9, linestyle=":", zorder=1)
-    return placed
-
-
-def draw(path: Path, data: dict[str, Any]) -> Path:
-    """Write the timeline picture of one demo run to *path* (PNG) and return *path*.
+        matplotlib.figure.Figure: one panel per phase; :func:`panels` finds its axes.
 
     Raises:
         ImportError: matplotlib is not installed (it is part of the ``dev`` extra).
@@ -122,184 +136,270 @@ def draw(path: Path, data: dict[str, Any]) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     phases = data["phases"]
     if not phases:
         raise ValueError("the timeline needs at least one phase")
+    rows = [phases[i : i + PER_ROW] for i in range(0, len(phases), PER_ROW)]
     end = max(p["end"] for p in phases)
-    seconds = max(1, math.ceil(end))
+    runs = segments(data.get("states", []), end)
 
-    # the key under the picture: every phase's full title, as many lines as it takes; the
-    # legends and the panels move up by the lines beyond two
-    key = ["phases:"]
-    for i, phase in enumerate(phases, 1):
-        item = f"{i} {phase.get('title') or phase['label'].replace(chr(10), ' ')}"
-        if len(key[-1]) + len(item) > 200:
-            key.append("")
-        key[-1] += "    " + item
-    lift = 0.021 * max(0, len(key) - 2)
-
-    fig = plt.figure(figsize=(15, 9), dpi=100)
-    left = 0.075
-    grid = fig.add_gridspec(
-        3, 1, height_ratios=[0.95, 0.5, 3.4], hspace=0.08, left=left, right=0.985, top=0.85, bottom=0.25 + lift
-    )
-    ax_phase = fig.add_subplot(grid[0])
-    ax_band = fig.add_subplot(grid[1], sharex=ax_phase)
-    ax_bars = fig.add_subplot(grid[2], sharex=ax_phase)
-    ax_bars.set_xlim(0, seconds)  # shared by the three panels; fixed first, the labels are measured against it
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's: measures text as it will be drawn
-    fig.text(left, 0.975, data.get("title", "baldur_django demo"), ha="left", va="top", fontsize=16, fontweight="bold")
+    fig = plt.figure(figsize=(16, 4.3 * len(rows) + 3.3), dpi=100)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's: measures text as drawn
+    left, right = 0.055, 0.99
+    header, footer = 1.55 / fig.get_figheight(), 1.75 / fig.get_figheight()
+    fig.text(left, 1 - 0.25 / fig.get_figheight(), data.get("title", "baldur_django demo"), va="top", fontsize=16)
     if data.get("subtitle"):
         fig.text(
             left,
-            0.935,
-            textwrap.fill(data["subtitle"], 150),
-            ha="left",
+            1 - 0.6 / fig.get_figheight(),
+            textwrap.fill(data["subtitle"], 175),
             va="top",
-            fontsize=10.5,
+            fontsize=10,
             color="#333333",
-            linespacing=1.35,
+            linespacing=1.3,
         )
+    outer = fig.add_gridspec(len(rows), 1, left=left, right=right, top=1 - header, bottom=footer, hspace=0.14)
 
-    # --- phases: numbered boxes across the top (the name too where it fits), faint
-    # separators through every panel, and a key with every phase's full title below
-    width_px = fig.get_figwidth() * fig.dpi * (0.985 - left)
-    for i, phase in enumerate(phases, 1):
-        start, stop = phase["start"], phase["end"]
-        shade = "#eef1f6" if i % 2 else "#dde3ec"
-        ax_phase.axvspan(start, stop, color=shade)
-        room = (stop - start) / seconds * width_px  # pixels across this phase
-        widest = max(len(line) for line in phase["label"].split("\n"))
-        text = f"{i}\n{phase['label']}" if room > widest * 6.2 + 6 else str(i)
-        ax_phase.text(
-            (start + stop) / 2,
-            0.5,
-            text,
-            ha="center",
-            va="center",
-            fontsize=8.6,
-            linespacing=1.15,
-            fontweight="bold" if text == str(i) else "normal",
-        )
-        for ax in (ax_band, ax_bars):
-            ax.axvline(start, color="#8792a2", linewidth=0.8, linestyle=(0, (3, 3)), zorder=0)
-    ax_phase.set_ylim(0, 1)
-    ax_phase.set_yticks([])
-    ax_phase.set_ylabel("phase", fontsize=10)
-    ax_phase.tick_params(labelbottom=False, bottom=False)
-    for side in ("top", "right", "left", "bottom"):
-        ax_phase.spines[side].set_visible(False)
-
-    # --- the breaker's state as a coloured band
-    shown_states = []
-    for start, stop, state, _ in _segments(data.get("states", []), end):
-        _label, colour = BAND_STATES.get(state, UNKNOWN_STATE)
-        ax_band.broken_barh([(start, stop - start)], (0, 1), facecolors=colour, edgecolor="white", linewidth=0.6)
-        if state not in shown_states:
-            shown_states.append(state)
-        name = state.replace("forced_", "forced ").upper()
-        run = ax_band.transData.transform([(start, 0), (stop, 0)])
-        for text in (name, name.replace(" ", "\n")) if stop - start > 0.5 else ():  # its name, where it fits inside
-            label_text = ax_band.text(
-                (start + stop) / 2,
-                0.5,
-                text,
-                ha="center",
-                va="center",
-                fontsize=8.5,
-                color="white",
-                fontweight="bold",
-                linespacing=1.0,
-            )
-            if label_text.get_window_extent(renderer).width + 8 <= run[1][0] - run[0][0]:
-                break
-            label_text.remove()
-    ax_band.set_ylim(0, 1)
-    ax_band.set_yticks([])
-    ax_band.set_ylabel("breaker\nstate", fontsize=10)
-    ax_band.tick_params(labelbottom=False, bottom=False)
-    for side in ("top", "right", "left"):
-        ax_band.spines[side].set_visible(False)
-
-    # --- requests per second, stacked by outcome
-    counts: dict[str, Counter[int]] = {name: Counter() for name in OUTCOMES}
+    # requests per bin of BIN seconds on the demo's clock, by outcome; a request counts in
+    # the phase it was sent in
+    counts: dict[tuple[int, int], Counter[str]] = {}
     for request in data.get("requests", []):
-        second = int(max(0.0, request["t"]))
-        counts.setdefault(request["outcome"], Counter())[second] += 1
-    lefts = list(range(seconds))
-    bottom = [0] * seconds
-    shown_outcomes = []
-    for name, (_label, colour) in OUTCOMES.items():
-        heights = [counts.get(name, Counter()).get(s, 0) for s in lefts]
-        if not any(heights):
-            continue
-        shown_outcomes.append(name)
-        ax_bars.bar(
-            lefts, heights, width=0.86, bottom=bottom, align="edge", color=colour, edgecolor="white", linewidth=0.4
-        )
-        bottom = [b + h for b, h in zip(bottom, heights, strict=False)]
-    peak = max(bottom) if any(bottom) else 1
-    ax_bars.set_ylabel("requests sent per second", fontsize=10)
-    ax_bars.set_xlabel("seconds since the first request", fontsize=10)
-    ax_bars.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax_bars.grid(axis="y", color="#e4e4e4", linewidth=0.8)
-    ax_bars.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax_bars.spines[side].set_visible(False)
+        t = request["t"]
+        key = (phase_of(phases, t), math.floor(t / BIN))
+        counts.setdefault(key, Counter())[request["outcome"]] += 1
+    peak = max((sum(c.values()) for c in counts.values()), default=1)
 
-    # --- call-outs: what to look at, over the bars; the bars are then scaled to stay under
-    # the lowest call-out
+    shown_states: list[str] = []
+    shown_outcomes: set[str] = set()
+    any_command = any_unprotected = False
     notes = sorted(data.get("notes", []), key=lambda n: n["t"])
-    boxes = place_callouts(ax_bars, notes, seconds, renderer)
-    to_axes = ax_bars.transAxes.inverted()
-    lowest = min((to_axes.transform((0, box.y0))[1] for box in boxes), default=1.0)
-    ax_bars.set_ylim(0, peak / max(0.3, lowest - 0.03) if notes else peak * 1.1 + 1)
+    commands = data.get("commands", [])
+    first_bars = None
+    for r, row in enumerate(rows):
+        grid = outer[r].subgridspec(
+            3, len(row), height_ratios=[0.42, 2.3, 1.05], width_ratios=_widths(row), wspace=0.09, hspace=0.05
+        )
+        for c, phase in enumerate(row):
+            number = r * PER_ROW + c + 1
+            index = number - 1
+            start, stop = phase["start"], phase["end"]
+            band = fig.add_subplot(grid[0, c], label=f"band:{number}")
+            bars = fig.add_subplot(grid[1, c], label=f"bars:{number}", sharey=first_bars)
+            caption = fig.add_subplot(grid[2, c], label=f"caption:{number}")
+            first_bars = first_bars or bars
+            panel_px = bars.get_window_extent(renderer).width
+            chars = max(12, int(panel_px / 6.3))
 
-    # --- legends under the picture: the band's states, then the bars' outcomes
-    state_handles = [
-        Patch(color=BAND_STATES.get(s, UNKNOWN_STATE)[1], label=BAND_STATES.get(s, UNKNOWN_STATE)[0])
-        for s in BAND_STATES
-        if s in shown_states
-    ]
-    state_handles += [
-        Patch(color=UNKNOWN_STATE[1], label=UNKNOWN_STATE[0]) for s in shown_states if s not in BAND_STATES
-    ][:1]
-    outcome_handles = [Patch(color=OUTCOMES[o][1], label=OUTCOMES[o][0]) for o in shown_outcomes]
+            # --- the phase's name, in words, over its panel
+            band.set_title(
+                textwrap.fill(
+                    f"{number}. {phase.get('title') or phase['label'].replace(chr(10), ' ')}",
+                    max(10, int(panel_px / 7.6)),
+                ),
+                fontsize=10,
+                loc="left",
+                pad=4,
+            )
+
+            # --- the breaker's state as a band, only where a breaker is in use
+            band.set_xlim(start, stop)
+            band.set_ylim(0, 1)
+            if phase.get("breaker", True):
+                for run_start, run_stop, state, _ in runs:
+                    lo, hi = max(run_start, start), min(run_stop, stop)
+                    if hi <= lo:
+                        continue
+                    colour = BAND_STATES.get(state, UNKNOWN_STATE)[1]
+                    band.broken_barh([(lo, hi - lo)], (0, 1), facecolors=colour, edgecolor="white", linewidth=0.6)
+                    if state not in shown_states:
+                        shown_states.append(state)
+                    name = state.replace("forced_", "forced ").upper()
+                    span = band.transData.transform([(lo, 0), (hi, 0)])
+                    for text in (name, name.replace(" ", "\n")):  # its name, where it fits inside
+                        label = band.text(
+                            (lo + hi) / 2,
+                            0.5,
+                            text,
+                            ha="center",
+                            va="center",
+                            fontsize=8,
+                            color="white",
+                            fontweight="bold",
+                            linespacing=1.0,
+                        )
+                        if label.get_window_extent(renderer).width + 6 <= span[1][0] - span[0][0]:
+                            break
+                        label.remove()
+            else:
+                any_unprotected = True
+                _, face, edge = NO_BREAKER
+                band.broken_barh(
+                    [(start, stop - start)], (0, 1), facecolors=face, edgecolor=edge, hatch="///", linewidth=0.6
+                )
+                band.text(
+                    (start + stop) / 2,
+                    0.5,
+                    "no breaker",
+                    ha="center",
+                    va="center",
+                    fontsize=8.5,
+                    color="#555555",
+                    bbox={"facecolor": face, "edgecolor": "none", "pad": 1},
+                )
+            band.set_yticks([])
+            band.tick_params(labelbottom=False, bottom=False)
+            for side in ("top", "right", "left", "bottom"):
+                band.spines[side].set_visible(False)
+
+            # --- the requests, stacked by outcome, per BIN seconds
+            bars.set_xlim(start, stop)
+            bins = sorted(b for (p, b) in counts if p == index)
+            bottom = dict.fromkeys(bins, 0)
+            for name, (_label, colour) in OUTCOMES.items():
+                heights = [counts[(index, b)].get(name, 0) for b in bins]
+                if not any(heights):
+                    continue
+                shown_outcomes.add(name)
+                bars.bar(
+                    [b * BIN for b in bins],
+                    heights,
+                    width=BIN * 0.86,
+                    bottom=[bottom[b] for b in bins],
+                    align="edge",
+                    color=colour,
+                    edgecolor="white",
+                    linewidth=0.4,
+                    zorder=2,
+                )
+                for b, h in zip(bins, heights, strict=True):
+                    bottom[b] += h
+            legend_lines = []
+            for command in commands:
+                lo, hi = max(command["start"], start), min(command["end"], stop)
+                if hi > lo:
+                    any_command = True
+                    _, face, edge = COMMAND
+                    bars.axvspan(
+                        lo,
+                        hi,
+                        facecolor=face,
+                        edgecolor=edge,
+                        hatch="..",
+                        linewidth=0,
+                        zorder=0,
+                        label=f"command:{command['text']}",
+                    )
+                    legend_lines.append(f"\u2591 {hi - lo:.1f} s: {command['text']}")
+            mine = [n for n in notes if phase_of(phases, n["t"]) == index]
+            for letter, note in zip("abcdefgh", mine, strict=False):
+                bars.axvline(note["t"], color="#5d6878", linewidth=0.9, linestyle=":", zorder=3)
+                bars.text(
+                    note["t"],
+                    0.97,
+                    letter,
+                    transform=bars.get_xaxis_transform(),
+                    ha="center",
+                    va="top",
+                    fontsize=8.5,
+                    fontweight="bold",
+                    bbox={
+                        "boxstyle": "circle,pad=0.15",
+                        "facecolor": "white",
+                        "edgecolor": "#5d6878",
+                        "linewidth": 0.7,
+                    },
+                    zorder=4,
+                )
+                legend_lines.append(f"({letter}) " + note["text"].replace("\n", " "))
+            bars.xaxis.set_major_locator(MaxNLocator(nbins=max(2, int(panel_px / 70)), steps=[1, 2, 2.5, 5, 10]))
+            bars.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g} s"))
+            bars.tick_params(labelsize=8.5)
+            bars.grid(axis="y", color="#e4e4e4", linewidth=0.8)
+            bars.set_axisbelow(True)
+            for side in ("top", "right"):
+                bars.spines[side].set_visible(False)
+            if c == 0:
+                bars.set_ylabel(f"requests sent\nper {BIN:g} s", fontsize=9.5)
+            else:
+                bars.tick_params(labelleft=False)
+
+            # --- under the panel: what to look at
+            caption.axis("off")
+            text = "\n".join(textwrap.fill(line, chars, subsequent_indent="    ") for line in legend_lines)
+            caption.text(
+                0,
+                0.78,
+                text,
+                transform=caption.transAxes,
+                ha="left",
+                va="top",
+                fontsize=8.3,
+                color="#333333",
+                linespacing=1.25,
+            )
+    assert first_bars is not None
+    first_bars.set_ylim(0, peak * 1.18 + 0.5)  # room for the note markers over the bars
+    first_bars.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+    # --- legends and the note on time under the panels
+    handles = [Patch(color=BAND_STATES[s][1], label=BAND_STATES[s][0]) for s in BAND_STATES if s in shown_states]
+    handles += [Patch(color=UNKNOWN_STATE[1], label=UNKNOWN_STATE[0]) for s in shown_states if s not in BAND_STATES][:1]
+    if any_unprotected:
+        handles.append(Patch(facecolor=NO_BREAKER[1], edgecolor=NO_BREAKER[2], hatch="///", label=NO_BREAKER[0]))
     fig.legend(
-        handles=state_handles,
+        handles=handles,
         loc="lower left",
-        bbox_to_anchor=(left - 0.01, 0.115 + lift),
-        ncol=min(5, max(1, len(state_handles))),
+        bbox_to_anchor=(left - 0.008, 1.0 / fig.get_figheight()),
+        ncol=4,
         frameon=False,
-        fontsize=9.5,
-        title="breaker state (the band)",
-        title_fontsize=9.5,
+        fontsize=9,
+        title="the band: the breaker's state",
+        title_fontsize=9,
         alignment="left",
     )
+    outcome_handles = [Patch(color=OUTCOMES[o][1], label=OUTCOMES[o][0]) for o in OUTCOMES if o in shown_outcomes]
+    if any_command:
+        outcome_handles.append(Patch(facecolor=COMMAND[1], edgecolor=COMMAND[2], hatch="..", label=COMMAND[0]))
     fig.legend(
         handles=outcome_handles,
         loc="lower left",
-        bbox_to_anchor=(left - 0.01, 0.05 + lift),
-        ncol=min(4, max(1, len(outcome_handles))),
+        bbox_to_anchor=(left - 0.008, 0.38 / fig.get_figheight()),
+        ncol=3,
         frameon=False,
-        fontsize=9.5,
-        title="what became of each request (the bars, by the second it was sent)",
-        title_fontsize=9.5,
+        fontsize=9,
+        title="the bars: what became of each request, by when it was sent",
+        title_fontsize=9,
         alignment="left",
     )
+    gaps = [b["start"] - a["end"] for a, b in itertools.pairwise(phases)]
     fig.text(
         left,
-        0.018,
-        "\n".join(line.strip() for line in key),
-        ha="left",
-        va="bottom",
-        fontsize=9.5,
+        0.1 / fig.get_figheight(),
+        f"Time: seconds since the demo started, as in the console's timestamps. Each panel is one phase, from its start to "
+        f"its end; left out: the first {phases[0]['start']:.1f} s (starting the servers) and at most "
+        f"{max(gaps, default=0.0):.2f} s between two phases (the demo reading the counters).",
+        fontsize=9,
+        wrap=True,
         color="#333333",
-        linespacing=1.35,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def draw(path: Path, data: dict[str, Any]) -> Path:
+    """Write the timeline picture of one demo run to *path* (PNG) and return *path*.
+
+    Raises:
+        ImportError: matplotlib is not installed (it is part of the ``dev`` extra).
+        ValueError: *data* has no phase.
+    """
+    fig = build(data)  # first: it picks the Agg backend before pyplot loads
+    import matplotlib.pyplot as plt
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
     return path

@@ -1,16 +1,28 @@
 """The documentation site (mkdocs.yml): the strict build passes, and it is strict enough to
-catch a broken link, a reference to a missing module and a malformed docstring (Q-3).
+catch a broken link, a reference to a missing module and a malformed docstring (Q-3); the
+site works offline: every diagram page loads the mermaid script from the site itself (which
+``./dev docs`` fetches from the npm registry), no page loads anything from another host, the
+diagrams render in a browser that can reach nothing else, and a page that would show a
+diagram's source fails the strict build.
 
 Each build runs ``mkdocs build --strict`` in a subprocess into a temporary directory, as
 ``./dev docs`` does into ``site/``."""
 
 from __future__ import annotations
 
+import functools
+import http.server
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit
 
 import pytest
 
@@ -46,8 +58,22 @@ def mkdocs(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+HOOKS = DOCS / "_hooks"
+
+
+def load_hook(name: str):
+    spec = importlib.util.spec_from_file_location(f"docs_hook_{name}", HOOKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mermaid_offline = load_hook("mermaid_offline")
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
+    mermaid_offline.fetch()  # as ./dev docs does first (once: docs/_vendor/ keeps it)
     out = tmp_path_factory.mktemp("site")
     done = mkdocs(ROOT / "mkdocs.yml", out)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -122,6 +148,7 @@ def test_q3_strict_build_fails_on(tmp_path, case, page, expected):
         f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
         "docs_dir: docs\n"
         "nav: [index.md]\n"
+        f"hooks: [{HOOKS / 'mermaid_offline.py'}]\n"
         "plugins:\n"
         "  mkdocstrings:\n"
         "    handlers:\n"
@@ -134,3 +161,281 @@ def test_q3_strict_build_fails_on(tmp_path, case, page, expected):
     done = mkdocs(config, tmp_path / "site")
     assert done.returncode != 0, f"{case}: the strict build passed\n{done.stderr}"
     assert expected in done.stderr, done.stderr
+
+
+class Tags(HTMLParser):
+    """The ``src`` of every script tag and the ``href`` of every link tag that fetches
+    something (a stylesheet, an icon, a preload) of a page, in order, and how many mermaid
+    diagrams it has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        self.links: list[str] = []
+        self.diagrams = 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script" and attrs.get("src"):
+            self.scripts.append(attrs["src"])
+        rel = set((attrs.get("rel") or "").split())
+        if tag == "link" and attrs.get("href") and rel & {"stylesheet", "preload", "modulepreload", "icon", "manifest"}:
+            self.links.append(attrs["href"])
+        if "mermaid" in (attrs.get("class") or "").split():
+            self.diagrams += 1
+
+
+def pages(out: Path) -> dict[Path, Tags]:
+    found = {}
+    for page in sorted(out.rglob("*.html")):
+        tags = Tags()
+        tags.feed(page.read_text(encoding="utf-8"))
+        found[page] = tags
+    return found
+
+
+def test_offline_each_diagram_page_loads_the_mermaid_script_from_the_site(site):
+    """Offline docs: the pages with a diagram (the architecture page has two) load the
+    mermaid script by a relative link to a file that exists in the built site, before the
+    theme's script (which would fetch it from a CDN if it found none)."""
+    out, _ = site
+    with_diagrams = {page: tags for page, tags in pages(out).items() if tags.diagrams}
+    assert out / "architecture" / "index.html" in with_diagrams
+    for page, tags in with_diagrams.items():
+        local = [src for src in tags.scripts if src.endswith("mermaid.min.js")]
+        assert len(local) == 1, f"{page}: {tags.scripts}"
+        assert "//" not in local[0], local
+        script = (page.parent / local[0]).resolve()
+        assert script.is_relative_to(out.resolve()) and script.stat().st_size > 1_000_000, script
+        theme = next(i for i, src in enumerate(tags.scripts) if "assets/javascripts/bundle." in src)
+        assert tags.scripts.index(local[0]) < theme
+
+
+def test_offline_no_page_loads_a_script_or_stylesheet_from_another_host(site):
+    """Offline docs: no built page has a script or a link tag pointing at another host."""
+    out, _ = site
+    remote = {
+        str(page.relative_to(out)): [url for url in tags.scripts + tags.links if urlsplit(url).netloc]
+        for page, tags in pages(out).items()
+    }
+    assert not {page: urls for page, urls in remote.items() if urls}
+
+
+CHROMIUM = os.environ.get("BALDUR_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("BALDUR_CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+def start_browser(profile: str):
+    """A headless Chromium that resolves no host but 127.0.0.1, or (None, reason)."""
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        return None, f"{CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)"
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    try:
+        driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    except Exception as exc:
+        return None, f"headless Chromium did not start: {type(exc).__name__}: {exc}"
+    driver.set_page_load_timeout(30)
+    return driver, ""
+
+
+@pytest.mark.browser
+def test_offline_diagrams_render_in_a_browser_that_reaches_no_other_host(site):
+    """Offline docs: served from loopback to a headless Chromium that can resolve no other
+    host, the architecture page draws its diagrams (an SVG in each diagram block) instead of
+    showing their source."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.conftest import need_server
+
+    out, _ = site
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(out)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    profile = tempfile.mkdtemp(prefix="baldur-docs-chromium-")
+    driver, problem = start_browser(profile)
+    try:
+        need_server("headless Chromium", driver is not None, problem)
+        driver.get(urljoin(f"http://127.0.0.1:{server.server_port}/", "architecture/"))
+        # the theme swaps each diagram's source block for a drawing in a closed shadow root
+        drawn = (
+            "return [...document.querySelectorAll('.mermaid')].map(b =>"
+            " b.tagName + ':' + b.textContent.trim().length + ':' + (b.getBoundingClientRect().height > 100))"
+        )
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script(drawn) == ["DIV:0:true"] * 2)
+        shown = driver.execute_script("return document.querySelector('article').innerText")
+        assert "flowchart" not in shown and "-->" not in shown
+        assert driver.execute_script("return typeof mermaid") == "object"
+    finally:
+        if driver is not None:
+            driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    "case, vendor, expected",
+    [
+        ("no local script", False, "is missing from the docs"),
+        ("mermaid block drawn as code", True, "rendered as code"),
+        ("a script from a CDN", True, "from another host"),
+    ],
+)
+def test_offline_strict_build_fails_when_a_diagram_would_show_its_source(tmp_path, case, vendor, expected):
+    """Offline docs: the strict build fails on a page with a diagram when the local mermaid
+    script is missing, when a mermaid block is rendered as highlighted code, and when a page
+    loads a script from another host."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = "# Probe\n\n```mermaid\nflowchart LR\n  a --> b\n```\n"
+    if case == "mermaid block drawn as code":  # what a mermaid fence without its fence config gives
+        page += '\n<pre><code class="language-mermaid">flowchart LR\n  a --> b</code></pre>\n'
+    if case == "a script from a CDN":
+        page += '\n<script src="https://cdn.example.invalid/mermaid.min.js"></script>\n'
+    (docs / "index.md").write_text(page, encoding="utf-8")
+    if vendor:
+        mermaid_offline.fetch()
+        (docs / "_vendor").mkdir()
+        for name in ("mermaid.min.js", "VERSION"):
+            (docs / "_vendor" / name).symlink_to(DOCS / "_vendor" / name)
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
+        "docs_dir: docs\n"
+        "nav: [index.md]\n"
+        f"hooks: [{HOOKS / 'mermaid_offline.py'}]\n"
+        "plugins:\n"
+        "  mkdocstrings:\n"
+        "    handlers:\n"
+        "      python:\n"
+        f"        paths: [{ROOT}]\n"
+        "        options:\n"
+        f"          extensions: [griffe_sphinx, {HOOKS / 'sphinx_roles.py'}]\n",
+        encoding="utf-8",
+    )
+    done = mkdocs(config, tmp_path / "site")
+    assert done.returncode != 0, f"{case}: the strict build passed\n{done.stderr}"
+    assert expected in done.stderr, done.stderr
+
+
+requirement_ids = load_hook("requirement_ids")
+PACKAGE = ROOT / "baldur_django"
+RANGE = re.compile(r"\b([A-Z]+)-(\d+)\s*(?:\.\.|\u2013)\s*(?:\1-)?(\d+)\b")
+#: Ids the other work of this release adds to docstrings (predicates, nesting, the
+#: transition table, pluggable stores, the shared inbound policy, the HTTP adapters and health).
+NEW_IDS = {"CB-18", "CB-19", "CB-20", "ST-6", "IN-7"} | {f"HC-{n}" for n in range(1, 7)}
+
+
+def ids_in(text: str) -> set[str]:
+    """Every behaviour id *text* names, ranges (``CB-15..CB-17``) expanded."""
+    found = {m.group(0) for m in requirement_ids.ID.finditer(text)}
+    for prefix, low, high in RANGE.findall(text):
+        if requirement_ids.ID.fullmatch(f"{prefix}-{low}") and int(high) > int(low):
+            found |= {f"{prefix}-{n}" for n in range(int(low), int(high) + 1)}
+    return found
+
+
+def used_ids() -> dict[str, set[str]]:
+    """Where each behaviour id is named: the package's source (docstrings, ``#:`` comments
+    and all), the Markdown pages and the README."""
+    where: dict[str, set[str]] = {}
+    sources = sorted(PACKAGE.rglob("*.py")) + sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+    for path in sources:
+        for name in ids_in(path.read_text(encoding="utf-8")):
+            where.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return where
+
+
+def test_q3_every_behaviour_id_in_the_docstrings_and_docs_is_defined():
+    """Q-3: each id the package's docstrings or the docs name (CB-12, EM-7, the ends and
+    the inside of a range like CB-15..CB-17) has its one-line definition on the Behaviour
+    reference page, and so have the ids this release's other work adds."""
+    defined = requirement_ids.defined(DOCS / "behaviour-reference.md")
+    used = used_ids()
+    assert len(used) > 60
+    missing = {name: sorted(paths) for name, paths in used.items() if name not in defined}
+    assert not missing, f"ids without a definition on docs/behaviour-reference.md: {missing}"
+    assert set(defined) >= NEW_IDS, sorted(NEW_IDS - set(defined))
+    assert all(len(text) > 30 for text in defined.values())
+
+
+def test_q3_nothing_points_at_a_requirements_document_the_repository_lacks():
+    """Q-3: no docstring or page sends the reader to a "REQUIREMENTS" document (the
+    repository has none): the public names are on the Behaviour reference page."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted(PACKAGE.rglob("*.py")) + sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+        if re.search(r"REQUIREMENTS(?:\.md)?\b", path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders
+
+
+def test_q3_ids_in_the_built_site_link_to_their_definitions(site):
+    """Q-3: in the built API reference every id outside code blocks and headings is a link
+    to its line on the Behaviour reference (whose anchor exists), with the definition as its
+    tooltip; "section 0" links to the public names there; the page is in the nav."""
+    out, _ = site
+    reference = (out / "behaviour-reference" / "index.html").read_text(encoding="utf-8")
+    api = (out / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    links = re.findall(
+        r'<a class="behaviour-id" href="\.\./\.\./behaviour-reference/#([a-z]+-\d+)" title="([^"]+)">', api
+    )
+    assert len(links) > 50
+    for anchor, title in links:
+        assert f'id="{anchor}"' in reference, anchor
+        assert title.startswith(anchor.upper() + ": ")
+    text = re.sub(r"<pre\b.*?</pre>|<h[1-6]\b.*?</h[1-6]>|<a\b.*?</a>", "", api, flags=re.S)
+    assert not requirement_ids.ID.search(re.sub(r"<[^>]+>", "", text))
+    assert not re.search(r"(?<!>)section 0\b", text)
+    assert "Behaviour reference" in (out / "index.html").read_text(encoding="utf-8")  # the nav
+
+
+def test_q3_strict_build_fails_on_an_undefined_id(tmp_path):
+    """Q-3: a page that names an id the Behaviour reference does not define fails the
+    strict build, naming the id."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Probe\n\nImplements CB-6 and CB-99.\n", encoding="utf-8")
+    (docs / "behaviour-reference.md").write_text(
+        '# Ids\n\n- <a id="cb-6"></a>**CB-6** Half-open admits a few trial calls per round.\n', encoding="utf-8"
+    )
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
+        "docs_dir: docs\n"
+        "nav: [index.md, behaviour-reference.md]\n"
+        f"hooks: [{HOOKS / 'requirement_ids.py'}]\n"
+        "plugins:\n"
+        "  mkdocstrings:\n"
+        "    handlers:\n"
+        "      python:\n"
+        f"        paths: [{ROOT}]\n"
+        "        options:\n"
+        f"          extensions: [griffe_sphinx, {HOOKS / 'sphinx_roles.py'}]\n",
+        encoding="utf-8",
+    )
+    done = mkdocs(config, tmp_path / "site")
+    assert done.returncode != 0, done.stderr
+    assert "names CB-99, which the Behaviour reference" in done.stderr, done.stderr
+    assert "CB-6," not in done.stderr

@@ -13,7 +13,11 @@ secret: it never appears in a log record or in an exception text produced here.
 
 Enabled by ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` (read on every event, so a settings
 change applies without restart); unset, nothing is queued and the events are only
-logged by the core's logging listener. Pure Python: usable without Django.
+logged by the core's logging listener. The URL must be ``https://``: a plain ``http://``
+one would send the secret in clear, so it is a system check error (``baldur.E054``) at
+startup, the listener posts nothing while it is set, and a notifier or a message given
+one is refused with a :class:`~baldur_django.core.errors.ConfigError` that does not
+show it. Pure Python: usable without Django.
 """
 
 from __future__ import annotations
@@ -36,9 +40,17 @@ from ..core.config import SettingsSource
 from ..core.config import settings as default_settings
 from ..core.errors import ConfigError
 from ..core.events import Event, Forced, StateChanged, bus
+from ..core.knobs import KNOBS
 from ..core.outbox import Outbox
 
-__all__ = ["SlackNotifier", "escape", "install_slack_listener", "uninstall_slack_listener", "get_notifier"]
+__all__ = [
+    "SlackNotifier",
+    "escape",
+    "check_webhook_url",
+    "install_slack_listener",
+    "uninstall_slack_listener",
+    "get_notifier",
+]
 
 _log = logging.getLogger("baldur.slack")
 
@@ -54,6 +66,27 @@ def escape(text: Any) -> str:
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def check_webhook_url(url: Any) -> str:
+    """Check a Slack webhook URL: it must be ``https://`` with a host (OP-8).
+
+    The same rule as the ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` setting (CFG-3).
+
+    Args:
+        url: the webhook URL.
+
+    Returns:
+        str: the URL without surrounding blanks.
+
+    Raises:
+        ConfigError: empty, not text, plain ``http://`` (it would send the secret in clear)
+            or not a URL. The message never contains the URL: it is a secret.
+    """
+    checked = KNOBS[SETTING].coerce(url)
+    if not checked:
+        raise ConfigError(f"{SETTING}: no webhook URL given")
+    return str(checked)
+
+
 def _utc(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -62,8 +95,10 @@ class SlackNotifier:
     """Bus listener plus background sender for the Slack push (OP-8).
 
     Args:
-        url: a fixed webhook URL; None (the default) reads
-            ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` from *source* on every event.
+        url: a fixed ``https://`` webhook URL; None (the default) reads
+            ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` from *source* on every event (an
+            invalid value, a plain ``http://`` one included, posts nothing and is logged
+            once without the URL).
         source: settings to read the URL from (the process-wide settings by default).
         timeout: seconds allowed for one HTTP post (5).
         max_queue: messages that may wait for the sender; more are dropped and counted.
@@ -76,6 +111,10 @@ class SlackNotifier:
     Attributes:
         sent, dropped, failed (int): messages delivered, dropped on a full queue, and
             given up after an error or refusal.
+
+    Raises:
+        ConfigError: a bad *url* (not ``https://``; the message does not show it),
+            *max_queue* or *timeout*.
     """
 
     def __init__(
@@ -93,7 +132,7 @@ class SlackNotifier:
             raise ConfigError(f"max_queue={max_queue!r}: must be at least 1")
         if timeout <= 0:
             raise ConfigError(f"timeout={timeout!r}: must be more than 0 seconds")
-        self._fixed_url = url
+        self._fixed_url = check_webhook_url(url) if url else url
         self._source = source or default_settings
         self.timeout = float(timeout)
         self.max_queue = int(max_queue)
@@ -120,11 +159,12 @@ class SlackNotifier:
         if self._fixed_url is not None:
             return self._fixed_url or None
         try:
-            return self._source.get(SETTING)
-        except ConfigError:
+            url: str | None = self._source.get(SETTING)
+            return url
+        except ConfigError as exc:  # its text never shows the URL (a secret)
             if not self._bad_setting_logged:
                 self._bad_setting_logged = True
-                _log.warning("slack_notifier.disabled: %s is invalid; nothing is posted", SETTING)
+                _log.warning("slack_notifier.disabled: %s is invalid (%s); nothing is posted", SETTING, exc)
             return None
 
     @staticmethod
@@ -180,7 +220,13 @@ class SlackNotifier:
 
     # ------------------------------------------------------------------- sender
     def enqueue(self, url: str, text: str, *, service: str | None = None) -> bool:
-        """Queue *text* for posting to *url*. Returns False (and counts a drop) when full."""
+        """Queue *text* for posting to *url*. Returns False (and counts a drop) when full.
+
+        Raises:
+            ConfigError: *url* is not an ``https://`` URL (the message does not show it);
+                nothing is queued.
+        """
+        url = check_webhook_url(url)
         q = self._ensure_sender()
         if not q.offer((url, text)):
             with self._lock:

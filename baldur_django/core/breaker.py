@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Collection, MutableSequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from . import rules
-from .classify import PLAIN_TYPES, parse_retry_after
+from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
 from .emergency import frozen
@@ -265,6 +265,10 @@ class CircuitBreaker:
         # Successes may skip the window (lock-free healthy lane, locked clean-success lane)
         # only with the count window and no call timing; see _configure_lanes().
         self._lanes = True
+        #: Returned types the wrappers record as successes without judging them: the
+        #: config's ``plain_types``, kept in this one set object (the wrappers bind it once)
+        #: and refilled by _configure_lanes(); empty while a result_predicate is set (CB-18).
+        self.plain_types: set[type] = set()
         # While the slow-call trigger is on (CB-17) every admitted call carries its own
         # permit stamped with the admission time: this is the CLOSED permit to copy it
         # from (lock-free, like _fast_permit, which is then None), else None.
@@ -553,6 +557,7 @@ class CircuitBreaker:
         wants_rejections = self._bus.wants_rejections
         blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
         name = self.name
+        plain = self.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
         retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
         budgeted = policy is not None and policy.budget_seconds is not None
 
@@ -604,11 +609,12 @@ class CircuitBreaker:
                     raise
                 first: Outcome = Raised(exc)
             else:
-                if type(result) not in PLAIN_TYPES and not recorded_since(self, mark):
+                if type(result) not in plain and not recorded_since(self, mark):
                     # settle_result()'s response lane, inlined: a plain int status on neither
-                    # list is a success like a plain value; anything else is classified there.
+                    # list is a success like a plain value; anything else is classified there
+                    # (everything, while a result_predicate is set: *plain* is then empty).
                     try:
-                        code = result.status_code
+                        code = result.status_code if plain else None  # a result_predicate: no status read
                     except Exception:
                         code = None
                     config = self.config
@@ -655,6 +661,7 @@ class CircuitBreaker:
         wants_rejections = self._bus.wants_rejections
         blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
         name = self.name
+        plain = self.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
         retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
         budgeted = policy is not None and policy.budget_seconds is not None
 
@@ -711,9 +718,9 @@ class CircuitBreaker:
                         await self.off_loop(settle_result, self, permit, result)
                         self.note_recorded()
                     return result
-                if type(result) not in PLAIN_TYPES and not recorded_since(self, mark):  # the response lane
+                if type(result) not in plain and not recorded_since(self, mark):  # the response lane
                     try:
-                        code = result.status_code
+                        code = result.status_code if plain else None  # a result_predicate: no status read
                     except Exception:
                         code = None
                     config = self.config
@@ -748,6 +755,7 @@ class CircuitBreaker:
         cascade = self._cascade
         monotonic = self._mono
         record_success = self.record_success
+        plain = self.plain_types  # as in build_wrapper
 
         def inline(call: Callable[[], Any]) -> Any:
             permit = self._fast_permit
@@ -762,7 +770,7 @@ class CircuitBreaker:
                         settle_exception(self, permit, exc)
                     raise
                 return refused
-            if type(result) in PLAIN_TYPES:
+            if type(result) in plain:
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
@@ -797,6 +805,7 @@ class CircuitBreaker:
         cascade = self._cascade
         monotonic = self._mono
         record_success = self.record_success
+        plain = self.plain_types  # as in build_wrapper
 
         def admit() -> tuple[Permit, int] | None:
             permit = self._fast_permit
@@ -805,7 +814,7 @@ class CircuitBreaker:
             return permit, self._seq
 
         def succeeded(permit: Permit, mark: int, result: Any) -> None:
-            if type(result) in PLAIN_TYPES:
+            if type(result) in plain:
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
@@ -1309,6 +1318,9 @@ class CircuitBreaker:
         self._lanes = cfg.sliding_window_type == "count" and not self._timing
         if not self._lanes:
             self._healthy_permit = None
+        if self.plain_types != self.config.plain_types:  # CB-18: a result_predicate judges every value
+            self.plain_types.clear()
+            self.plain_types.update(self.config.plain_types)
 
     def _invalidate(self) -> None:
         """Clear what the lock-free paths read, before any failure is recorded or any state

@@ -9,16 +9,29 @@ from (CFG-4). Precedence for one breaker: per-call override > ``BALDUR_SERVICES[
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .classify import Classifier
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import ConfigError
-from .knobs import KNOBS, OVERRIDE_KEYS, check_service_overrides
+from .knobs import KNOBS, OVERRIDE_KEYS, PREDICATE_KEYS, check_service_overrides, is_exception_type, is_predicate
 
-__all__ = ["SettingsSource", "BreakerConfig", "build_config", "MISSING", "settings", "OVERRIDE_KEYS", "OVERRIDE_NAMES"]
+__all__ = [
+    "SettingsSource",
+    "BreakerConfig",
+    "build_config",
+    "MISSING",
+    "settings",
+    "OVERRIDE_KEYS",
+    "OVERRIDE_NAMES",
+    "import_reference",
+    "service_predicates",
+]
 
 
 class _Missing:
@@ -34,8 +47,8 @@ MISSING: Any = _Missing()
 # rows of the defaults table; re-exported here, where the resolution uses it.
 
 #: Every keyword a decorator or call accepts as a per-call override: the knobs' keys plus
-#: ``ignore_exceptions`` (a tuple of exception types, per call only).
-OVERRIDE_NAMES: tuple[str, ...] = (*OVERRIDE_KEYS, "ignore_exceptions")
+#: the predicates of CB-18 (``ignore_exceptions``, ``failure_predicate``, ``result_predicate``).
+OVERRIDE_NAMES: tuple[str, ...] = (*OVERRIDE_KEYS, *PREDICATE_KEYS)
 
 
 class SettingsSource:
@@ -145,6 +158,18 @@ class BreakerConfig:
             ``recovery_timeout`` (CB-16).
         slow_call_duration (float): seconds a call must last to be slow; 0 = off (CB-17).
         slow_call_rate_threshold (float): slow percentage that opens; 0 disables (CB-17).
+        ignore_exceptions (tuple): exception types and ``callable(exc) -> bool`` mixed,
+            counted as neither outcome (CB-10, CB-18).
+        failure_predicate: ``callable(exc) -> bool`` deciding which other exceptions are
+            failures (the rest are ignored), or None: every one is (CB-18).
+        result_predicate: ``callable(value) -> bool`` marking a returned value as a
+            failure, or None (CB-18).
+        warning_interval (float): seconds between two ``circuit_breaker.predicate_failed``
+            lines of this breaker (``BALDUR_STORE_WARNING_INTERVAL_SECONDS``).
+        clock: the clock that throttle reads (None: the system clock).
+        classifier (Classifier): built from the fields above; judges every outcome.
+        plain_types (frozenset[type]): returned types needing no judgement (empty while a
+            ``result_predicate`` is set): the hot path's shortcut (CB-18).
     """
 
     failure_threshold: int = 5
@@ -153,7 +178,7 @@ class BreakerConfig:
     minimum_calls: int = 10
     recovery_timeout: float = 60.0
     half_open_max_calls: int = 3
-    ignore_exceptions: tuple[type[BaseException], ...] = ()
+    ignore_exceptions: tuple[Any, ...] = ()
     failure_codes: frozenset[int] = frozenset({500, 502, 503, 504})
     rate_limit_codes: frozenset[int] = frozenset({429})
     cascade_threshold: int = 10
@@ -175,38 +200,163 @@ class BreakerConfig:
     recovery_timeout_max: float = 600.0
     slow_call_duration: float = 0.0
     slow_call_rate_threshold: float = 100.0
+    failure_predicate: Callable[[BaseException], Any] | None = None
+    result_predicate: Callable[[Any], Any] | None = None
+    warning_interval: float = 60.0
+    clock: Clock | None = field(default=None, compare=False, repr=False)
+    classifier: Classifier = field(init=False, compare=False, repr=False)
+    plain_types: frozenset[type] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        classifier = Classifier(
+            ignore=tuple(self.ignore_exceptions),
+            failure_predicate=self.failure_predicate,
+            result_predicate=self.result_predicate,
+            failure_codes=self.failure_codes,
+            rate_limit_codes=self.rate_limit_codes,
+            warning_interval=self.warning_interval,
+            monotonic=(self.clock or SYSTEM_CLOCK).monotonic,
+        )
+        object.__setattr__(self, "classifier", classifier)
+        object.__setattr__(self, "plain_types", classifier.plain_types)
 
 
-def _check_ignore(where: str, value: Any) -> tuple[type[BaseException], ...]:
+def _check_ignore(where: str, value: Any) -> tuple[Any, ...]:
     if value is None:
         return ()
-    if isinstance(value, type):
+    if is_exception_type(value) or is_predicate(value):
         value = (value,)
+    if isinstance(value, (str, bytes)):
+        raise ConfigError(
+            f"{where}: ignore_exceptions={value!r} must be exception types and callables(exc) -> bool "
+            "(dotted paths are for BALDUR_SERVICES)"
+        )
     try:
         items = tuple(value)
     except TypeError:
-        raise ConfigError(f"{where}: ignore_exceptions={value!r} must be a tuple of exception types") from None
+        raise ConfigError(
+            f"{where}: ignore_exceptions={value!r} must be a tuple of exception types and callables(exc) -> bool"
+        ) from None
     for item in items:
-        if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise ConfigError(f"{where}: ignore_exceptions={value!r}: {item!r} is not an exception type")
+        if not (is_exception_type(item) or is_predicate(item)):
+            raise ConfigError(
+                f"{where}: ignore_exceptions={value!r}: {item!r} is neither an exception type nor a callable(exc) -> bool"
+            )
     return items
+
+
+def _check_predicate(where: str, key: str, value: Any) -> Any:
+    if not is_predicate(value):
+        what = "a class" if isinstance(value, type) else "not callable"
+        raise ConfigError(
+            f"{where}: {key}={value!r} is {what}; expected a function taking the "
+            f"{'exception' if key == 'failure_predicate' else 'returned value'} and returning a bool"
+        )
+    return value
 
 
 def validate_overrides(service: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Check per-call overrides for breaker *service*; returns them parsed.
 
+    ``ignore_exceptions`` takes exception types and callables mixed; ``failure_predicate``
+    and ``result_predicate`` a callable (CB-18). None means "not given".
+
     Raises:
         ConfigError: unknown name or bad value, naming both (CFG-3).
     """
     where = f"breaker {service!r}"
-    plain = {k: v for k, v in overrides.items() if k != "ignore_exceptions" and v is not None}
+    plain = {k: v for k, v in overrides.items() if k not in PREDICATE_KEYS and v is not None}
     out = check_service_overrides(where, plain)
     if overrides.get("ignore_exceptions") is not None:
         out["ignore_exceptions"] = _check_ignore(where, overrides["ignore_exceptions"])
+    for key in ("failure_predicate", "result_predicate"):
+        if overrides.get(key) is not None:
+            out[key] = _check_predicate(where, key, overrides[key])
     return out
 
 
-def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSource | None = None) -> BreakerConfig:
+def import_reference(where: str, path: str) -> Any:
+    """Import the object a dotted path names (``"myapp.breakers.is_outage"``).
+
+    Args:
+        where: what the path was given as, for the message
+            (``"BALDUR_SERVICES['payments']['failure_predicate']"``).
+        path: ``module.attribute``; nested attributes (``module.Class.method``) work too.
+
+    Raises:
+        ConfigError: the path cannot be imported, naming *where*, the path and the reason.
+    """
+    module_name, _, attribute = path.rpartition(".")
+    trail = [attribute]
+    while module_name:
+        try:
+            value: Any = importlib.import_module(module_name)
+        except ImportError as exc:
+            if exc.name is not None and not module_name.startswith(exc.name):
+                # the module exists but an import inside it failed: report that, not a miss
+                raise ConfigError(f"{where}={path!r} cannot be imported: {exc}") from None
+            module_name, _, parent = module_name.rpartition(".")
+            trail.insert(0, parent)
+            continue
+        except Exception as exc:  # the module raised while importing
+            raise ConfigError(f"{where}={path!r} cannot be imported: {type(exc).__name__}: {exc}") from None
+        for name in trail:
+            try:
+                value = getattr(value, name)
+            except AttributeError:
+                raise ConfigError(
+                    f"{where}={path!r} cannot be imported: {value.__name__ if hasattr(value, '__name__') else value!r} "
+                    f"has no attribute {name!r}"
+                ) from None
+        return value
+    raise ConfigError(f"{where}={path!r} cannot be imported: no module of that path exists")
+
+
+def service_predicates(service: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The predicates of one ``BALDUR_SERVICES`` entry, dotted paths imported (CB-18).
+
+    Args:
+        service: the entry's service name.
+        entry: the parsed entry (see :data:`baldur_django.core.knobs.PREDICATE_KEYS`).
+
+    Returns:
+        ``{key: value}`` for the predicate keys present: ``ignore_exceptions`` as a tuple of
+        exception types and callables, the two others as callables.
+
+    Raises:
+        ConfigError: a path that cannot be imported, or that names something that is not
+            callable (not an exception class or a callable, for ``ignore_exceptions``); the
+            message names the key (``BALDUR_SERVICES['payments']['failure_predicate']``).
+    """
+    out: dict[str, Any] = {}
+    for key in PREDICATE_KEYS:
+        if key not in entry:
+            continue
+        where = f"BALDUR_SERVICES[{service!r}][{key!r}]"
+        if key == "ignore_exceptions":
+            items = []
+            for item in entry[key]:
+                value = import_reference(where, item)
+                if not (is_exception_type(value) or is_predicate(value)):
+                    raise ConfigError(
+                        f"{where}: {item!r} names {value!r}, which is neither an exception class nor a callable"
+                    )
+                items.append(value)
+            out[key] = tuple(items)
+        else:
+            raw = entry[key]
+            value = import_reference(where, raw)
+            if not is_predicate(value):
+                raise ConfigError(
+                    f"{where}={raw!r} names {value!r}, which is not a function (not callable, or a class)"
+                )
+            out[key] = value
+    return out
+
+
+def build_config(
+    service: str, overrides: Mapping[str, Any], source: SettingsSource | None = None, clock: Clock | None = None
+) -> BreakerConfig:
     """Resolve the configuration of breaker *service*.
 
     Each of the per-breaker fields comes from the per-call override, else the service's
@@ -225,6 +375,10 @@ def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSou
         service: the breaker's name.
         overrides: already validated per-call overrides (see :func:`validate_overrides`).
         source: settings to read (the process-wide :data:`settings` by default).
+        clock: the breaker's clock (the throttle of its predicate-error log reads it).
+
+    The predicates (CB-18) come from the per-call override, else the ``BALDUR_SERVICES``
+    entry, whose dotted paths are imported here, on the first build (:func:`service_predicates`).
 
     Returns:
         A frozen :class:`BreakerConfig`.
@@ -234,10 +388,13 @@ def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSou
             ``sliding_window_size`` given at the same or a less specific level; an
             explicitly given ``recovery_timeout_max`` below a ``recovery_timeout`` given
             at the same or a less specific level. The message names both values and
-            where each came from (CFG-3). Implements CFG-1, CFG-3, CB-15, CB-16, CB-17.
+            where each came from (CFG-3); a predicate path that cannot be imported or
+            names no callable. Implements CFG-1, CFG-3, CB-15, CB-16, CB-17, CB-18.
     """
     s = source or settings
     per_service = s.get("BALDUR_SERVICES").get(service, {})
+    predicates = service_predicates(service, per_service)
+    predicates.update({key: overrides[key] for key in PREDICATE_KEYS if overrides.get(key) is not None})
     values: dict[str, Any] = {}
     # how specifically each value was given: 3 per-call, 2 BALDUR_SERVICES, 1 global
     # setting or env var, 0 the table's default
@@ -291,7 +448,11 @@ def build_config(service: str, overrides: Mapping[str, Any], source: SettingsSou
         minimum_calls=values["minimum_calls"],
         recovery_timeout=values["recovery_timeout"],
         half_open_max_calls=values["half_open_max_calls"],
-        ignore_exceptions=overrides.get("ignore_exceptions", ()),
+        ignore_exceptions=predicates.get("ignore_exceptions", ()),
+        failure_predicate=predicates.get("failure_predicate"),
+        result_predicate=predicates.get("result_predicate"),
+        warning_interval=s.get("BALDUR_STORE_WARNING_INTERVAL_SECONDS"),
+        clock=clock,
         failure_codes=s.get("BALDUR_MIDDLEWARE_CB_STATUS_CODES"),
         rate_limit_codes=s.get("BALDUR_MIDDLEWARE_RATE_LIMIT_CODES"),
         cascade_threshold=s.get("BALDUR_CB_RATE_LIMIT_CASCADE_THRESHOLD"),

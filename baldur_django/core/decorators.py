@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import hotpath
 from .breaker import CircuitBreaker
-from .config import OVERRIDE_NAMES
+from .config import OVERRIDE_NAMES, SettingsSource, build_config, validate_overrides
 from .errors import ConfigError
 from .hotpath import (
     Route,
@@ -48,6 +49,70 @@ def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
     return registry.get(service, given or None)  # type: ignore[return-value]  # create=True: never None
 
 
+def _validate_arguments(service: str, overrides: dict[str, Any]) -> None:
+    """The checks of :func:`_breaker` that depend on the decorator's own arguments only (the
+    name and the overrides), none on a setting: a mistake there is refused at decoration."""
+    if not isinstance(service, str) or not service:
+        raise ConfigError(f"breaker name {service!r}: must be a non-empty string")
+    unknown = set(overrides) - set(_OVERRIDE_NAMES)
+    if unknown:
+        raise ConfigError(
+            f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}"
+        )
+    validate_overrides(service, {k: v for k, v in overrides.items() if v is not None})
+
+
+def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
+    """Validate the arguments (raises) and register the breaker now; None when a *setting*
+    is bad (CFG-3): the decorated function then resolves its breaker at its first call and
+    raises the ConfigError there, while ``manage.py check`` reports the setting with its id."""
+    _validate_arguments(service, overrides)
+    try:
+        return _breaker(service, overrides)
+    except ConfigError:
+        if _fails_on_defaults(service, overrides):
+            raise  # the arguments contradict each other (minimum_calls above their own window)
+        return None
+
+
+def _fails_on_defaults(service: str, overrides: dict[str, Any]) -> bool:
+    """True when the overrides cannot make a configuration even with every setting at its
+    default: the mistake is in the decorator's arguments, not in a setting."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        build_config(service, validate_overrides(service, given), SettingsSource(lookup=None, environ={}))
+    except ConfigError:
+        return True
+    return False
+
+
+def _deferred(
+    service: str, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any]
+) -> Callable[..., Any]:
+    """A wrapper for a function decorated while a setting was bad (CFG-3): each call tries to
+    build the breaker (raising the setting's ConfigError while it is still bad); the first
+    that succeeds builds the real wrapper, which every later call goes through."""
+    built: list[Callable[..., Any]] = []
+    deferred: Any = None
+
+    def resolve() -> Callable[..., Any]:
+        if not built:
+            breaker = _breaker(service, overrides)
+            make = async_wrapper if _is_async(func) else sync_wrapper
+            built.append(make(breaker, func, policy, fallback))
+            deferred.breaker = breaker  # as _decorate sets it
+        return built[0]
+
+    async def deferred_async(*args: Any, **kwargs: Any) -> Any:
+        return await resolve()(*args, **kwargs)
+
+    def deferred_sync(*args: Any, **kwargs: Any) -> Any:
+        return resolve()(*args, **kwargs)
+
+    deferred = deferred_async if _is_async(func) else deferred_sync
+    return deferred  # type: ignore[no-any-return]  # one of the two functions above
+
+
 def _check_fallback(service: str, fallback: Any) -> None:
     if fallback is not None and not callable(fallback):
         raise ConfigError(f"breaker {service!r}: fallback={fallback!r} is not callable")
@@ -77,11 +142,15 @@ def _decorate(
     service: str, func: F, policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any], force_async: bool
 ) -> F:
     _refuse_generators(func)
-    breaker = _breaker(service, overrides)
-    if force_async or _is_async(func):
-        if force_async and not _is_async(func):
-            name = getattr(func, "__qualname__", repr(func))
-            raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
+    if force_async and not _is_async(func):
+        name = getattr(func, "__qualname__", repr(func))
+        raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
+    breaker = _register(service, overrides)
+    if breaker is None:  # a bad setting: never raised at import time (CFG-3)
+        deferred = _deferred(service, func, policy, fallback, overrides)
+        functools.update_wrapper(deferred, func)
+        return deferred  # type: ignore[return-value]  # same signature as func (update_wrapper)
+    if _is_async(func):
         wrapper = async_wrapper(breaker, func, policy, fallback)
     else:
         wrapper = sync_wrapper(breaker, func, policy, fallback)
@@ -101,7 +170,9 @@ def protected(
     minimum_calls: int | None = None,
     recovery_timeout: float | None = None,
     half_open_max_calls: int | None = None,
-    ignore_exceptions: tuple[type[BaseException], ...] | None = None,
+    ignore_exceptions: tuple[type[BaseException] | Callable[[BaseException], bool], ...] | None = None,
+    failure_predicate: Callable[[BaseException], bool] | None = None,
+    result_predicate: Callable[[Any], bool] | None = None,
     sliding_window_type: str | None = None,
     sliding_window_seconds: int | None = None,
     recovery_backoff_factor: float | None = None,
@@ -123,7 +194,13 @@ def protected(
         minimum_calls: per-call override: window calls needed before the rate counts.
         recovery_timeout: per-call override: seconds (float allowed) OPEN waits before probing.
         half_open_max_calls: per-call override: trial calls per probing round.
-        ignore_exceptions: per-call override: exception types counted as neither outcome.
+        ignore_exceptions: per-call override: exception types, and callables(exc) -> bool
+            returning True, counted as neither outcome (CB-10, CB-18).
+        failure_predicate: per-call override: callable(exc) -> bool; an exception it
+            answers False for is ignored (neither outcome). Asked after the 429 test and
+            after ``ignore_exceptions``; one that raises makes the call a failure (CB-18).
+        result_predicate: per-call override: callable(value) -> bool; True records the
+            returned value as a failure (returned unchanged, never a fallback; CB-18).
         sliding_window_type: per-call override: ``"count"`` or ``"time"`` (CB-15).
         sliding_window_seconds: per-call override: span of the time window, whole seconds (CB-15).
         recovery_backoff_factor: per-call override: growth of the open duration per
@@ -137,7 +214,8 @@ def protected(
 
     Raises:
         ConfigError: at decoration time for a bad override, a generator function, or a
-            non-callable fallback.
+            non-callable fallback. A bad ``BALDUR_*`` setting is never raised at
+            decoration (import) time: each call raises it until it is fixed (CFG-3).
         CircuitOpenError, RateLimitCooldownError: at call time when no fallback applies.
     """
     policy = coerce_retry(retry)
@@ -150,6 +228,8 @@ def protected(
         recovery_timeout=recovery_timeout,
         half_open_max_calls=half_open_max_calls,
         ignore_exceptions=ignore_exceptions,
+        failure_predicate=failure_predicate,
+        result_predicate=result_predicate,
         sliding_window_type=sliding_window_type,
         sliding_window_seconds=sliding_window_seconds,
         recovery_backoff_factor=recovery_backoff_factor,
@@ -157,7 +237,7 @@ def protected(
         slow_call_duration=slow_call_duration,
         slow_call_rate_threshold=slow_call_rate_threshold,
     )
-    _breaker(service, overrides)  # validate and register now, not at first call
+    _register(service, overrides)  # validate now; register now unless a setting is bad (CFG-3)
 
     def decorate(func: F) -> F:
         return _decorate(service, func, policy, fallback, overrides, force_async=False)
@@ -175,7 +255,7 @@ def aprotected(service: str, **options: Any) -> Callable[[F], F]:
     fallback = options.pop("fallback", None)
     policy = coerce_retry(retry)
     _check_fallback(service, fallback)
-    _breaker(service, options)
+    _register(service, options)
 
     def decorate(func: F) -> F:
         return _decorate(service, func, policy, fallback, options, force_async=True)
@@ -190,13 +270,14 @@ def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
         service: breaker name.
         **overrides: ``failure_threshold``, ``failure_rate_threshold``,
             ``sliding_window_size``, ``minimum_calls``, ``recovery_timeout`` (seconds),
-            ``half_open_max_calls``, ``ignore_exceptions``.
+            ``half_open_max_calls``, ``ignore_exceptions``, ``failure_predicate``,
+            ``result_predicate`` (CB-18), and the CB-15..CB-17 knobs, as for :func:`protected`.
 
     Raises:
         ConfigError: bad override or a generator function (at decoration time).
         CircuitOpenError: at call time while the breaker rejects.
     """
-    _breaker(service, overrides)
+    _register(service, overrides)
 
     def decorate(func: F) -> F:
         return _decorate(service, func, None, None, overrides, force_async=False)
@@ -211,7 +292,7 @@ def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
 # Overrides of these types can be matched by value (equal values of one of these types
 # validate alike); a route with any other (a list of exceptions, a Decimal...) is not
 # stored, so such calls are checked every time.
-_EXACT = frozenset({int, float, tuple, type(None)})
+_EXACT = frozenset({int, float, tuple, type(None), types.FunctionType})  # a function equals only itself
 
 
 def _stored_route(

@@ -27,6 +27,11 @@ closures read, and why each read is safe without the lock:
 * ``breaker._cascade.counter``: the newest cascade bucket counts calls with
   ``next()`` on an ``itertools.count``, one atomic C call; rolling to a new second
   (``bucket_end``, read against the monotonic clock) takes the lock in ``record_success``.
+* ``breaker.plain_types``: the set of returned types recorded as successes without being
+  judged, bound once per wrapper (a closure read, like the global it replaced). Its
+  contents follow the configuration (empty while a ``result_predicate`` is set, CB-18);
+  a reader racing with a refill sees the old types, the new ones or none, and a value
+  that misses the set only takes the response lane, which judges it properly.
 * ``breaker._cooldown_until``: 0.0 until this process ever saw a 429 cooldown. With a
   retry policy, no cooldown, no budget and no trial, the retry plan would make the first
   attempt at once: the wrappers make it themselves and hand over to the engine

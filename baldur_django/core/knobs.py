@@ -30,6 +30,7 @@ __all__ = [
     "KNOBS",
     "OVERRIDE_KEYS",
     "SERVICE_KEYS",
+    "PREDICATE_KEYS",
     "CHECK_IDS",
     "SECRETS",
     "RESERVED",
@@ -37,6 +38,8 @@ __all__ = [
     "closest_knob",
     "validate_number",
     "check_service_overrides",
+    "is_exception_type",
+    "is_predicate",
 ]
 
 _MISSING = object()
@@ -267,25 +270,89 @@ def _json_list(name: str, value: Any, from_env: bool) -> list[Any]:
     return list(value)
 
 
+def _service_names(name: str, value: Any, from_env: bool) -> list[str]:
+    raw = value
+    value = _json_or_csv(name, value, from_env)
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise _fail(name, raw, "expected a list of breaker names such as ['payments']")
+    names = []
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise _fail(name, raw, f"{item!r} is not a breaker name (a non-empty string)")
+        if item not in names:
+            names.append(item)
+    return names
+
+
 def check_service_overrides(where: str, overrides: dict[str, Any], from_env: bool = False) -> dict[str, Any]:
     """Validate a mapping of per-breaker overrides and return the parsed values.
 
     Args:
         where: prefix for messages, e.g. ``"BALDUR_SERVICES['payments']"`` or ``"protected('payments')"``.
-        overrides: key -> raw value; keys must be in :data:`SERVICE_KEYS`.
+        overrides: key -> raw value; keys must be in :data:`SERVICE_KEYS` or
+            :data:`PREDICATE_KEYS` (the predicates are checked for their form only: a
+            dotted path is imported later, when a breaker is built, CB-18).
 
     Raises:
         ConfigError: an unknown key (naming the closest known one) or a bad value.
     """
     out: dict[str, Any] = {}
     for key, raw in overrides.items():
-        parser = SERVICE_KEYS.get(key)
+        parser = SERVICE_KEYS.get(key) or PREDICATE_KEYS.get(key)
         if parser is None:
-            near = difflib.get_close_matches(str(key), SERVICE_KEYS, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(SERVICE_KEYS)}"
+            known = [*SERVICE_KEYS, *PREDICATE_KEYS]
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(known)}"
             raise ConfigError(f"{where}: unknown key {key!r}{hint}")
         out[key] = parser(f"{where}[{key!r}]", raw, from_env)
     return out
+
+
+# ------------------------------------------------------------------ predicates (CB-18)
+# module.attribute, at least one dot; every part an identifier
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+def is_exception_type(value: Any) -> bool:
+    """True for a class deriving from ``BaseException``."""
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+def is_predicate(value: Any) -> bool:
+    """True for a callable that is not a class (calling ``KeyError(exc)`` judges nothing)."""
+    return callable(value) and not isinstance(value, type)
+
+
+def _predicate(name: str, value: Any, from_env: bool) -> str:
+    """A ``failure_predicate``/``result_predicate`` of ``BALDUR_SERVICES``: the dotted import
+    path of a function, kept as text and imported when a breaker is built (CB-18)."""
+    if isinstance(value, str) and _DOTTED.match(value.strip()):
+        return value.strip()
+    shown = "a dotted import path" if isinstance(value, str) else "given as its dotted import path (a string)"
+    raise _fail(name, value, f"expected the function {shown}, such as 'myapp.breakers.is_outage'")
+
+
+def _ignore(name: str, value: Any, from_env: bool) -> tuple[str, ...]:
+    """``ignore_exceptions`` of ``BALDUR_SERVICES``: a dotted import path or a list of them,
+    each naming an exception class or a function ``f(exc) -> bool``; imported when a breaker
+    is built (CB-18)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise _fail(name, value, "expected a list of dotted import paths such as ['myapp.errors.NotFound']")
+    for item in items:
+        if not (isinstance(item, str) and _DOTTED.match(item.strip())):
+            raise _fail(name, value, f"{item!r} is not a dotted import path such as 'myapp.errors.NotFound'")
+    return tuple(item.strip() for item in items)
+
+
+#: ``BALDUR_SERVICES`` keys (and per-call overrides) that hold predicates rather than a
+#: knob's value, with the parser that checks their form (CB-18). No global setting exists
+#: for them: they are per breaker only.
+PREDICATE_KEYS: dict[str, Parser] = {
+    "ignore_exceptions": _ignore,
+    "failure_predicate": _predicate,
+    "result_predicate": _predicate,
+}
 
 
 class _Services:
@@ -304,7 +371,11 @@ class _Services:
 
     @property
     def accepts(self) -> str:
-        return "A dict mapping each service name to a dict of overrides; allowed keys: " + ", ".join(SERVICE_KEYS) + "."
+        return (
+            "A dict mapping each service name to a dict of overrides; allowed keys: "
+            + ", ".join([*SERVICE_KEYS, *PREDICATE_KEYS])
+            + " (the last three as dotted import paths, such as 'myapp.breakers.is_outage')."
+        )
 
 
 _services = _Services()
@@ -353,15 +424,20 @@ def _redis_url(name: str, value: Any, from_env: bool) -> str | None:
     return value.strip()
 
 
-def _http_url(name: str, value: Any, from_env: bool) -> str | None:
+def _https_url(name: str, value: Any, from_env: bool) -> str | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if not isinstance(value, str):
         raise _fail(name, "<hidden>", "expected a URL string")
     parsed = urlparse(value.strip())
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        # never echo the value: a webhook URL is a secret (OP-8)
-        raise ConfigError(f"{name}: expected an http:// or https:// URL (value not shown)")
+    # never echo the value: a webhook URL is a secret (OP-8)
+    if parsed.scheme.lower() == "http":
+        raise ConfigError(
+            f"{name}: a plain http:// URL would send the webhook's secret in clear; an https:// URL is required "
+            "(value not shown)"
+        )
+    if parsed.scheme.lower() != "https" or not parsed.hostname:
+        raise ConfigError(f"{name}: expected an https:// URL (value not shown)")
     return value.strip()
 
 
@@ -493,6 +569,8 @@ _ROWS: list[Knob] = [
         _num(integer=True, minimum=1, unit=_SECONDS),
         "span of the time-based window, whole seconds",
         "baldur.E014",
+        accepts="A whole number of seconds, at least 1: the time-based window counts outcomes in one-second "
+        "buckets, so unlike the other *_SECONDS settings it takes no fractions (CB-15).",
         key="sliding_window_seconds",
     ),
     Knob(
@@ -794,7 +872,7 @@ _ROWS: list[Knob] = [
     Knob(
         "BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL",
         None,
-        _http_url,
+        _https_url,
         "Slack incoming webhook for open/close posts",
         "baldur.E054",
         accepts="The https:// URL Slack gave you for the incoming webhook.",
@@ -877,6 +955,23 @@ _ROWS: list[Knob] = [
         _num(minimum=0, unit=_SECONDS),
         "quiet time after a freeze ends, seconds",
         "baldur.E065",
+    ),
+    # ------------------------------------------------------------ health endpoint (contrib.health, HC-5)
+    Knob(
+        "BALDUR_HEALTH_CRITICAL_SERVICES",
+        [],
+        _service_names,
+        "breakers whose OPEN state makes the health endpoint answer 503",
+        "baldur.E072",
+        accepts="A list of breaker names; in the environment 'payments,search' or '[\"payments\"]'.",
+    ),
+    Knob(
+        "BALDUR_HEALTH_DETAILS",
+        False,
+        _bool,
+        "show every breaker's state to any caller of the health endpoint, not only to staff",
+        "baldur.E073",
+        accepts=_BOOL_ACCEPTS,
     ),
 ]
 

@@ -89,7 +89,7 @@ class Registry:
         with self._lock:
             breaker = self._breakers.get(name)
             if breaker is None:
-                config = build_config(name, checked or {}, self.source)
+                config = build_config(name, checked or {}, self.source, self.clock)
                 breaker = CircuitBreaker(name, config, clock=self.clock, bus=bus)
                 if self.guard is not None:
                     breaker.use_store(self.guard)
@@ -100,7 +100,7 @@ class Registry:
                 if known is None:
                     # created by get_breaker()/an operator before any decorator: adopt these
                     self._overrides[name] = checked
-                    breaker.reconfigure(build_config(name, checked, self.source))
+                    breaker.reconfigure(build_config(name, checked, self.source, self.clock))
                 elif known != checked and name not in self._conflicts:
                     self._conflicts.add(name)
                     log_event(
@@ -175,9 +175,29 @@ class Registry:
         every breaker on its previous configuration.
         """
         with self._lock:
-            fresh = {name: build_config(name, self._overrides.get(name) or {}, self.source) for name in self._breakers}
+            fresh = {
+                name: build_config(name, self._overrides.get(name) or {}, self.source, self.clock)
+                for name in self._breakers
+            }
             for name, config in fresh.items():
                 self._breakers[name].reconfigure(config)
+
+    def forget(self, name: str) -> bool:
+        """Drop breaker *name* from this process, with its overrides and cached routes (OP-7).
+
+        Only this process: the shared record is the store's business. A later use builds
+        a fresh breaker.
+
+        Returns:
+            bool: True when this process knew the breaker.
+        """
+        with self._lock:
+            known = self._breakers.pop(name, None) is not None
+            self._overrides.pop(name, None)
+            self._conflicts.discard(name)
+            for cache in self.name_caches:
+                cache.pop(name, None)
+        return known
 
     def clear(self) -> None:
         """Forget every breaker (tests; a new process)."""

@@ -27,15 +27,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .classify import (
-    PLAIN_TYPES,
-    RATE_LIMITED,
-    SUCCESS,
-    classify_status,
-    exception_is_rate_limit,
-    retry_after_of,
-    status_of,
-)
+from .classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
 
 if TYPE_CHECKING:
@@ -224,21 +216,16 @@ def exception_outcome(config: BreakerConfig, exc: BaseException, service: str | 
 
     Returns:
         ``counted`` is False for an ignored type, a ``BaseException`` that is not an
-        ``Exception``, or the breaker's own refusal; ``rate_limited`` is True for a counted
-        429 sighting.
+        ``Exception``, the breaker's own refusal, or what a predicate ignores (CB-18);
+        ``rate_limited`` is True for a counted 429 sighting. The config's classifier
+        decides (:class:`baldur_django.core.classify.Classifier`).
     """
-    if not isinstance(exc, Exception) or (config.ignore_exceptions and isinstance(exc, config.ignore_exceptions)):
-        return False, False
-    if exc.__class__ is CircuitOpenError and exc.service == service:
-        return False, False
-    return True, exception_is_rate_limit(exc, config.rate_limit_codes)
+    return config.classifier.exception(exc, service)
 
 
-def result_kind(config: BreakerConfig, result: Any) -> int:
-    """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value (CB-11, RL-8)."""
-    if type(result) in PLAIN_TYPES:
-        return SUCCESS
-    return classify_status(status_of(result), config.failure_codes, config.rate_limit_codes)
+def result_kind(config: BreakerConfig, result: Any, service: str | None = None) -> int:
+    """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value (CB-11, CB-18, RL-8)."""
+    return config.classifier.result(result, service)
 
 
 def settled(breaker: CircuitBreaker, permit: Permit, result: Any) -> bool:
@@ -252,7 +239,8 @@ def settled(breaker: CircuitBreaker, permit: Permit, result: Any) -> bool:
         True when *result* was a success (now recorded), False for a failure or rate-limit
         response (nothing recorded: the plan takes it from there).
     """
-    if type(result) in PLAIN_TYPES or result_kind(breaker.config, result) == SUCCESS:
+    config = breaker.config
+    if type(result) in config.plain_types or config.classifier.result(result, breaker.name) == SUCCESS:
         breaker.record_success(permit)
         return True
     return False
@@ -355,10 +343,12 @@ def retry_plan(
             last_error, last_value = error, None
         else:
             value = outcome.value
-            if settled(breaker, permit, value):
+            kind = result_kind(breaker.config, value, breaker.name)  # asked once per attempt (CB-18)
+            if kind == SUCCESS:
+                breaker.record_success(permit)  # what settled() does
                 yield Done(value=value)
                 return
-            rate_limited = result_kind(breaker.config, value) == RATE_LIMITED
+            rate_limited = kind == RATE_LIMITED
             retried = True  # returned failure and rate-limit responses are always retried
             retry_after = retry_after_of(value) if rate_limited else None
             last_error, last_value = None, value

@@ -15,14 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .breaker import CircuitBreaker, Permit, recorded_since
-from .classify import (
-    PLAIN_TYPES,
-    RATE_LIMITED,
-    SUCCESS,
-    classify_status,
-    retry_after_of,
-    status_of,
-)
+from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of, status_of
 from .retry import (
     ATTEMPT,
     Done,
@@ -65,22 +58,26 @@ def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException
 
 
 def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
-    """Record a returned value: a status on either list is a failure, else a success (CB-11)."""
-    if type(result) in PLAIN_TYPES:
+    """Record a returned value: a status on either list is a failure, and so is a value the
+    ``result_predicate`` marks (CB-18); else a success (CB-11)."""
+    if type(result) in breaker.plain_types:  # empty while a result_predicate is set
         breaker.record_success(permit)
         return
     cfg = breaker.config
-    # Fast lane for the usual HTTP response (requests, httpx, Django): a plain int status
-    # on neither list is a success, recorded through the lock-free healthy path.
-    try:
-        code = result.status_code
-    except Exception:
-        code = None
-    if type(code) is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
-        if not breaker.healthy_success(permit):
-            breaker.record_success(permit)
-        return
-    kind = classify_status(status_of(result), cfg.failure_codes, cfg.rate_limit_codes)
+    if cfg.result_predicate is None:
+        # Fast lane for the usual HTTP response (requests, httpx, Django): a plain int
+        # status on neither list is a success, recorded through the lock-free healthy path.
+        try:
+            code = result.status_code
+        except Exception:
+            code = None
+        if type(code) is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
+            if not breaker.healthy_success(permit):
+                breaker.record_success(permit)
+            return
+        kind = classify_status(status_of(result), cfg.failure_codes, cfg.rate_limit_codes)
+    else:
+        kind = cfg.classifier.result(result, breaker.name)
     if kind == SUCCESS:
         breaker.record_success(permit)
     elif kind == RATE_LIMITED:
@@ -210,7 +207,7 @@ def run_sync(
         else:
             if recorded_since(breaker, mark):
                 return result  # a nested call through this breaker settled this one (CB-19)
-            if type(result) in PLAIN_TYPES:  # settled()'s first test, inlined: no status to read
+            if type(result) in breaker.plain_types:  # settled()'s first test, inlined: no status to read
                 breaker.record_success(permit)
                 return result
             if settled(breaker, permit, result):
@@ -294,7 +291,7 @@ async def run_async(
         else:
             if recorded_since(breaker, mark):
                 return result
-            if type(result) in PLAIN_TYPES:  # settled()'s first test, inlined
+            if type(result) in breaker.plain_types:  # settled()'s first test, inlined
                 await _recording(breaker, permit, breaker.record_success, permit)
                 return result
             if await _recording(breaker, permit, settled, breaker, permit, result):

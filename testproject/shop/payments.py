@@ -1,9 +1,11 @@
 """The shop's client for the payments service.
 
-:func:`charge` is the protected call: ``@baldur.protected("payments", fallback=...)``
-counts its failures (an HTTP error status, a timeout, a refused connection) and, once
-the breaker is OPEN, answers from :func:`queue_for_later` without contacting the
-service. :func:`charge_unprotected` is the same call with no breaker, for comparison.
+:func:`charge` sends the charge through :data:`protected_session`, a ``requests.Session``
+whose transport adapter is ``BreakerAdapter("payments")``: the breaker counts the
+service's failures (a 5xx answer, a timeout, a refused connection) and, once it is OPEN,
+the adapter refuses before any connection is made; :func:`charge` then answers from
+:func:`queue_for_later`. :func:`charge_unprotected` is the same call through a plain
+session, with no breaker, for comparison.
 
 Both take the :class:`~testproject.shop.models.Order` and a fresh :class:`ChargeAttempt`,
 which records whether the request reached the service; the fallback receives the
@@ -18,11 +20,19 @@ import requests
 from django.conf import settings
 from django.db.models import F
 
-import baldur_django as baldur
+from baldur_django.contrib.requests import BreakerAdapter, CircuitOpenRequestError
 
 from .models import Order
 
 SERVICE = "payments"
+
+#: Every payments call of :func:`charge` goes through the ``payments`` breaker, inside the
+#: HTTP client (HC-1): refused while OPEN without a connection, 5xx and timeouts counted.
+protected_session = requests.Session()
+protected_session.mount("http://", BreakerAdapter(SERVICE))
+protected_session.mount("https://", BreakerAdapter(SERVICE))
+#: The same client without a breaker, for :func:`charge_unprotected`.
+plain_session = requests.Session()
 
 
 class ChargeAttempt:
@@ -51,12 +61,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
 
 
-def charge_unprotected(order: Order, attempt: ChargeAttempt) -> dict[str, Any]:
+def charge_unprotected(
+    order: Order, attempt: ChargeAttempt, session: requests.Session = plain_session
+) -> dict[str, Any]:
     """POST the charge to ``PAYMENTS_URL/charge`` and mark the order paid.
 
     Args:
         order: the order to charge.
         attempt: filled in as the call proceeds.
+        session: the client to send it with (:data:`plain_session`: no breaker).
 
     Returns:
         ``{"status": "paid", "served_by": "upstream", "rejected": False, "charge_id": str}``.
@@ -69,13 +82,16 @@ def charge_unprotected(order: Order, attempt: ChargeAttempt) -> dict[str, Any]:
     attempt.reached_upstream = True
     url = settings.PAYMENTS_URL.rstrip("/") + "/charge"
     try:
-        response = requests.post(
+        response = session.post(
             url,
             json={"order": order.pk, "amount_cents": order.amount_cents},
             timeout=settings.PAYMENTS_TIMEOUT,
         )
         response.raise_for_status()
         body = response.json()
+    except CircuitOpenRequestError:
+        attempt.reached_upstream = False  # refused by the breaker: nothing was sent
+        raise
     except (requests.RequestException, ValueError) as exc:
         attempt.error = _describe(exc)
         raise
@@ -98,11 +114,14 @@ def queue_for_later(order: Order, attempt: ChargeAttempt) -> dict[str, Any]:
     return {"status": "queued", "served_by": "fallback", "rejected": rejected, "reason": reason}
 
 
-@baldur.protected(SERVICE, fallback=queue_for_later)
 def charge(order: Order, attempt: ChargeAttempt) -> dict[str, Any]:
-    """:func:`charge_unprotected` behind the ``payments`` breaker, with :func:`queue_for_later`
-    as fallback. Never raises for an upstream failure: the fallback answers instead."""
-    return charge_unprotected(order, attempt)
+    """:func:`charge_unprotected` through :data:`protected_session` (the ``payments``
+    breaker), with :func:`queue_for_later` answering whenever the charge did not go
+    through. Never raises for an upstream failure or a refusal."""
+    try:
+        return charge_unprotected(order, attempt, protected_session)
+    except (requests.RequestException, ValueError):
+        return queue_for_later(order, attempt)
 
 
 def count_attempt(order: Order) -> None:

@@ -499,9 +499,9 @@ def test_cfg3_unknown_services_key_names_it_and_the_closest_key():
     assert "failure_threshold" in message.replace("failure_treshold", "")
 
 
-def test_cfg3_services_entry_cannot_set_ignore_exceptions_or_unknown_things():
-    """CFG-3, CB-15..CB-17: only the breaker knobs may appear in BALDUR_SERVICES (the CB-15..CB-17
-    keys included)."""
+def test_cfg3_services_entry_cannot_set_unknown_things():
+    """CFG-3, CB-15..CB-18: only the breaker knobs (the CB-15..CB-17 keys included) and the
+    CB-18 predicates may appear in BALDUR_SERVICES; a predicate must look like a dotted path."""
     assert set(SERVICE_KEYS) == {
         "failure_threshold",
         "failure_rate_threshold",
@@ -516,8 +516,10 @@ def test_cfg3_services_entry_cannot_set_ignore_exceptions_or_unknown_things():
         "slow_call_duration",
         "slow_call_rate_threshold",
     }
-    with pytest.raises(ConfigError, match="ignore_exceptions"):
+    with pytest.raises(ConfigError, match="ignore_exceptions"):  # not a dotted path
         lookup_source({"BALDUR_SERVICES": {"pay": {"ignore_exceptions": ["KeyError"]}}}).get("BALDUR_SERVICES")
+    with pytest.raises(ConfigError, match="ignore_exceptionz"):
+        lookup_source({"BALDUR_SERVICES": {"pay": {"ignore_exceptionz": []}}}).get("BALDUR_SERVICES")
 
 
 def test_cfg3_misspelt_knob_name_has_a_closest_known_one():
@@ -688,7 +690,7 @@ def test_cfg1_every_table_about_knobs_is_derived_from_the_rows():
     assert {row.key: row.name for row in rows if row.key} == OVERRIDE_KEYS
     assert config_module.OVERRIDE_KEYS is OVERRIDE_KEYS
     assert {row.key: row.parse for row in rows if row.key} == SERVICE_KEYS
-    assert set(_OVERRIDE_NAMES) == set(OVERRIDE_KEYS) | {"ignore_exceptions"}
+    assert set(_OVERRIDE_NAMES) == set(OVERRIDE_KEYS) | {"ignore_exceptions", "failure_predicate", "result_predicate"}
     assert {"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"} == SECRETS
     assert RESERVED == ()  # every feature of section 10 is built
     assert len({row.key for row in rows if row.key}) == len(OVERRIDE_KEYS)  # no key used twice

@@ -124,13 +124,15 @@ def test_plain_python_works_when_django_cannot_be_imported():
 
 
 def test_plain_python_bad_env_value_is_a_clear_config_error():
-    """CFG-3: in a plain process a bad BALDUR_* env var fails with a ConfigError naming it and the value."""
+    """CFG-3: in a plain process a bad BALDUR_* env var fails with a ConfigError naming it and the
+    value: when the decorated function is called, never when it is decorated (import time)."""
     result = run_plain(
         """
         import json
         import baldur_django as baldur
+        func = baldur.circuit_breaker("x")(lambda: 1)
         try:
-            baldur.circuit_breaker("x")
+            func()
         except baldur.ConfigError as exc:
             print(json.dumps({"error": str(exc), "type": type(exc).__name__}))
         else:

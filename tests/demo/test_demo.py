@@ -2,7 +2,7 @@
 real server processes (the payments stand-in and two shop servers), judged from the JSON
 summary and the timeline picture it writes.
 
-The demo runs once per module (about 30-40 s); each test checks one claim."""
+The demo runs once per module (about 40 s); each test checks one claim."""
 
 from __future__ import annotations
 
@@ -221,6 +221,16 @@ def test_timeline_picture_is_written_and_shows_the_run(demo_run):
     assert "Level 3" in level3["title"] and "steps the level down" in step_down["title"]
     assert level3["start"] < states[frozen]["t"] < level3["end"] < states[frozen + 1]["t"] < step_down["end"]
     assert len(timeline["requests"]) == summary["totals"]["sent"]
+    # one clock with the console (phase 1 starts once the servers answer, not at 0), no band
+    # for the view without a breaker, and the five operator commands drawn where they ran
+    assert timeline["phases"][0]["start"] > 0.5
+    assert [p["key"] for p in timeline["phases"] if not p["breaker"]] == ["hang_unprotected"]
+    assert [c["text"].split()[1] for c in timeline["commands"]] == ["baldur_force"] * 2 + ["baldur_emergency"] * 3
+    assert all(
+        p["start"] <= c["start"] < c["end"] <= p["end"] + 0.01
+        for c in timeline["commands"]
+        for p in [next(p for p in timeline["phases"] if p["start"] <= c["start"] <= p["end"])]
+    )
 
 
 def test_em2_em3_level_3_from_another_process_holds_the_breaker_then_step_down_recovers(demo_run):

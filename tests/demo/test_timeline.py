@@ -1,13 +1,23 @@
-"""The demo's picture (``testproject.timeline.draw``) on made-up data, without servers:
-the band is drawn from the BAND_STATES table alone, the bars from OUTCOMES."""
+"""The demo's picture (``testproject.timeline``) on made-up data, without servers: the band
+is drawn from the BAND_STATES table alone, the bars from OUTCOMES; the picture and the
+console share one clock; no band where no breaker is in use; every phase has a panel of its
+own, named in words and wide enough to read; the quiet spans inside a phase are explained.
+
+The checks read the data the picture is drawn from and the figure's matplotlib axes, not
+its pixels (except where the colour table itself is the subject)."""
 
 from __future__ import annotations
 
+import argparse
+import io
+import re
+import time
 from collections import Counter
 
 import pytest
+from matplotlib.colors import to_hex
 
-from testproject import timeline
+from testproject import demo, timeline
 
 PHASES = [
     {"label": "healthy", "title": "healthy traffic", "start": 0.0, "end": 4.0},
@@ -74,30 +84,167 @@ def test_no_phase_is_a_clear_error(tmp_path):
     assert not (tmp_path / "t.png").exists()
 
 
-def test_call_outs_never_cover_each_other(tmp_path):
-    """Call-outs close in time are stacked: every note is drawn (one text each) and no two
-    frames overlap, however many fall on the same few seconds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+@pytest.fixture
+def figures():
+    """Build figures with :func:`timeline.build`; closes them afterwards."""
     import matplotlib.pyplot as plt
 
-    fig = plt.figure(figsize=(15, 9), dpi=100)
-    ax = fig.add_subplot()
-    ax.set_xlim(0, 20)
-    notes = [
-        {"t": t, "text": f"note {i}:\na call-out\nof three lines"}
-        for i, t in enumerate((1.0, 1.5, 2.0, 2.2, 9.0, 19.5, 19.8))
-    ]
-    try:
-        boxes = timeline.place_callouts(ax, notes, 20, fig.canvas.get_renderer())
-        assert len(boxes) == len(notes)
-        assert sorted(text.get_text() for text in ax.texts) == sorted(n["text"] for n in notes)
-        for i, first in enumerate(boxes):
-            for second in boxes[i + 1 :]:
-                assert not first.overlaps(second), (first, second)
-        axes_top = ax.get_window_extent().y1
-        assert all(box.y1 <= axes_top + 6 for box in boxes)  # none pushed above the panel
-        assert boxes[4].y1 == pytest.approx(boxes[0].y1)  # a lone note stays at the top
-    finally:
+    made = []
+
+    def build(data):
+        fig = timeline.build(data)
+        made.append(fig)
+        return fig
+
+    yield build
+    for fig in made:
         plt.close(fig)
+
+
+def band_runs(ax) -> list[tuple[float, float, str]]:
+    """``(start, end, colour)`` of every filled run drawn in a band axes."""
+    runs = []
+    for collection in ax.collections:
+        colour = to_hex(collection.get_facecolor()[0])
+        for path in collection.get_paths():
+            xs = path.vertices[:, 0]
+            runs.append((round(float(xs.min()), 3), round(float(xs.max()), 3), colour))
+    return sorted(runs)
+
+
+STATE_COLOURS = {colour for _label, colour in timeline.BAND_STATES.values()} | {timeline.UNKNOWN_STATE[1]}
+
+
+def recorded_demo(tmp_path, first_phase_at: float = 7.0):
+    """A :class:`testproject.demo.Demo` that "ran" without servers: the ten short phases one
+    after the other from *first_phase_at* seconds (the servers' start-up before), each
+    1.2 s long but the fleet's (0.8 s), and a console that writes to a buffer."""
+    console = io.StringIO()
+    run = demo.Demo(argparse.Namespace(out_dir=tmp_path, short=True), demo.Display(False, False, console))
+    run.plans = demo.plans(short=True)
+    run.results = []
+    at = first_phase_at
+    for plan in run.plans:
+        length = 0.8 if plan.fleet else 1.2
+        run.results.append(demo.PhaseResult(plan.key, plan.title, started=at, ended=at + length))
+        at += length + 0.05
+    run.config = {"failure_threshold": 3, "recovery_timeout": 2.0, "half_open_max_calls": 2}
+    run.transitions, run.band_marks, run.commands = [], [], []
+    run.requests = [
+        {"t": r.started + 0.1 * i, "server": "A", "outcome": "paid"} for r in run.results for i in range(1, 8)
+    ]
+    return run, console
+
+
+def test_one_clock_for_the_console_and_the_picture(tmp_path, figures):
+    """The picture's time axis is the console's clock, with the same origin (the demo's
+    start, not the first request): a force the console prints at 19.20 s starts the band's
+    forced OPEN run at 19.2 s, inside the operator phase's panel, though phase 1 began 7 s
+    after the demo did."""
+    run, console = recorded_demo(tmp_path, first_phase_at=7.0)
+    forced_phase = run.results[[p.key for p in run.plans].index("operator_forced")]
+    now = time.time()
+    run.t0, run.wall0 = time.monotonic() - 19.2, now - 19.2  # the demo started 19.2 s ago
+    forced_phase.started, forced_phase.ended = 18.9, 20.0
+    entry = {
+        "service": "payments",
+        "from": "closed",
+        "to": "open",
+        "trigger": "baldur_force open, another process",
+        "at": now,
+        "server": "operator",
+        "band": "forced_open",
+    }
+    run.on_transition(entry)
+    run.transitions = [entry]
+    printed = re.search(r"([\d.]+)s\s+breaker payments: CLOSED -> OPEN", console.getvalue())
+    assert printed, console.getvalue()
+    shown = float(printed.group(1))
+    assert shown == pytest.approx(19.2, abs=0.02)
+
+    data = run.timeline_data()
+    assert data["phases"][0]["start"] == pytest.approx(7.0)  # not moved to 0
+    forced = [s for s in data["states"] if s["state"] == "forced_open"]
+    assert len(forced) == 1 and forced[0]["t"] == pytest.approx(shown, abs=0.006)
+
+    fig = figures(data)
+    number = [p["key"] for p in data["phases"]].index("operator_forced") + 1
+    band = timeline.panels(fig)[number]["band"]
+    assert band.get_xlim() == pytest.approx((18.9, 20.0))
+    purple = timeline.BAND_STATES["forced_open"][1]
+    starts = [start for start, _end, colour in band_runs(band) if colour == purple]
+    assert starts == [pytest.approx(shown, abs=0.006)]
+
+
+def test_no_state_band_where_no_breaker_is_in_use(tmp_path, figures):
+    """The unprotected hang phase calls the service without a breaker: the demo marks it so,
+    and its band shows no state at all (only the hatched "no breaker" mark, in no state's
+    colour), even though the breaker sat HALF_OPEN all through it; the phases around it
+    still draw their states."""
+    run, _ = recorded_demo(tmp_path)
+    data = run.timeline_data()
+    keys = [p["key"] for p in data["phases"]]
+    assert [p["key"] for p in data["phases"] if not p["breaker"]] == ["hang_unprotected"]
+    unprotected = data["phases"][keys.index("hang_unprotected")]
+    data["states"].append({"t": unprotected["start"] - 0.5, "state": "half_open"})  # HALF_OPEN throughout
+
+    panels = timeline.panels(figures(data))
+    colours = {colour for _s, _e, colour in band_runs(panels[keys.index("hang_unprotected") + 1]["band"])}
+    assert colours and not colours & STATE_COLOURS, colours
+    assert colours == {timeline.NO_BREAKER[1]}
+    before = band_runs(panels[keys.index("hang_protected") + 1]["band"])
+    after = band_runs(panels[keys.index("fleet") + 1]["band"])
+    assert {c for _s, _e, c in before} == {timeline.BAND_STATES["closed"][1], timeline.BAND_STATES["half_open"][1]}
+    assert {c for _s, _e, c in after} == {timeline.BAND_STATES["half_open"][1]}
+
+
+def test_every_phase_has_a_readable_panel_named_in_words(tmp_path, figures):
+    """Each of the ten phases gets its own panel (band and bars) spanning exactly the phase,
+    titled with its number and its name in words; the title fits its panel; and no panel
+    is a sliver, the fleet's 0.8 s of a 12 s run included (each at least 8 % of the figure's
+    width, at least half the mean)."""
+    run, _ = recorded_demo(tmp_path)
+    data = run.timeline_data()
+    fig = figures(data)
+    renderer = fig.canvas.get_renderer()
+    panels = timeline.panels(fig)
+    assert sorted(panels) == list(range(1, 11))
+    widths = []
+    for number, phase in enumerate(data["phases"], 1):
+        band, bars = panels[number]["band"], panels[number]["bars"]
+        assert bars.get_xlim() == pytest.approx((phase["start"], phase["end"]))
+        title = band.get_title(loc="left")
+        assert " ".join(title.split()) == f"{number}. {phase['title']}"
+        assert re.search(r"[a-z]{4,}", phase["title"])  # words, not a number
+        assert band.title.get_window_extent(renderer).width <= band.get_window_extent(renderer).width + 1
+        widths.append(bars.get_position().width)
+    assert min(widths) >= 0.08
+    row_mean = sum(widths[5:]) / 5
+    assert widths[-1] >= 0.5 * row_mean
+
+
+def test_quiet_spans_and_gaps_are_explained(tmp_path, figures):
+    """An operator's command running in another process (no request is sent meanwhile) is
+    drawn as a span over its phase's bars, named under the panel and in the legend; what
+    lies outside the panels (the servers' start-up, the moments between phases) is said
+    under the picture with its length."""
+    run, _ = recorded_demo(tmp_path, first_phase_at=7.0)
+    forced = run.results[[p.key for p in run.plans].index("operator_forced")]
+    run.commands = [
+        {"start": forced.started + 0.1, "end": forced.started + 0.9, "text": "manage.py baldur_force open payments"}
+    ]
+    data = run.timeline_data()
+    assert data["commands"] == run.commands  # the console's clock here too
+    fig = figures(data)
+    number = [p["key"] for p in data["phases"]].index("operator_forced") + 1
+    panel = timeline.panels(fig)[number]
+    spans = [p for p in panel["bars"].patches if p.get_label().startswith("command:")]
+    assert len(spans) == 1
+    x0 = spans[0].get_path().transformed(spans[0].get_patch_transform()).vertices[:, 0].min()
+    assert x0 == pytest.approx(forced.started + 0.1)
+    caption = " ".join(t.get_text() for t in panel["caption"].texts)
+    assert "0.8 s: manage.py baldur_force open payments" in " ".join(caption.split())
+    legend_texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert timeline.COMMAND[0] in legend_texts
+    footer = " ".join(t.get_text() for t in fig.texts)
+    assert "first 7.0 s" in footer and "0.05 s between two phases" in footer

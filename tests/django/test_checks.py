@@ -76,6 +76,9 @@ BAD_VALUES = [
     ("BALDUR_RATE_LIMIT_RULES", [{"path": "/api/", "rate": "lots"}], "lots"),
     ("BALDUR_DRY_RUN", "yes", "'yes'"),
     ("BALDUR_SERVICES", {"payments": {"failure_threshold": -1}}, "-1"),
+    ("BALDUR_HEALTH_CRITICAL_SERVICES", "payments", "'payments'"),
+    ("BALDUR_HEALTH_CRITICAL_SERVICES", ["payments", ""], "''"),
+    ("BALDUR_HEALTH_DETAILS", "sometimes", "'sometimes'"),
 ]
 
 
@@ -320,6 +323,8 @@ GOOD = {
     "BALDUR_EMERGENCY_AUTO_ACTIVATION_MIN_BREAKERS": 4,
     "BALDUR_EMERGENCY_AUTO_ACTIVATION_MINUTES": 15,
     "BALDUR_EMERGENCY_STABILIZATION_SECONDS": 120,
+    "BALDUR_HEALTH_CRITICAL_SERVICES": ["payments"],
+    "BALDUR_HEALTH_DETAILS": False,  # True is a deploy warning (W011)
 }
 
 

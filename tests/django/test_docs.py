@@ -201,3 +201,90 @@ def test_cfg3_settings_md_reserved_section_lists_exactly_the_reserved_knobs():
     rows = [line for line in reserved_part.splitlines() if ROW.match(line)]
     assert sorted(ROW.match(line).group(1) for line in rows) == sorted(RESERVED)
     assert "baldur.W006" in reserved_part
+
+
+# --- install lines: what the README and the quickstart tell a new user to install
+
+INSTALL_PAGES = {"README.md": ROOT / "README.md", "quickstart.md": DOCS / "quickstart.md"}
+PIP = re.compile(r"pip install (-e )?(['\"])(.+?)\2")
+
+
+def pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def install_lines(text: str) -> list[tuple[bool, str]]:
+    """``(editable, requirement)`` of each ``pip install "..."`` the page shows."""
+    return [(bool(editable), requirement) for editable, _, requirement in PIP.findall(text)]
+
+
+def named_extras(text: str) -> set[str]:
+    """The extras the page's install lines name."""
+    from packaging.requirements import Requirement
+
+    extras: set[str] = set()
+    for editable, line in install_lines(text):
+        extras |= Requirement(("baldur-django" + line[1:]) if editable else line).extras
+    return extras
+
+
+def imported_roots(text: str) -> set[str]:
+    """The top-level modules the page's ```python blocks import."""
+    roots = set()
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        tree = ast.parse(block)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("page", sorted(INSTALL_PAGES))
+def test_install_lines_give_the_checkout_and_git_forms_with_real_extras(page):
+    """Install: the page gives a line that works today from a clone (``pip install -e
+    ".[...]"``) and the direct git form (``baldur-django[...] @ git+https://...``, with an
+    address that reads as a placeholder), says the PyPI form is not published yet, and
+    names only extras pyproject.toml defines, for the project pyproject.toml names."""
+    from packaging.requirements import Requirement
+
+    text = INSTALL_PAGES[page].read_text(encoding="utf-8")
+    project = pyproject()["project"]
+    lines = install_lines(text)
+    editable = [line for is_editable, line in lines if is_editable]
+    assert any(line.startswith(".[") for line in editable), lines
+    direct = [Requirement(line) for is_editable, line in lines if not is_editable and " @ " in line]
+    assert direct, lines
+    for requirement in direct:
+        assert requirement.name == project["name"]
+        assert requirement.url.startswith("git+https://") and "example." in requirement.url
+    assert "not on PyPI yet" in text
+    defined = set(project["optional-dependencies"])
+    assert named_extras(text) and named_extras(text) <= defined, named_extras(text) - defined
+
+
+@pytest.mark.parametrize("page", sorted(INSTALL_PAGES))
+def test_install_examples_import_only_what_the_named_extras_install(page):
+    """Install: every module the page's Python examples import is the standard library,
+    baldur_django itself, or installed by an extra the page's install lines name (found
+    through the installed distributions' top-level packages)."""
+    from importlib.metadata import packages_distributions
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    text = INSTALL_PAGES[page].read_text(encoding="utf-8")
+    extras = pyproject()["project"]["optional-dependencies"]
+    installed_by = {canonicalize_name(Requirement(spec).name) for extra in named_extras(text) for spec in extras[extra]}
+    distributions = packages_distributions()
+    roots = imported_roots(text)
+    assert roots, "the page has no import to check"
+    outside = sorted(
+        root
+        for root in roots - set(sys.stdlib_module_names) - {"baldur_django"}
+        if not {canonicalize_name(d) for d in distributions.get(root, [])} & installed_by
+    )
+    assert not outside, f"{page} imports {outside} but its install lines name only {sorted(named_extras(text))}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import ssl
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,14 +46,48 @@ class Reply:
     block: threading.Event | None = None  # wait for this before answering
 
 
+@pytest.fixture(scope="session")
+def tls_certificate(tmp_path_factory):
+    """A throwaway self-signed certificate for 127.0.0.1 (``openssl``): (cert path, key path)."""
+    root = tmp_path_factory.mktemp("tls")
+    cert, key = root / "cert.pem", root / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
 class FakeWebhook:
-    """A real HTTP server on 127.0.0.1 standing in for Slack's incoming webhook.
+    """A real HTTPS server on 127.0.0.1 standing in for Slack's incoming webhook (OP-8 wants
+    ``https://``), with the certificate of :func:`tls_certificate`.
 
     ``replies`` is a list consumed in order (then 200s). ``requests`` records
     ``(path, json_body)``; ``entered`` is set each time a handler starts.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cert: str, key: str) -> None:
         self.replies: list[Reply] = []
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.entered = threading.Event()
@@ -85,10 +121,13 @@ class FakeWebhook:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
         host, port = self.server.server_address[:2]
-        self.url = f"http://{host}:{port}/services/T0SECRET/B0SECRET/xoxSECRETTOKEN"
+        self.url = f"https://{host}:{port}/services/T0SECRET/B0SECRET/xoxSECRETTOKEN"
 
     @property
     def texts(self) -> list[str]:
@@ -101,8 +140,11 @@ class FakeWebhook:
 
 
 @pytest.fixture
-def webhook():
-    hook = FakeWebhook()
+def webhook(tls_certificate, monkeypatch):
+    """The fake webhook; HTTPS clients of this test trust its certificate (``SSL_CERT_FILE``)."""
+    cert, key = tls_certificate
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    hook = FakeWebhook(str(cert), str(key))
     yield hook
     hook.close()
 

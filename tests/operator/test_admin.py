@@ -258,3 +258,51 @@ def test_audit_is_listed_read_only(client, superuser, viewer, breakers, audit):
     assert BreakerAudit.objects.get().reason == "checking audit"
     client.force_login(viewer)
     assert client.get(AUDIT_URL).status_code == 200
+
+
+# ------------------------------------------------------------------------------ forget
+def test_forget_action_removes_breakers_and_refuses_a_forced_one(
+    client, superuser, breakers, settings, audit, audit_rows
+):
+    """OP-6, OP-7: the admin's Forget action goes through the confirmation page (reason, no lifetime),
+    removes the selected breakers from the shared record and registry and the list, is audited, and
+    refuses a forced breaker with a message."""
+    settings.BALDUR_STATE_BACKEND = "database"
+    store = registry_module.registry.store
+    baldur.force_open_circuit("gamma", ttl_minutes=10)  # the force, now in the shared store
+    for name in ("alpha", "beta"):
+        baldur.get_breaker(name).sync()  # registered in the shared store
+    BreakerAudit.objects.all().delete()
+    client.force_login(superuser)
+    response = act(client, "forget", ["beta", "gamma"])
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'name="ttl_minutes"' not in html and 'name="reason"' in html and "removed from the shared record" in html
+    response = act(client, "forget", ["beta", "gamma"], post="yes", reason="gone")
+    assert response.status_code == 302
+    assert "beta" not in store.names() and "gamma" in store.names()
+    listed = client.get(LIST_URL).context
+    assert [row["service"] for row in listed["rows"]] == ["alpha", "gamma"]
+    assert [(r["service"], r["action"], r["source"], r["actor"], r["reason"]) for r in audit_rows()] == [
+        ("beta", "forget", "admin", "admin", "gone")
+    ]
+    messages = [str(m) for m in listed["messages"]]
+    assert any("Forgot 1 breaker: beta." in m for m in messages)
+    assert any("gamma: not forgotten" in m and "release it first" in m for m in messages)
+
+
+def test_forget_needs_the_force_permission(client, viewer, breakers, audit, audit_rows):
+    """OP-6, OP-7: without baldur_django.force_circuit the Forget action is refused."""
+    client.force_login(viewer)
+    assert act(client, "forget", ["alpha"], post="yes").status_code == 403
+    assert "alpha" in registry_module.registry.names() and audit_rows() == []
+
+
+def test_forget_on_the_memory_backend_acts_on_this_process(client, superuser, breakers, audit, audit_rows):
+    """OP-6, OP-7: on the memory backend the confirmation page says it acts on this process, and the
+    forget removes the breaker from the serving process."""
+    client.force_login(superuser)
+    assert "this process" in act(client, "forget", ["beta"]).content.decode()
+    assert act(client, "forget", ["beta"], post="yes").status_code == 302
+    assert "beta" not in registry_module.registry.names()
+    assert [r["action"] for r in audit_rows()] == ["forget"]

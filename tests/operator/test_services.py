@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import uuid
 
 import pytest
 from django.db import DatabaseError, transaction
@@ -12,7 +13,7 @@ from django.db import DatabaseError, transaction
 import baldur_django as baldur
 from baldur_django import services
 from baldur_django.core import registry as registry_module
-from baldur_django.core.errors import CircuitOpenError, ConfigError
+from baldur_django.core.errors import CircuitOpenError, ConfigError, StoreError
 from baldur_django.core.events import bus
 from baldur_django.core.knobs import KNOBS
 from baldur_django.models import BreakerAudit
@@ -174,6 +175,160 @@ def test_status_rows_unknown_service():
         services.status_rows("nope")
     assert isinstance(info.value, baldur.BaldurError) and isinstance(info.value, LookupError)
     assert "nope" not in registry_module.registry.names()
+
+
+@pytest.fixture
+def on_database(settings, db):
+    """The database store, with 'payments' in BALDUR_SERVICES and 'orders' in BALDUR_DOMAIN_MAPPING."""
+    settings.BALDUR_STATE_BACKEND = "database"
+    settings.BALDUR_SERVICES = {"payments": {"failure_threshold": 3}}
+    settings.BALDUR_DOMAIN_MAPPING = {"/api/orders/": "orders"}
+    return registry_module.registry.store
+
+
+def test_known_services_come_from_processes_the_shared_registry_and_settings(clock, on_database):
+    """OP-7: the known names are this process's breakers, the shared registry's, BALDUR_SERVICES' keys
+    and BALDUR_DOMAIN_MAPPING's breakers."""
+    baldur.get_breaker("local")
+    on_database.load("remote")  # another process registered it
+    assert services.known_services() >= {"local", "remote", "payments", "orders"}
+    assert services.closest_services("paymnets") == ["payments"]
+    assert services.check_known("remote") == "remote"
+
+
+def test_force_without_allow_new_refuses_a_name_nobody_knows(clock, on_database, events):
+    """OP-7: force(allow_new=False) refuses an unknown name with the closest names and writes nothing;
+    the public API (allow_new defaults to True) still registers a new service (OP-1)."""
+    with pytest.raises(services.UnknownServiceError, match=r"did you mean 'payments'\?") as info:
+        services.force("paymnets", "open", 5, allow_new=False)
+    assert info.value.suggestions == ["payments"] and info.value.service == "paymnets"
+    assert "paymnets" not in registry_module.registry.names() and "paymnets" not in on_database.names()
+    assert events.events == []
+    services.force("payments", "open", 5, allow_new=False)
+    services.force("brand-new", "open", 5)
+    assert {"payments", "brand-new"} <= set(on_database.names())
+
+
+def test_release_of_a_name_nobody_knows_registers_nothing(clock, on_database):
+    """OP-7: releasing a name nobody knows writes nothing to the shared store (no ghost breaker):
+    False by default, UnknownServiceError with allow_unknown=False."""
+    assert services.release("ghost") is False
+    with pytest.raises(services.UnknownServiceError, match="ghost"):
+        services.release("ghosts", allow_unknown=False)
+    assert "ghost" not in on_database.names() and "ghost" not in registry_module.registry.names()
+
+
+def test_check_known_says_when_the_shared_registry_cannot_be_read(clock, on_database, monkeypatch):
+    """OP-4, OP-7: an unreadable shared registry is a StoreError, not a misleading 'unknown name'."""
+
+    def down():
+        raise ConnectionError("store down")
+
+    monkeypatch.setattr(on_database, "names", down)
+    with pytest.raises(baldur.BaldurError, match=r"could not be read.*store down"):
+        services.check_known("anything")
+
+
+# ------------------------------------------------------------------------------ forget
+def _shared_store(kind: str):
+    if kind == "fakeredis":
+        import fakeredis
+
+        from baldur_django.core.stores.redis import RedisStore
+
+        return RedisStore(fakeredis.FakeRedis(), prefix=f"forget-{uuid.uuid4().hex[:8]}")
+    if kind == "memory":
+        from baldur_django.core.stores.memory import MemoryStore
+
+        return MemoryStore()
+    return registry_module.registry.store  # the database store
+
+
+@pytest.mark.parametrize("kind", ["database", "fakeredis", "memory"])
+def test_forget_removes_a_ghost_from_the_shared_record_and_registry(clock, on_database, audit, audit_rows, kind):
+    """OP-7: a typo forced with allow_new, then released (HALF_OPEN), is forgotten: gone from the shared
+    registry and record (every store), from this process and from the status; audited as 'forget'."""
+    store = _shared_store(kind)
+    registry_module.registry.set_store(store)
+    services.force("paymnets", "open", 5, actor="ops")
+    services.release("paymnets")
+    assert services.status_rows("paymnets")[0]["state"] == "half_open"
+    result = services.forget("paymnets", actor="alice", source="admin", reason="typo")
+    assert result == {"service": "paymnets", "state": "half_open", "shared": True}
+    assert "paymnets" not in store.names() and "paymnets" not in registry_module.registry.names()
+    assert "paymnets" not in [row["service"] for row in services.status_rows()]
+    assert store.inspect("paymnets").record.state == "closed"  # no record left: reads as fresh
+    row = audit_rows(action="forget")[0]
+    assert (row["service"], row["actor"], row["source"], row["reason"], row["from_state"]) == (
+        "paymnets",
+        "alice",
+        "admin",
+        "typo",
+        "half_open",
+    )
+
+
+def test_forget_is_refused_while_forced(clock, on_database, audit, audit_rows):
+    """OP-7: a forced breaker is not forgotten (BreakerForcedError); record, registry and audit unchanged."""
+    services.force("payments", "close", 5)
+    with pytest.raises(services.BreakerForcedError, match=r"'payments' is forced closed until .*release it first"):
+        services.forget("payments")
+    assert "payments" in on_database.names() and on_database.inspect("payments").record.forced == "closed"
+    assert [r["action"] for r in audit_rows()] == ["close"]
+
+
+def test_forget_sees_a_force_another_process_just_made(clock, on_database, audit, audit_rows):
+    """OP-4, OP-7: a breaker this process consulted a moment ago, then forced by another process
+    (written straight to the shared store), is refused: forget reads the shared record first."""
+    baldur.get_breaker("payments").snapshot()  # consulted now; the next regular consult is seconds away
+    on_database.force("payments", "open", 600.0, "elsewhere", "other-process")
+    with pytest.raises(services.BreakerForcedError, match="'payments' is forced open"):
+        services.forget("payments")
+    assert on_database.inspect("payments").record.forced == "open" and audit_rows() == []
+
+
+def test_forget_of_a_lapsed_force_goes_ahead(clock, on_database, audit, audit_rows):
+    """OP-7: a force whose lifetime is over does not block the forget (a shared store on the test's clock)."""
+    from baldur_django.core.stores.memory import MemoryStore
+
+    store = MemoryStore(now=clock.wall)
+    registry_module.registry.set_store(store)
+    services.force("payments", "open", 1)
+    clock.advance(61)
+    assert services.forget("payments")["state"] == "half_open"
+    assert "payments" not in store.names()
+
+
+def test_forget_of_an_unregistered_name_names_the_closest(clock, on_database, audit, audit_rows):
+    """OP-7: a name neither the shared registry nor this process has is an UnknownServiceError with
+    the closest registered names; nothing is written."""
+    baldur.get_breaker("inventory")
+    with pytest.raises(services.UnknownServiceError, match=r"did you mean 'inventory'\?"):
+        services.forget("inventroy")
+    assert audit_rows() == [] and "inventroy" not in on_database.names()
+
+
+def test_forget_on_the_memory_backend_acts_on_this_process(clock, audit, audit_rows):
+    """OP-7: on the memory backend only this process's breaker is forgotten, and the result says so."""
+    trip("local")
+    assert services.forget("local") == {"service": "local", "state": "open", "shared": False}
+    assert "local" not in registry_module.registry.names()
+    assert baldur.get_breaker("local").state is baldur.CircuitState.CLOSED  # a fresh breaker on next use
+    with pytest.raises(services.UnknownServiceError):
+        services.forget("elsewhere")
+
+
+def test_a_forget_the_store_could_not_carry_out_is_a_store_error(clock, on_database, monkeypatch, audit, audit_rows):
+    """OP-4, OP-7: a store error during the removal is a StoreError; this process keeps the breaker."""
+    baldur.get_breaker("payments")
+
+    def down(name):
+        raise ConnectionError("store down")
+
+    monkeypatch.setattr(on_database, "reset", down)
+    with pytest.raises(StoreError, match=r"could not be removed.*nothing was forgotten"):
+        services.forget("payments")
+    assert "payments" in registry_module.registry.names() and audit_rows() == []
 
 
 def test_backend_name_and_sharing(settings):

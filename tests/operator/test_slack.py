@@ -250,7 +250,7 @@ def test_the_url_never_appears_in_logs(webhook, caplog, clock, settings):
     with socket.socket() as probe:  # a port with nothing listening
         probe.bind(("127.0.0.1", 0))
         dead_port = probe.getsockname()[1]
-    dead_url = f"http://127.0.0.1:{dead_port}/services/T0DEAD/B0DEAD/deadSECRETTOKEN"
+    dead_url = f"https://127.0.0.1:{dead_port}/services/T0DEAD/B0DEAD/deadSECRETTOKEN"
     hold = threading.Event()
     webhook.replies = [
         Reply(status=429, headers={"Retry-After": "0"}),
@@ -293,3 +293,54 @@ def test_message_for_ignores_other_events():
         CallRejected("s", 0.0, reason="open", state="open"),
     ]
     assert [SlackNotifier.message_for(e) for e in ignored] == [None] * len(ignored)
+
+
+# ------------------------------------------------------------------ https only (OP-8)
+PLAIN_HTTP = "http://hooks.slack.com/services/T0PLAIN/B0PLAIN/plainSECRETTOKEN"
+
+
+def test_a_plain_http_webhook_is_a_startup_error(settings):
+    """OP-8, CFG-3: an http:// webhook URL is system check error baldur.E054 with a hint asking for
+    https://; neither the message nor the hint shows the URL; ``manage.py check`` fails."""
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from baldur_django.checks import check_settings
+
+    settings.BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL = PLAIN_HTTP
+    (error,) = [m for m in check_settings() if m.id == "baldur.E054"]
+    assert "plain http:// URL would send the webhook's secret in clear" in error.msg
+    assert "https://" in error.hint
+    assert "SECRETTOKEN" not in error.msg + error.hint and "hooks.slack.com" not in error.msg + error.hint
+    with pytest.raises(SystemCheckError, match=r"baldur\.E054"):
+        call_command("check", "--tag", "baldur")
+    settings.BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL = "https://hooks.slack.com/services/T/B/fine"
+    assert [m for m in check_settings() if m.id == "baldur.E054"] == []
+
+
+def test_a_notifier_or_message_with_a_plain_http_url_is_refused():
+    """OP-8: SlackNotifier(url=http://...) and enqueue(http://...) raise ConfigError without the URL;
+    nothing is queued and no sender starts."""
+    with pytest.raises(baldur.ConfigError, match="http:// URL would send") as info:
+        SlackNotifier(PLAIN_HTTP)
+    assert "SECRETTOKEN" not in str(info.value) and "hooks.slack.com" not in str(info.value)
+    notifier = SlackNotifier()
+    with pytest.raises(baldur.ConfigError, match="https:// URL is required") as info:
+        notifier.enqueue(PLAIN_HTTP, "hello")
+    assert "SECRETTOKEN" not in str(info.value)
+    assert notifier._thread is None and notifier.dropped == 0
+
+
+def test_the_listener_posts_nothing_to_a_plain_http_url(clock, webhook, settings, caplog):
+    """OP-8: with an http:// URL set, an open queues nothing (no sender starts) and the listener says
+    once, without the URL, that the push is off; the protected call is unaffected."""
+    settings.BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL = webhook.url.replace("https://", "http://")
+    notifier = slack.install_slack_listener()
+    with caplog.at_level(logging.WARNING, logger="baldur.slack"):
+        for name in ("one", "two"):
+            for _ in range(5):
+                fail_once(name)
+    assert notifier._thread is None and webhook.requests == []
+    disabled = [r for r in caplog.records if "slack_notifier.disabled" in r.getMessage()]
+    assert len(disabled) == 1 and "http:// URL would send" in disabled[0].getMessage()
+    assert "SECRETTOKEN" not in all_text(disabled[0]) and "/services/" not in all_text(disabled[0])

@@ -236,4 +236,4 @@ class StateStore(Protocol):
         """Release the lock only if *token* still owns it (compare-and-delete)."""
 
     def reset(self, name: str) -> None:
-        """Delete the record of *name* (operators and tests)."""
+        """Delete the record of *name* and its registry entry (operators' forget, tests)."""

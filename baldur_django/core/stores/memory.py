@@ -162,6 +162,7 @@ class MemoryStore:
     def reset(self, name: str) -> None:
         with self._lock:
             self._records.pop(name, None)
+            self._seen.pop(name, None)
 
     def raw(self, name: str) -> Record:
         """The stored record without normalising it (tests)."""

@@ -401,8 +401,9 @@ class RedisStore:
             raise StoreUnavailable(f"redis unlock failed: {exc}") from exc
 
     def reset(self, name: str) -> None:
-        try:
+        try:  # two commands: the registry's slot may not be the record's (Redis Cluster)
             self.client.delete(self.key(name))
+            self.client.zrem(self.registry_key, name)
         except store_errors() as exc:
             raise StoreUnavailable(f"redis reset failed: {exc}") from exc
 

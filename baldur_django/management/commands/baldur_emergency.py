@@ -11,7 +11,7 @@ Shows, sets or steps down the Emergency Mode level through :mod:`baldur_django.s
 * ``step-down`` lowers the level by one, keeping its expiry; at 0 it exits 0 saying so.
 
 Notices go to stderr, written by the command (never through logging); output is UTF-8
-whatever the locale.
+whatever the locale. Before ``manage.py migrate`` it exits 1 saying to run it (OP-7).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import json
 import math
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
 
 from .baldur_force import command_actor
-from .baldur_status import Utf8OutputMixin, format_time
+from .baldur_status import Utf8OutputMixin, format_time, require_migrated
 
 __all__ = ["Command", "command_text", "parse_level", "parse_minutes"]
 
@@ -67,7 +67,7 @@ class Command(Utf8OutputMixin, BaseCommand):
         "automatic decisions). status [--json] | set LEVEL [--minutes M] [--reason TEXT] | step-down"
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", metavar="{status,set,step-down}", required=True)
         status = sub.add_parser("status", help="show the level in force")
         status.add_argument("--json", action="store_true", dest="as_json", help="print one JSON document on stdout")
@@ -85,6 +85,7 @@ class Command(Utf8OutputMixin, BaseCommand):
         sub.add_parser("step-down", help="lower the level by one (its expiry is kept)")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
+        require_migrated()
         self._scope_notice()
         if action == "status":
             self._status(bool(options.get("as_json")))

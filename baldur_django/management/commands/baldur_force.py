@@ -1,4 +1,4 @@
-"""``manage.py baldur_force {open,close,release} SERVICE [--ttl MINUTES] [--reason TEXT]`` (OP-7).
+"""``manage.py baldur_force {open,close,release} SERVICE [--ttl MINUTES] [--reason TEXT] [--new]`` (OP-7).
 
 Forces a breaker open or closed for a lifetime in minutes, or releases it, through
 :mod:`baldur_django.services` (audit source ``command``, actor ``command:<OS user>``).
@@ -6,9 +6,13 @@ Forces a breaker open or closed for a lifetime in minutes, or releases it, throu
 * Bad input (a lifetime that is not a number, <= 0 or above 1440; ``--ttl`` with
   ``release``; an empty name; a reason too long) exits non-zero with a message and
   changes nothing.
+* A name that no process or setting knows (not in the shared registry, ``BALDUR_SERVICES``
+  or ``BALDUR_DOMAIN_MAPPING``) is refused (non-zero) with the closest known names, so a
+  typo creates no ghost breaker; ``--new`` forces a service before its first call.
 * On the memory backend it refuses (non-zero): a force made in this short-lived process
   could not reach the running workers, which each keep their own breakers.
 * A force the shared store could not record exits non-zero (OP-4).
+* Before ``manage.py migrate`` it exits 1 saying to run it.
 * Releasing a breaker that was not forced exits 0 and says so.
 """
 
@@ -19,12 +23,12 @@ import math
 import os
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
 
-from .baldur_status import Utf8OutputMixin, format_time
+from .baldur_status import Utf8OutputMixin, format_time, require_migrated
 
 __all__ = ["Command", "MEMORY_REFUSAL", "parse_ttl", "command_actor"]
 
@@ -68,7 +72,7 @@ class Command(Utf8OutputMixin, BaseCommand):
         "automatic judgement. Needs a shared state backend (database or redis)."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["open", "close", "release"], help="force open, force closed, or release")
         parser.add_argument("service", metavar="SERVICE", help="the breaker's name")
         parser.add_argument(
@@ -78,14 +82,29 @@ class Command(Utf8OutputMixin, BaseCommand):
             help="lifetime of the force in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
         )
         parser.add_argument("--reason", metavar="TEXT", default="", help="why; recorded in the log and the audit")
+        parser.add_argument(
+            "--new",
+            action="store_true",
+            help="force a service that no process or setting knows yet (before its first call)",
+        )
 
     def handle(
-        self, *args: Any, action: str, service: str, ttl: str | None = None, reason: str = "", **options: Any
+        self,
+        *args: Any,
+        action: str,
+        service: str,
+        ttl: str | None = None,
+        reason: str = "",
+        new: bool = False,
+        **options: Any,
     ) -> None:
+        require_migrated()
         if not service:
             raise CommandError("SERVICE: a breaker name must be a non-empty string")
         if action == "release" and ttl is not None:
             raise CommandError("--ttl applies to 'open' and 'close' only; a release has no lifetime")
+        if action == "release" and new:
+            raise CommandError("--new applies to 'open' and 'close' only; there is nothing to release on a new service")
         minutes = parse_ttl(ttl)
         if len(reason) > services.MAX_REASON_LENGTH:
             raise CommandError(f"--reason: {len(reason)} characters, at most {services.MAX_REASON_LENGTH} allowed")
@@ -98,11 +117,19 @@ class Command(Utf8OutputMixin, BaseCommand):
         actor = command_actor()
         try:
             if action == "release":
-                changed = services.release(service, actor=actor, source="command", reason=reason)
+                changed = services.release(service, actor=actor, source="command", reason=reason, allow_unknown=False)
             else:
-                snapshot = services.force(service, action, minutes, reason=reason, actor=actor, source="command")
+                snapshot = services.force(
+                    service, action, minutes, reason=reason, actor=actor, source="command", allow_new=new
+                )
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
+        except services.UnknownServiceError as exc:
+            text = str(exc) if str(exc).endswith("?") else f"{exc}."
+            text += " No process or setting (the shared registry, BALDUR_SERVICES, BALDUR_DOMAIN_MAPPING) knows it"
+            if action != "release":
+                text += "; pass --new to force a service before its first call"
+            raise CommandError(text + ". Nothing was changed.") from None
         except BaldurError as exc:
             verb = "release" if action == "release" else "force"
             raise CommandError(

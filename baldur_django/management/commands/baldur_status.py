@@ -5,7 +5,8 @@ Lists the known breakers with state, counts and force, or (``--config``) every e
 shown after the table (and as ``"emergency"`` in the JSON document). ``--json`` prints one JSON document and
 nothing else on stdout; notices go to stderr. Output is UTF-8 whatever the locale. On the
 memory backend it says on stderr that it shows only its own process. An unknown
-``--service`` or an invalid setting is a :class:`CommandError` (exit status 1).
+``--service``, an invalid setting, or a database that ``migrate`` has not prepared yet is a
+:class:`CommandError` (exit status 1).
 
 While it runs, the log records of the ``baldur`` loggers are the command's notices: the
 command writes them to its own stderr (:func:`command_notices`) instead of handing them to
@@ -24,12 +25,33 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import ConfigError
 
-__all__ = ["Command", "utf8_streams", "format_time", "format_table", "command_notices", "NoticesToStderrMixin"]
+__all__ = [
+    "Command",
+    "utf8_streams",
+    "format_time",
+    "format_table",
+    "command_notices",
+    "NoticesToStderrMixin",
+    "require_migrated",
+]
+
+
+def require_migrated() -> None:
+    """First step of every operator command: before ``manage.py migrate`` has run, stop with
+    exit status 1 and say to run it (OP-7).
+
+    Raises:
+        CommandError: a table of the package does not exist yet.
+    """
+    try:
+        services.require_migrated()
+    except services.NotMigratedError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def utf8_streams(*streams: Any) -> None:
@@ -157,7 +179,7 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
         "effective BALDUR_* setting and its source. --json prints only JSON on stdout."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", dest="as_json", help="print one JSON document on stdout")
         group = parser.add_mutually_exclusive_group()
         group.add_argument("--service", metavar="NAME", help="show only this breaker (error if unknown)")
@@ -166,6 +188,7 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
     def handle(
         self, *args: Any, as_json: bool = False, service: str | None = None, config: bool = False, **options: Any
     ) -> None:
+        require_migrated()
         if config:
             self._config(as_json)
             return

@@ -1,0 +1,181 @@
+"""A readiness endpoint and a django-health-check backend built on the breakers (HC-5).
+
+Add ``"baldur_django.contrib.health"`` to ``INSTALLED_APPS`` and route the view::
+
+    from baldur_django.contrib import health
+
+    urlpatterns = [path("health/ready/", health.health_view)]
+
+The judgement, shared by :func:`health_view` and :class:`BreakerHealthCheck`:
+
+* ``"down"`` (HTTP 503): a breaker named in ``BALDUR_HEALTH_CRITICAL_SERVICES`` is OPEN
+  (forced open included), or Emergency Level 3 is in force;
+* ``"degraded"`` (HTTP 200): a critical breaker is HALF_OPEN (probing its way back), any
+  other breaker this process knows is OPEN, or Emergency Level 1 or 2 is in force: the
+  instance still serves, with something impaired;
+* ``"ok"`` (HTTP 200): none of these.
+
+A breaker outside the critical list never takes the instance out of rotation: its callers
+get a refusal or a fallback, which the instance survives. Anonymous callers see only
+``status`` and ``emergency_level``; staff users (``request.user.is_staff``), or everyone
+when ``BALDUR_HEALTH_DETAILS`` is on, also see ``breakers`` (every breaker this process
+knows plus the critical ones, name -> state) and ``critical`` (the list). Reading the
+states never takes a trial slot; with a shared store a critical breaker's state is the
+fleet's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_safe
+
+from ... import emergency
+from ...core.config import settings
+from ...core.registry import registry
+from ...core.states import CircuitState
+
+__all__ = ["Judgement", "judge", "health_view", "BreakerHealthCheck", "CHECK_PATH"]
+
+#: The dotted path of :class:`BreakerHealthCheck`, for django-health-check's ``checks`` lists.
+CHECK_PATH = "baldur_django.contrib.health.BreakerHealthCheck"
+
+OK, DEGRADED, DOWN = "ok", "degraded", "down"
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """What the breakers say about this instance (HC-5).
+
+    Attributes:
+        status (str): ``"ok"``, ``"degraded"`` or ``"down"``.
+        emergency_level (int): the Emergency level in force, 0-3.
+        breakers (dict[str, str]): name -> state value (``"closed"``, ``"open"``,
+            ``"half_open"``) of every known breaker and every critical one.
+        critical (tuple[str, ...]): the critical services.
+        reasons (tuple[str, ...]): why the status is not ``"ok"``, one line each.
+    """
+
+    status: str
+    emergency_level: int
+    breakers: dict[str, str]
+    critical: tuple[str, ...]
+    reasons: tuple[str, ...]
+
+    @property
+    def http_status(self) -> int:
+        """503 when ``"down"``, else 200."""
+        return 503 if self.status == DOWN else 200
+
+
+def judge(critical: list[str] | tuple[str, ...] | None = None) -> Judgement:
+    """Judge this instance from its breakers and the Emergency level (HC-5).
+
+    Args:
+        critical: the critical services; None reads ``BALDUR_HEALTH_CRITICAL_SERVICES``.
+
+    Returns:
+        Judgement: see the module docstring for the rules.
+
+    Raises:
+        ConfigError: a bad ``BALDUR_HEALTH_CRITICAL_SERVICES``.
+    """
+    names = tuple(settings.get("BALDUR_HEALTH_CRITICAL_SERVICES") if critical is None else critical)
+    level = emergency.get_level()
+    states: dict[str, CircuitState] = {}
+    for breaker in registry:
+        states[breaker.name] = breaker.state
+    for name in names:
+        if name not in states:
+            states[name] = registry.get(name).state  # type: ignore[union-attr]  # create=True: never None
+    down: list[str] = []
+    degraded: list[str] = []
+    if level >= 3:
+        down.append("Emergency Level 3 is in force")
+    elif level:
+        degraded.append(f"Emergency Level {level} is in force")
+    for name, state in sorted(states.items()):
+        if name in names and state is CircuitState.OPEN:
+            down.append(f"critical breaker {name!r} is OPEN")
+        elif name in names and state is CircuitState.HALF_OPEN:
+            degraded.append(f"critical breaker {name!r} is HALF_OPEN")
+        elif state is CircuitState.OPEN:
+            degraded.append(f"breaker {name!r} is OPEN")
+    status = DOWN if down else DEGRADED if degraded else OK
+    return Judgement(
+        status=status,
+        emergency_level=level,
+        breakers={name: state.value for name, state in sorted(states.items())},
+        critical=names,
+        reasons=tuple(down + degraded),
+    )
+
+
+def _may_see_details(request: HttpRequest) -> bool:
+    if settings.get("BALDUR_HEALTH_DETAILS"):
+        return True
+    user = getattr(request, "user", None)
+    return bool(getattr(user, "is_staff", False) and getattr(user, "is_active", False))
+
+
+@require_safe
+def health_view(request: HttpRequest) -> JsonResponse:
+    """The readiness document: ``{"status", "emergency_level"}`` plus, for staff or when
+    ``BALDUR_HEALTH_DETAILS`` is on, ``"breakers"`` and ``"critical"`` (HC-5).
+
+    Args:
+        request: a GET or HEAD request (others get 405).
+
+    Returns:
+        JsonResponse: 503 when the status is ``"down"``, else 200; never cached.
+    """
+    verdict = judge()
+    body: dict[str, Any] = {"status": verdict.status, "emergency_level": verdict.emergency_level}
+    if _may_see_details(request):
+        body["breakers"] = verdict.breakers
+        body["critical"] = list(verdict.critical)
+    response = JsonResponse(body, status=verdict.http_status)
+    add_never_cache_headers(response)
+    return response
+
+
+try:  # django-health-check 3.21+ / 4.x (untyped: imported as modules); without it only health_view
+    _base: Any = importlib.import_module("health_check.base")
+    _errors: Any = importlib.import_module("health_check.exceptions")
+except ImportError:  # pragma: no cover - the [health] extra is not installed
+    _base = None
+
+
+if _base is not None:
+
+    @dataclasses.dataclass
+    class BreakerHealthCheck(_base.HealthCheck):  # type: ignore[misc]  # an untyped base class
+        """A django-health-check check that reports :func:`judge`'s verdict (HC-5).
+
+        ``"down"`` raises ``ServiceUnavailable`` (the page answers 500, as for any failing
+        check); ``"degraded"`` passes unless *warn_when_degraded*, then it raises
+        ``ServiceWarning``, which django-health-check also counts as an error.
+
+        Args:
+            critical_services (tuple[str, ...] | None): overrides
+                ``BALDUR_HEALTH_CRITICAL_SERVICES`` for this check.
+            warn_when_degraded (bool): report ``"degraded"`` as a warning.
+        """
+
+        critical_services: tuple[str, ...] | None = None
+        warn_when_degraded: bool = False
+
+        def run(self) -> None:
+            """Judge and raise as described above; runs in django-health-check's executor."""
+            verdict = judge(self.critical_services)
+            if verdict.status == DOWN:
+                raise _errors.ServiceUnavailable("; ".join(verdict.reasons))
+            if verdict.status == DEGRADED and self.warn_when_degraded:
+                raise _errors.ServiceWarning("; ".join(verdict.reasons))
+
+else:  # pragma: no cover
+    BreakerHealthCheck = None  # type: ignore[assignment,misc]

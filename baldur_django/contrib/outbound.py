@@ -1,0 +1,243 @@
+"""What the outbound HTTP adapters share: breaker names, argument checks, routes.
+
+:mod:`baldur_django.contrib.requests` and :mod:`baldur_django.contrib.httpx` are thin
+shells over the decorators' engine: each request goes through a
+:class:`~baldur_django.core.hotpath.Route` built by the same checks ``protect()`` runs
+(:func:`~baldur_django.core.decorators.protect_route`), so admission, recording, the
+classifier (failure statuses, 429 with ``Retry-After``), the retry stage, the fallback,
+forces, the emergency freeze and the metrics are the decorators' own. This module only
+decides which breaker a request belongs to and which of its two routes (with or without
+the retry stage) it takes. Implements HC-1, HC-3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.config import OVERRIDE_NAMES, validate_overrides
+from ..core.decorators import aprotect_route, protect_route
+from ..core.errors import ConfigError
+from ..core.hotpath import Route
+from ..core.registry import registry
+from ..core.retry import RetryPolicy
+
+__all__ = ["IDEMPOTENT_METHODS", "DEFAULT_PORTS", "HTTPRetryPolicy", "NotAnOutcome", "host_breaker_name", "Breakers"]
+
+#: Methods retried by default (RFC 9110 idempotent methods); a policy with a ``methods``
+#: attribute names its own set instead (HC-3).
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+
+#: Ports left out of a per-host breaker name for their scheme.
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+@dataclass(frozen=True)
+class HTTPRetryPolicy(RetryPolicy):
+    """A :class:`~baldur_django.RetryPolicy` that also names the HTTP methods it retries (HC-3).
+
+    Args:
+        methods (frozenset[str]): methods whose requests are retried, any case (default
+            :data:`IDEMPOTENT_METHODS`); e.g. ``{"GET", "POST"}`` for a POST endpoint that
+            is safe to repeat (an idempotency key). Every other argument is
+            :class:`~baldur_django.RetryPolicy`'s.
+
+    Raises:
+        ConfigError: a bad value, naming it.
+    """
+
+    methods: frozenset[str] = IDEMPOTENT_METHODS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        methods = self.methods
+        if not isinstance(methods, (set, frozenset, list, tuple)) or not all(
+            isinstance(m, str) and m.strip() for m in methods
+        ):
+            raise ConfigError(f"HTTPRetryPolicy methods={methods!r}: expected a set of HTTP method names")
+        object.__setattr__(self, "methods", frozenset(m.strip().upper() for m in methods))
+
+
+class NotAnOutcome(BaseException):
+    """Carries a client-side error (an invalid URL, an unsupported scheme) through the
+    engine: it is a ``BaseException`` that is not an ``Exception``, which the engine
+    records as neither success nor failure and never retries or hands to a fallback
+    (CB-10). The adapter re-raises :attr:`error` itself, unchanged (HC-2).
+
+    Attributes:
+        error (Exception): the client's own exception.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def host_breaker_name(owner: str, url: str, scheme: str | None, host: str | None, port: int | None) -> str:
+    """The per-host breaker name of a request: ``"api.example.com"``, or
+    ``"api.example.com:8443"`` when the port is not the scheme's default (HC-1).
+
+    Args:
+        owner: the adapter's name, for messages.
+        url: the request URL, for messages.
+        scheme: the URL's scheme (any case), or None.
+        host: the URL's host (any case; an IPv6 address without brackets), or None.
+        port: the URL's explicit port, or None.
+
+    Returns:
+        str: the host lowercased (an IPv6 address in brackets), with ``:port`` when the
+        port is given and not 80 for http/ws or 443 for https/wss.
+
+    Raises:
+        ConfigError: the URL has no host.
+    """
+    if not host:
+        raise ConfigError(f"{owner}: the URL {url!r} names no host, so no breaker can be chosen for it")
+    name = host.lower()
+    if ":" in name and not name.startswith("["):
+        name = f"[{name}]"
+    if port is not None and port != DEFAULT_PORTS.get((scheme or "").lower()):
+        name = f"{name}:{port}"
+    return name
+
+
+_MAX_HOSTS = 4096  # cached per-host names per adapter
+
+
+class _Entry:
+    """The two routes of one breaker: without and with the retry stage."""
+
+    __slots__ = ("breaker", "plain", "retrying")
+
+    def __init__(self, plain: Route, retrying: Route | None) -> None:
+        self.breaker = plain.breaker
+        self.plain = plain
+        self.retrying = retrying
+
+
+def _probe() -> None:
+    """Stands for the request in protect_route's checks (a plain function: accepted)."""
+
+
+async def _aprobe() -> None:
+    """Stands for the request in aprotect_route's checks (a coroutine function: accepted)."""
+
+
+class Breakers:
+    """The breakers one adapter or transport uses, with their routes.
+
+    Args:
+        owner: the wrapper's class name, for messages (``"BreakerAdapter"``).
+        service: a breaker name (non-empty str), a callable of the request returning
+            one, or None for one breaker per host.
+        retry: None/False (no retry stage), True (``RetryPolicy()``) or a
+            :class:`~baldur_django.RetryPolicy`.
+        fallback: None, or a callable of the request.
+        overrides: the per-call knobs of the decorators, validated now (no breaker is
+            created until a request needs one).
+        is_async: build ``aprotect`` routes (awaiting each attempt) instead of ``protect`` ones.
+
+    Raises:
+        ConfigError: a bad *service*, *retry*, *fallback* or override, naming it.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        service: Any,
+        retry: Any,
+        fallback: Any,
+        overrides: dict[str, Any],
+        *,
+        is_async: bool = False,
+    ) -> None:
+        if service is not None and not callable(service) and (not isinstance(service, str) or not service):
+            raise ConfigError(
+                f"{owner}(service={service!r}): expected a non-empty breaker name, a callable of the "
+                "request returning one, or None for one breaker per host"
+            )
+        if retry is None or retry is False:
+            policy = None
+        elif retry is True:
+            policy = RetryPolicy()
+        elif isinstance(retry, RetryPolicy):
+            policy = retry
+        else:
+            raise ConfigError(f"{owner}(retry={retry!r}): expected a baldur_django.RetryPolicy (or True, or None)")
+        if fallback is not None and not callable(fallback):
+            raise ConfigError(f"{owner}(fallback={fallback!r}): expected a callable of the request, or None")
+        unknown = sorted(set(overrides) - set(OVERRIDE_NAMES))
+        if unknown:
+            raise ConfigError(f"{owner}: unknown argument(s) {unknown}; known: {', '.join(OVERRIDE_NAMES)}")
+        given = {key: value for key, value in overrides.items() if value is not None}
+        validate_overrides(owner, given)  # bad values fail here, before any request
+        self.owner = owner
+        self.service = service
+        self.policy = policy
+        methods = getattr(policy, "methods", None)
+        self.methods = IDEMPOTENT_METHODS if methods is None else frozenset(str(m).upper() for m in methods)
+        self.fallback: Callable[[Any], Any] | None = fallback
+        self.overrides = given
+        self.is_async = is_async
+        self.entries: dict[str, _Entry] = {}
+        self.hosts: dict[Any, str] = {}  # origin -> per-host breaker name
+
+    def named(
+        self, request: Any, origin: Any, url: Callable[[], tuple[str, str | None, str | None, int | None]]
+    ) -> str:
+        """The breaker name for *request* (HC-1).
+
+        Args:
+            request: the client's request object, handed to a *service* callable.
+            origin: a cheap key of the URL's scheme and authority (``("https",
+                "api.example.com:8443")``): per-host names are cached by it.
+            url: returns ``(url, scheme, host, port)`` of the request, parsed (called for
+                a per-host name not cached yet).
+
+        Raises:
+            ConfigError: a host-less URL, or a *service* callable that raised or returned
+                something other than a non-empty string.
+        """
+        service = self.service
+        if service is None:
+            hosts = self.hosts
+            name = hosts.get(origin)
+            if name is None:
+                name = host_breaker_name(self.owner, *url())
+                if len(hosts) >= _MAX_HOSTS:
+                    hosts.clear()  # a crawler's worth of hosts: start over rather than grow
+                hosts[origin] = name
+            return name
+        if type(service) is str:
+            return service
+        try:
+            name = service(request)
+        except Exception as exc:
+            raise ConfigError(f"{self.owner}: the service callable {service!r} raised {exc!r}") from exc
+        if not isinstance(name, str) or not name:
+            raise ConfigError(
+                f"{self.owner}: the service callable {service!r} returned {name!r}; expected a non-empty breaker name"
+            )
+        return name
+
+    def entry(self, name: str) -> _Entry:
+        """The routes of breaker *name*, built on first use through the decorators' checks
+        and rebuilt when the registry forgot the breaker (``registry.clear()``, tests)."""
+        entry = self.entries.get(name)
+        if entry is not None and registry.get(name, create=False) is entry.breaker:
+            return entry
+        build = aprotect_route if self.is_async else protect_route
+        probe = _aprobe if self.is_async else _probe
+        plain = build(name, probe, None, None, dict(self.overrides))
+        retrying = None if self.policy is None else build(name, probe, self.policy, None, dict(self.overrides))
+        entry = _Entry(plain, retrying)
+        self.entries[name] = entry  # one assignment: other threads see the old entry or this one
+        return entry
+
+    def route(self, entry: _Entry, method: str | None, replayable: bool) -> Route:
+        """The route of one request: with the retry stage only for a method the policy
+        retries and a body that can be sent again (HC-3)."""
+        if entry.retrying is not None and replayable and (method or "").upper() in self.methods:
+            return entry.retrying
+        return entry.plain
