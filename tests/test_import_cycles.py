@@ -15,8 +15,6 @@ import ast
 from collections import deque
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 CORE = "baldur_django.core"
 
@@ -178,28 +176,10 @@ def describe(found: list[list[str]]) -> str:
 
 
 # ------------------------------------------------------------------------------ the rule
-#: The cycles issue 18 removes on other branches: breaker<->sync and decorators<->hotpath
-#: (the "rules" branch), emergency<->stores.redis (the "stores" branch, the freeze becomes
-#: an argument). Delete this and the xfail marker below once both are merged.
-SCHEDULED = (
-    {f"{CORE}.breaker", f"{CORE}.sync"},
-    {f"{CORE}.decorators", f"{CORE}.hotpath"},
-    {f"{CORE}.stores.redis"} | {name for name in module_names(REPO, CORE) if name.startswith(f"{CORE}.emergency")},
-)
-
-
-@pytest.mark.xfail(strict=True, reason="cycles removed on the rules/stores branches")
 def test_core_has_no_import_cycle():
     """Issue 18 (DESIGN 4): no import cycle inside ``baldur_django.core``, lazy imports included."""
     found = cycles(import_graph())
     assert not found, "import cycles inside baldur_django.core:\n" + describe(found)
-
-
-def test_no_cycle_other_than_the_scheduled_ones():
-    """Issue 18: while the xfail above stands, no new cycle may join the ones being removed."""
-    found = cycles(import_graph())
-    unexpected = [c for c in found if not any(set(c) <= allowed for allowed in SCHEDULED)]
-    assert not unexpected, "new import cycles inside baldur_django.core:\n" + describe(unexpected)
 
 
 def test_the_emergency_package_is_acyclic():

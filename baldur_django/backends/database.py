@@ -2,7 +2,7 @@
 
 Each transition is one transaction that locks the breaker's row
 (``select_for_update``; on SQLite a no-op write first takes the database's write lock)
-and applies the same pure rules as the memory store (``core/stores/logic.py``). Shared
+and applies the same pure rules as the memory store (``core/rules.py``). Shared
 timestamps come from the database's clock. ORM work never runs on an event loop: called
 from a thread with a running loop, the operation runs in a worker thread (Django's
 async-safety rule). Every database error becomes ``StoreUnavailable`` (ST-4).
@@ -21,9 +21,8 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
 
-from ..core.emergency import frozen
+from ..core.rules import prunable, run
 from ..core.stores.base import Answer, StoreUnavailable, decode, encode, safe_key
-from ..core.stores.logic import prunable, run
 
 __all__ = ["DatabaseStore", "db_now"]
 
@@ -98,12 +97,12 @@ class DatabaseStore:
             # take SQLite's write lock before reading, so two writers cannot interleave
             cursor.execute(f'UPDATE "{table}" SET "key" = "key" WHERE "key" = %s', [key])
 
-    def _op(self, name: str, op: str, *args: Any, touch: bool = True) -> Answer:
+    def _op(self, name: str, op: str, *args: Any, frozen: bool, touch: bool = True) -> Answer:
         from .models import BreakerRecord
 
         key = safe_key(name)
-        table = BreakerRecord._meta.db_table
-        held = frozen()  # Level 3 holds automatic steps (EM-2); read outside the transaction
+        table = BreakerRecord._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
+        held = frozen  # Level 3 holds automatic steps (EM-2): the caller's reading
 
         def work() -> Answer:
             for attempt in range(3):
@@ -133,30 +132,49 @@ class DatabaseStore:
         return self._guarded(op, work)
 
     # ---------------------------------------------------------------- protocol
-    def load(self, name: str) -> Answer:
-        return self._op(name, "load")
+    def load(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "load", frozen=frozen)
 
-    def inspect(self, name: str) -> Answer:
-        return self._op(name, "inspect", touch=False)
+    def inspect(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "inspect", frozen=frozen, touch=False)
 
     def trip(
-        self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+        self,
+        name: str,
+        *,
+        trigger: str,
+        recovery_timeout: float,
+        backoff_factor: float = 1.0,
+        recovery_timeout_max: float = math.inf,
+        frozen: bool = False,
     ) -> Answer:
-        return self._op(name, "trip", trigger, float(recovery_timeout), float(factor), float(cap))
+        return self._op(
+            name,
+            "trip",
+            trigger,
+            float(recovery_timeout),
+            float(backoff_factor),
+            float(recovery_timeout_max),
+            frozen=frozen,
+        )
 
-    def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
-        return self._op(name, "acquire_probe", token, int(max_calls), float(lease_seconds))
+    def acquire_probe(
+        self, name: str, *, token: str, max_calls: int, lease_seconds: float, frozen: bool = False
+    ) -> Answer:
+        return self._op(name, "acquire_probe", token, int(max_calls), float(lease_seconds), frozen=frozen)
 
     def finish_probe(
         self,
         name: str,
+        *,
         token: str,
         version: int,
         outcome: str,
         max_calls: int,
         recovery_timeout: float,
-        factor: float = 1.0,
-        cap: float = math.inf,
+        backoff_factor: float = 1.0,
+        recovery_timeout_max: float = math.inf,
+        frozen: bool = False,
     ) -> Answer:
         return self._op(
             name,
@@ -166,18 +184,28 @@ class DatabaseStore:
             outcome,
             int(max_calls),
             float(recovery_timeout),
-            float(factor),
-            float(cap),
+            float(backoff_factor),
+            float(recovery_timeout_max),
+            frozen=frozen,
         )
 
-    def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
-        return self._op(name, "force", mode, float(ttl_seconds), reason or "", actor)
+    def force(
+        self,
+        name: str,
+        *,
+        mode: str,
+        ttl_seconds: float,
+        reason: str = "",
+        actor: str | None = None,
+        frozen: bool = False,
+    ) -> Answer:
+        return self._op(name, "force", mode, float(ttl_seconds), reason or "", actor, frozen=frozen)
 
-    def release(self, name: str) -> Answer:
-        return self._op(name, "release")
+    def release(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "release", frozen=frozen)
 
-    def sweep(self, name: str) -> Answer:
-        return self._op(name, "sweep", touch=False)
+    def sweep(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "sweep", frozen=frozen, touch=False)
 
     def names(self) -> dict[str, float]:
         from .models import BreakerRecord
@@ -187,7 +215,7 @@ class DatabaseStore:
 
         return self._guarded("registry read", work)
 
-    def prune(self, older_than: float) -> list[str]:
+    def prune(self, *, older_than: float) -> list[str]:
         from .models import BreakerRecord
 
         def work() -> list[str]:
@@ -199,10 +227,10 @@ class DatabaseStore:
 
         return self._guarded("prune", work)
 
-    def lock(self, name: str, ttl_seconds: float) -> str | None:
+    def lock(self, name: str, *, ttl_seconds: float) -> str | None:
         from .models import BreakerLock
 
-        table = BreakerLock._meta.db_table
+        table = BreakerLock._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
 
         def work() -> str | None:
             token = uuid.uuid4().hex
@@ -230,7 +258,7 @@ class DatabaseStore:
 
         return self._guarded("lock", work)
 
-    def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
+    def extend(self, name: str, *, token: str, ttl_seconds: float) -> bool:
         from .models import BreakerLock
 
         def work() -> bool:
@@ -245,7 +273,7 @@ class DatabaseStore:
 
         return self._guarded("lock extend", work)
 
-    def unlock(self, name: str, token: str) -> bool:
+    def unlock(self, name: str, *, token: str) -> bool:
         from .models import BreakerLock
 
         def work() -> bool:

@@ -395,7 +395,7 @@ class Propagator:
         """Start the publisher and the subscriber threads (idempotent). Opens no connection
         on the calling thread. Returns self."""
         if self._pid != os.getpid():
-            self._after_fork()
+            self.after_fork()
         with self._lock:
             self._started = True
             self._stop.clear()
@@ -417,7 +417,7 @@ class Propagator:
         """Stop both threads: decisions still queued are published first (within *timeout*
         seconds), the subscription is closed. Safe to call more than once."""
         if self._pid != os.getpid():
-            self._after_fork()
+            self.after_fork()
             self._started = False
             return
         with self._lock:
@@ -449,7 +449,7 @@ class Propagator:
         """
         return self._queue.drained(timeout)
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
         """In a forked child: forget the parent's threads, queue, locks and connections
         (never closing them: they belong to the parent) and, if the parent had started
         propagation, start this process's own."""
@@ -490,7 +490,7 @@ class Propagator:
             if state is None:
                 return
             if self._pid != os.getpid():
-                self._after_fork()
+                self.after_fork()
             self.enqueue(event.service, state, _trigger_of(event), event.at)
         except Exception as exc:  # the bus contains listener errors too; say which part failed
             log_event(logging.ERROR, "circuit_breaker.propagation_dropped", event.service, "error=%s", describe(exc))
@@ -627,7 +627,9 @@ class Propagator:
         self.subscriptions += 1
         self._delay = self.backoff_initial
         try:
-            sock = pubsub.connection._sock
+            # redis-py offers no public accessor for the subscriber's socket: the address is
+            # informational only, and any change there lands in the except below
+            sock = pubsub.connection._sock  # noqa: SLF001, RUF100
             self.subscriber_address = tuple(sock.getsockname()) if sock is not None else None
         except Exception:
             self.subscriber_address = None
@@ -721,7 +723,7 @@ def _after_fork_in_child() -> None:
     global _install_lock
     _install_lock = threading.RLock()  # the parent's may have been held by a thread that is gone
     for instance in list(_instances):
-        instance._after_fork()
+        instance.after_fork()
 
 
 if hasattr(os, "register_at_fork"):

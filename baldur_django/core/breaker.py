@@ -23,13 +23,16 @@ Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3, EM-6 (adopting a pe
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import itertools
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, MutableSequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, MutableSequence
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from . import rules
 from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
@@ -47,13 +50,28 @@ from .events import (
     TripBlocked,
 )
 from .events import bus as default_bus
-from .states import CircuitState, Reason, Trigger
+from .rules import next_open
+from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
-from .stores.logic import next_open
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow, _count_of
 
-__all__ = ["Permit", "CircuitBreaker", "validate_ttl", "PEER_APPLIED", "PEER_UNCHANGED", "PEER_BLOCKED", "PEER_LIFTED"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .retry import Outcome, RetryPolicy
+
+__all__ = [
+    "Permit",
+    "CircuitBreaker",
+    "validate_ttl",
+    "recorded_since",
+    "trial_in_progress",
+    "enter_trial",
+    "leave_trial",
+    "PEER_APPLIED",
+    "PEER_UNCHANGED",
+    "PEER_BLOCKED",
+    "PEER_LIFTED",
+]
 
 CLOSED = CircuitState.CLOSED
 OPEN = CircuitState.OPEN
@@ -64,6 +82,44 @@ PEER_APPLIED = "applied"  # the breaker moved to the peer's state
 PEER_UNCHANGED = "unchanged"  # it was in that state already
 PEER_BLOCKED = "blocked"  # an OPEN met a local forced closed (like a trip meeting a force)
 PEER_LIFTED = "lifted"  # a CLOSED was applied over a local forced open (the documented hazard)
+
+
+# Nested use of one breaker is one call (CB-19). Two context variables, so "the same
+# thread or asyncio task" is exactly what they see, and neither is set on the CLOSED hot
+# path: _RECORDED is written only where an outcome is counted off the lock-free healthy
+# lane, _TRIAL only while a HALF_OPEN trial runs.
+#: ``(breaker, n)``: the breaker that last counted an outcome in this thread or task, and
+#: its record number then (see :func:`recorded_since`).
+_RECORDED: contextvars.ContextVar[tuple[Any, int] | None] = contextvars.ContextVar("baldur_recorded", default=None)
+#: ``(breaker, permit)``: the trial this thread or task is running through a breaker.
+_TRIAL: contextvars.ContextVar[tuple[Any, Permit] | None] = contextvars.ContextVar("baldur_trial", default=None)
+
+
+def recorded_since(breaker: CircuitBreaker, mark: int) -> bool:
+    """True when *breaker* counted an outcome in this thread or task after its record
+    number was *mark* (read with :meth:`CircuitBreaker.record_mark` when a call began):
+    a nested call through the same breaker already settled this call (CB-19)."""
+    last = _RECORDED.get()
+    return last is not None and last[0] is breaker and last[1] > mark
+
+
+def trial_in_progress(breaker: CircuitBreaker) -> Permit | None:
+    """The trial permit this thread or task holds for *breaker*, or None: a call nested
+    in a trial runs on the outer permit, neither taking a slot nor refused (CB-19)."""
+    running = _TRIAL.get()
+    if running is not None and running[0] is breaker:
+        return running[1]
+    return None
+
+
+def enter_trial(breaker: CircuitBreaker, permit: Permit) -> contextvars.Token[tuple[Any, Permit] | None]:
+    """Mark *permit*'s trial as running in this thread or task; pass the token to :func:`leave_trial`."""
+    return _TRIAL.set((breaker, permit))
+
+
+def leave_trial(token: contextvars.Token[tuple[Any, Permit] | None]) -> None:
+    """End what :func:`enter_trial` marked."""
+    _TRIAL.reset(token)
 
 
 class Permit:
@@ -109,6 +165,49 @@ def validate_ttl(ttl_minutes: Any, default: float) -> float:
     if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > 1440:
         raise ConfigError(f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most 1440 minutes")
     return float(ttl_minutes)
+
+
+class Engine(NamedTuple):
+    """The functions of the runner and the retry engine that the wrappers a breaker builds
+    call (:meth:`CircuitBreaker.build_wrapper`): handed in by ``core/hotpath.py``, so this
+    module imports neither of them (no import circle inside ``core/``)."""
+
+    run_sync: Callable[..., Any]
+    continue_sync: Callable[..., Any]
+    run_async: Callable[..., Awaitable[Any]]
+    continue_async: Callable[..., Awaitable[Any]]
+    settle_exception: Callable[..., bool]
+    settle_result: Callable[..., None]
+    settled: Callable[..., bool]
+    call_fallback: Callable[..., Any]
+    acall_fallback: Callable[..., Awaitable[Any]]
+    exception_outcome: Callable[..., tuple[bool, bool]]
+    trial: Callable[..., Any]
+    atrial: Callable[..., Awaitable[Any]]
+    raised: Callable[[BaseException], Any]
+    returned: Callable[[Any], Any]
+    discard: Callable[[Any], None]
+    slow: object
+    refused: object
+    not_plain: int
+
+
+class View(NamedTuple):
+    """What a breaker's store strategy reads of its state (``CircuitBreaker.view``).
+
+    Attributes:
+        state (CircuitState): the local state.
+        forced (str | None): the force held locally.
+        force_until (float): monotonic deadline of that force (seconds).
+        open_until (float): monotonic end of the current automatic open (seconds).
+        sync_due (float): monotonic time of the next due consult of the store (seconds).
+    """
+
+    state: CircuitState
+    forced: str | None
+    force_until: float
+    open_until: float
+    sync_due: float
 
 
 class CircuitBreaker:
@@ -174,6 +273,7 @@ class CircuitBreaker:
         # permit stamped with the admission time: this is the CLOSED permit to copy it
         # from (lock-free, like _fast_permit, which is then None), else None.
         self._timing_permit: Permit | None = None
+        self._timing = False  # the slow-call trigger is on (CB-17); set by _configure_lanes()
         self._cascade = SecondBuckets(config.cascade_window)
         self._cooldown_until = 0.0
         self._opened_at: float | None = None  # wall clock
@@ -188,6 +288,7 @@ class CircuitBreaker:
         self._force_reason = ""
         self._force_actor: str | None = None
         self._last_trigger: str | None = None
+        self._seq = 0  # outcomes counted off the healthy lane (lock held), for CB-19
         self.dry_run_rejections = 0
         self._init_metrics()
         # Events are queued here under the state lock, in the order the transitions were
@@ -329,8 +430,9 @@ class CircuitBreaker:
             a call let through by dry-run counts too); ``blocked``: rejections by reason
             (``open``, ``half_open_full``, ``frozen``; dry-run rejects nothing);
             ``transitions``: ``{(from_state, to_state, trigger): count}`` for every state
-            change of this process's breaker, adopted ones included (trigger
-            ``"unknown"`` when none is known, as after :meth:`reset`). Counts start at 0
+            change of this process's breaker, adopted ones included (every trigger is
+            named, CB-20: ``reset`` after :meth:`reset`, ``adopted`` for a shared record
+            that names none). Counts start at 0
             in a process, a forked child included, and never decrease.
 
         Implements EM-7 (the counts).
@@ -352,8 +454,8 @@ class CircuitBreaker:
         counts["state"] = state
         return counts
 
-    def _forked(self) -> None:
-        """In a child just forked (one thread): its counts start from what it inherited."""
+    def after_fork(self) -> None:
+        """In a child just forked (one thread): its counts start from what it inherited (EM-7)."""
         self._inherited = self._metric_counts()
 
     def _open_fields(self) -> dict[str, float | None]:
@@ -415,6 +517,459 @@ class CircuitBreaker:
                 return permit
         return self._admit(now, metered)
 
+    def timing_start(self, now: float) -> float | None:
+        """The admission time to stamp on a permit (monotonic seconds), or None while the
+        slow-call trigger is off (CB-17: then nothing is slow, in any state)."""
+        return now if self._timing else None
+
+    # ------------------------------------------------------- the hot path's closures
+    def build_wrapper(
+        self,
+        func: Callable[..., Any],
+        policy: RetryPolicy | None,
+        trial_policy: RetryPolicy | None,
+        fallback: Any,
+        engine: Engine,
+    ) -> Callable[..., Any]:
+        """The wrapper of a ``def`` protected by this breaker (built here because it reads the
+        hot-path fields lock-free; see :mod:`baldur_django.core.hotpath`): one attribute read
+        to admit, no lock to record a healthy success.
+
+        Args:
+            func: the protected function.
+            policy: the retry policy, or None for no retry stage.
+            trial_policy: *policy* made one attempt (CB-6), for trials.
+            fallback: called with the call's arguments when the breaker rejects or the call
+                fails (FAC-4), or None.
+            engine: the runner's and retry engine's functions (no import circle).
+
+        Returns:
+            A function with *func*'s signature. Implements FAC-1..FAC-4, CB-4, CB-8, CB-19.
+        """
+        run_sync, continue_sync = engine.run_sync, engine.continue_sync
+        settle_exception, settle_result, settled = engine.settle_exception, engine.settle_result, engine.settled
+        call_fallback, exception_outcome, trial = engine.call_fallback, engine.exception_outcome, engine.trial
+        Raised, Returned = engine.raised, engine.returned
+        cascade = self._cascade
+        monotonic = self._mono
+        acquire_slow = self.acquire_slow
+        record_success = self.record_success
+        wants_rejections = self._bus.wants_rejections
+        blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
+        name = self.name
+        plain = self.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
+        retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
+        budgeted = policy is not None and policy.budget_seconds is not None
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            permit = self._fast_permit
+            if permit is None or (self._timed and monotonic() >= self._sync_due):
+                until = self._reject_until
+                if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
+                    now = monotonic()
+                    if now < until and now < self._sync_due and not wants_rejections():
+                        next(blocked_open)
+                        if fallback is None:
+                            # raised unnamed: a local holding it would tie this frame and the
+                            # error's traceback into a cycle that only the GC frees
+                            raise new_open_error(name, Reason.OPEN, until - now)
+                        return call_fallback(fallback, args, kwargs, new_open_error(name, Reason.OPEN, until - now))
+                outer = trial_in_progress(self)
+                if outer is not None:
+                    permit = outer  # CB-19: nested in this breaker's trial: no second slot, no refusal
+                else:
+                    if fallback is None:
+                        permit = acquire_slow()
+                    else:
+                        try:
+                            permit = acquire_slow()
+                        except CircuitOpenError as rejection:
+                            return call_fallback(fallback, args, kwargs, rejection)
+                    if permit.trial:
+                        return trial(self, permit, wrapper, args, kwargs)
+            mark = self._seq  # CB-19: a nested call through this breaker settles this one
+            retrying = policy is not None and not permit.dry_run
+            if retrying and (permit.trial or budgeted or self._cooldown_until):
+                return run_sync(
+                    self, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+                )
+            # With a retry policy and nothing to gate the first attempt, run_sync() would make
+            # it at once with start=0.0: it is made here, and the engine takes over only when
+            # it did not succeed (continue_sync).
+            try:
+                result = func(*args, **kwargs)
+            except BaseException as exc:
+                if not retrying:
+                    if recorded_since(self, mark):
+                        counted = exception_outcome(self.config, exc, name)[0]  # a nested call counted it (CB-19)
+                    else:
+                        counted = settle_exception(self, permit, exc)
+                    if counted and fallback is not None and not permit.dry_run:
+                        return call_fallback(fallback, args, kwargs, exc)
+                    raise
+                first: Outcome = Raised(exc)
+            else:
+                if type(result) not in plain and not recorded_since(self, mark):
+                    # settle_result()'s response lane, inlined: a plain int status on neither
+                    # list is a success like a plain value; anything else is classified there
+                    # (everything, while a result_predicate is set: *plain* is then empty).
+                    try:
+                        code = result.status_code if plain else None  # a result_predicate: no status read
+                    except Exception:
+                        code = None
+                    config = self.config
+                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                        if not retrying:
+                            settle_result(self, permit, result)
+                            return result
+                        if settled(self, permit, result):
+                            return result
+                        return continue_sync(
+                            self, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                        )
+                # healthy_success() inlined: the hottest lines of the package
+                if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
+                    next(cascade.counter)
+                elif not recorded_since(self, mark):
+                    record_success(permit)
+                return result
+            return continue_sync(self, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
+
+        return wrapper
+
+    def build_awrapper(
+        self,
+        func: Callable[..., Awaitable[Any]],
+        policy: RetryPolicy | None,
+        trial_policy: RetryPolicy | None,
+        fallback: Any,
+        engine: Engine,
+    ) -> Callable[..., Awaitable[Any]]:
+        """The wrapper of an ``async def``: the same steps as :meth:`build_wrapper`, awaiting
+        the call; a shared breaker's slow paths (store I/O) run in a worker thread.
+
+        Returns:
+            A coroutine function with *func*'s signature.
+        """
+        run_async, continue_async = engine.run_async, engine.continue_async
+        settle_exception, settle_result, settled = engine.settle_exception, engine.settle_result, engine.settled
+        acall_fallback, exception_outcome, atrial = engine.acall_fallback, engine.exception_outcome, engine.atrial
+        Raised, Returned = engine.raised, engine.returned
+        cascade = self._cascade
+        monotonic = self._mono
+        record_success = self.record_success
+        wants_rejections = self._bus.wants_rejections
+        blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
+        name = self.name
+        plain = self.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
+        retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
+        budgeted = policy is not None and policy.budget_seconds is not None
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            permit = self._fast_permit
+            if permit is None or (self._timed and monotonic() >= self._sync_due):
+                until = self._reject_until
+                if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
+                    now = monotonic()
+                    if now < until and now < self._sync_due and not wants_rejections():
+                        next(blocked_open)
+                        if fallback is None:
+                            raise new_open_error(name, Reason.OPEN, until - now)  # unnamed: see sync_wrapper
+                        return await acall_fallback(
+                            fallback, args, kwargs, new_open_error(name, Reason.OPEN, until - now)
+                        )
+                outer = trial_in_progress(self)
+                if outer is not None:
+                    permit = outer  # CB-19: nested in this breaker's trial
+                else:
+                    if fallback is None:
+                        permit = await self.aacquire()
+                    else:
+                        try:
+                            permit = await self.aacquire()
+                        except CircuitOpenError as rejection:
+                            return await acall_fallback(fallback, args, kwargs, rejection)
+                    if permit.trial:
+                        return await atrial(self, permit, wrapper, args, kwargs)
+            mark = self._seq  # CB-19, as in build_wrapper
+            retrying = policy is not None and not permit.dry_run
+            if retrying and (permit.trial or budgeted or self._cooldown_until):
+                return await run_async(
+                    self, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+                )
+            try:  # the first attempt of a retry sequence too, as in sync_wrapper
+                result = await func(*args, **kwargs)
+            except BaseException as exc:
+                if not retrying:
+                    if recorded_since(self, mark):
+                        counted = exception_outcome(self.config, exc, name)[0]  # a nested call counted it (CB-19)
+                    elif permit.trial:  # a shared round's outcome is a store write
+                        counted = await self.off_loop(settle_exception, self, permit, exc)
+                        self.note_recorded()
+                    else:
+                        counted = settle_exception(self, permit, exc)
+                    if counted and fallback is not None and not permit.dry_run:
+                        return await acall_fallback(fallback, args, kwargs, exc)
+                    raise
+                first: Outcome = Raised(exc)
+            else:
+                if permit.trial:  # never retrying here: a trial with a policy went to run_async
+                    if not recorded_since(self, mark):  # else a nested call settled it (CB-19)
+                        await self.off_loop(settle_result, self, permit, result)
+                        self.note_recorded()
+                    return result
+                if type(result) not in plain and not recorded_since(self, mark):  # the response lane
+                    try:
+                        code = result.status_code if plain else None  # a result_predicate: no status read
+                    except Exception:
+                        code = None
+                    config = self.config
+                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                        if not retrying:
+                            settle_result(self, permit, result)
+                            return result
+                        if settled(self, permit, result):
+                            return result
+                        return await continue_async(
+                            self, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                        )
+                if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
+                    next(cascade.counter)
+                elif not recorded_since(self, mark):
+                    record_success(permit)
+                return result
+            return await continue_async(self, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
+
+        return wrapper
+
+    def build_inline(self, engine: Engine) -> Callable[[Callable[[], Any]], Any]:
+        """``inline(call)``: :func:`~baldur_django.core.hotpath.protect`'s plain CLOSED path
+        (no retry stage, no fallback) for a process-local breaker, reading the hot-path fields
+        lock-free as the wrappers do. Returns the call's value, or ``engine.slow`` when the
+        plain path does not apply (the caller runs its full wrapper), or ``engine.refused``
+        when *call* turned out to be a coroutine or generator function (nothing recorded,
+        the caller's full way raises the ConfigError). Implements CB-19 as the wrappers do.
+        """
+        settle_exception, settle_result = engine.settle_exception, engine.settle_result
+        slow, refused, not_plain, discard = engine.slow, engine.refused, engine.not_plain, engine.discard
+        cascade = self._cascade
+        monotonic = self._mono
+        record_success = self.record_success
+        plain = self.plain_types  # as in build_wrapper
+
+        def inline(call: Callable[[], Any]) -> Any:
+            permit = self._fast_permit
+            if permit is None or self._timed:
+                return slow
+            mark = self._seq  # CB-19: a nested call through this breaker settles this one
+            try:
+                result = call()
+            except BaseException as exc:
+                if not call.__code__.co_flags & not_plain:
+                    if not recorded_since(self, mark):
+                        settle_exception(self, permit, exc)
+                    raise
+                return refused
+            if type(result) in plain:
+                if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
+                    next(cascade.counter)
+                elif not recorded_since(self, mark):
+                    record_success(permit)
+                return result
+            if not call.__code__.co_flags & not_plain:
+                if not recorded_since(self, mark):
+                    settle_result(self, permit, result)  # the response lane too
+                return result
+            discard(result)
+            return refused
+
+        return inline
+
+    def build_ainline(
+        self, engine: Engine
+    ) -> tuple[
+        Callable[[], tuple[Permit, int] | None],
+        Callable[[Permit, int, Any], None],
+        Callable[[Permit, int, BaseException], None],
+    ]:
+        """``(admit, succeeded, failed)``: :func:`~baldur_django.core.hotpath.aprotect`'s plain
+        CLOSED path for a process-local breaker, in three plain calls around the caller's own
+        ``await`` (an extra coroutine per call would cost more than the path itself).
+
+        ``admit()`` returns ``(permit, mark)`` when the plain path applies, else None (the
+        caller runs its full wrapper); ``succeeded(permit, mark, result)`` and
+        ``failed(permit, mark, exc)`` record the outcome, the healthy lane lock-free, and
+        nothing when a nested call through this breaker settled the call already (CB-19).
+        """
+        settle_exception, settle_result = engine.settle_exception, engine.settle_result
+        cascade = self._cascade
+        monotonic = self._mono
+        record_success = self.record_success
+        plain = self.plain_types  # as in build_wrapper
+
+        def admit() -> tuple[Permit, int] | None:
+            permit = self._fast_permit
+            if permit is None or self._timed:
+                return None
+            return permit, self._seq
+
+        def succeeded(permit: Permit, mark: int, result: Any) -> None:
+            if type(result) in plain:
+                if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
+                    next(cascade.counter)
+                elif not recorded_since(self, mark):
+                    record_success(permit)
+            elif not recorded_since(self, mark):
+                settle_result(self, permit, result)
+
+        def failed(permit: Permit, mark: int, exc: BaseException) -> None:
+            if not recorded_since(self, mark):
+                settle_exception(self, permit, exc)
+
+        return admit, succeeded, failed
+
+    async def aacquire(self) -> Permit:
+        """:meth:`acquire` for coroutines: the lock-free paths run inline; a shared breaker's
+        admission that may reach its store runs in a worker thread, so the event loop never
+        waits on store I/O.
+
+        Returns:
+            A permit. Raises CircuitOpenError as :meth:`acquire` does.
+        """
+        permit = self._fast_permit
+        if permit is not None and not (self._timed and self._mono() >= self._sync_due):
+            return permit
+        if self._timed:
+            now = self._mono()
+            if not (now < self._reject_until and now < self._sync_due):  # else a lock-free rejection
+                return cast(Permit, await asyncio.to_thread(self.acquire_slow))
+        return self.acquire_slow()
+
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` so that a shared store's I/O never blocks the running event loop:
+        in a worker thread for a shared breaker, inline for a process-local one (no I/O)."""
+        if self._timed:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    # ------------------------------------------------ the store strategy's seam
+    # sync.py changes nothing of a breaker directly: it reads a View, schedules the next
+    # consult, and hands store answers to apply() / apply_probe(), which adopt them here.
+    @property
+    def clock(self) -> Clock:
+        """The breaker's time source (monotonic and wall seconds)."""
+        return self._clock
+
+    def view(self, *, locked: bool = False) -> View:
+        """The state a store strategy decides on (ST-3); *locked* reads it under the state lock."""
+        if locked:
+            with self._lock:
+                return View(self._state, self._forced, self._force_until, self._open_until, self._sync_due)
+        return View(self._state, self._forced, self._force_until, self._open_until, self._sync_due)
+
+    def schedule(self, deadline: float, *, refresh: bool = False) -> None:
+        """Set when a shared breaker consults its store next (monotonic seconds; ST-3). With
+        *refresh* the hot-path permit is re-derived under the state lock (not held by the caller)."""
+        if not refresh:
+            self._sync_due = deadline
+            return
+        with self._lock:
+            self._sync_due = deadline
+            self._refresh_fast()
+
+    def apply(self, answer: Answer, *, force: bool = False, first: Collection[Event] = ()) -> None:
+        """Make the local state follow a store *answer* (state lock taken here, not held by the
+        caller), then deliver *first* and what the adoption published (CB-14, ST-2).
+
+        Args:
+            answer (Answer): what one store operation returned.
+            force (bool): adopt it even when its version is the one already adopted (the
+                answer to this worker's own write: a trip, a force, a release).
+            first (Collection[Event]): events to deliver before the adoption's own.
+        """
+        events: list[Event] = list(first)
+        with self._lock:
+            self._adopt(answer, self._mono(), events, force=force)
+            self._refresh_fast()
+        self._publish(events)
+
+    def apply_probe(self, answer: Answer, token: str, now: float) -> Permit | None:
+        """Adopt the answer to a probe request and build the permit it grants (ST-2): a trial
+        permit holding *token* when the store gave a slot, the CLOSED permit when the record
+        turned out CLOSED, else None (no slot). Takes the state lock; publishes afterwards."""
+        events: list[Event] = []
+        permit: Permit | None = None
+        with self._lock:
+            self._adopt(answer, self._mono(), events)
+            started = self.timing_start(now)  # CB-17: timed calls
+            if answer.result:  # the adopted round already counts this probe
+                permit = Permit(self._gen, trial=True, token=token, started=started)
+            elif self._state is CLOSED:
+                permit = self._closed_permit if started is None else Permit(self._gen, started=started)
+        self._publish(events)
+        return permit
+
+    def publish(self, events: Collection[Event]) -> None:
+        """Deliver *events* in order after the state lock was released (CB-14)."""
+        self._publish(events)
+
+    @property
+    def generation(self) -> int:
+        """The state generation: a new one with every transition (CB-8: an outcome admitted
+        in an older generation is dropped)."""
+        return self._gen
+
+    @property
+    def shared(self) -> bool:
+        """True while the breaker meets a shared store (its slow paths may do store I/O, so
+        coroutines run them off the event loop)."""
+        return self._timed
+
+    @property
+    def cooldown_deadline(self) -> float:
+        """Monotonic end of this process's 429 cooldown (seconds); 0.0 until a cooldown was
+        ever set, which the retry stage reads to skip the clock (RL-6)."""
+        return self._cooldown_until
+
+    def healthy_success(self, permit: Permit) -> bool:
+        """Count a success on the lock-free healthy lane when it applies (the window full and
+        clean, the cascade's second not over); True when counted, False when the caller must
+        :meth:`record_success`."""
+        if permit is self._healthy_permit:
+            cascade = self._cascade
+            if self._mono() < cascade.bucket_end:
+                next(cascade.counter)
+                return True
+        return False
+
+    def record_mark(self) -> int:
+        """The number of outcomes counted so far off the lock-free healthy lane: read when a
+        call begins, and given to :func:`recorded_since` before its outcome is recorded (CB-19)."""
+        return self._seq
+
+    def _mark(self) -> None:
+        """An outcome was counted (lock held): number it, and note it for this thread or
+        task, so a call around a nested one through this breaker records nothing more (CB-19)."""
+        self._seq += 1
+        _RECORDED.set((self, self._seq))
+
+    def note_recorded(self) -> None:
+        """Note in this thread or task that an outcome of this breaker was counted elsewhere
+        (a worker thread recording a trial for a coroutine), as :meth:`_mark` does (CB-19)."""
+        with self._lock:
+            _RECORDED.set((self, self._seq))
+
+    def held_open(self, now: float) -> str | None:
+        """The trigger of this process's own automatic open while its open time runs
+        (OPEN, not forced, *now* before the recovery deadline; monotonic seconds), else None.
+
+        A shared store that answers with an empty or older CLOSED record is never taken
+        over such an open (ST-4)."""
+        with self._lock:
+            if self._state is OPEN and self._forced is None and now < self._open_until:
+                return self._last_trigger or Trigger.ADOPTED
+        return None
+
     def _reject_fast(self, now: float, until: float, metered: bool = True) -> CircuitOpenError:
         """OPEN inside its deadline: the rejection needs no lock (CB-4). The event is built
         only when a listener wants plain rejections."""
@@ -435,17 +990,21 @@ class CircuitBreaker:
         with self._lock:
             self._evaluate(now, events)
             state = self._state
-            timing = self.config.slow_call_duration > 0
+            timing = self._timing
             if state is CLOSED:
                 permit = Permit(self._gen, started=now) if timing else self._closed_permit
             elif state is HALF_OPEN:
-                if frozen():
-                    reason = Reason.FROZEN  # EM-2: no probe while Level 3 holds
-                elif self._sync.local_judgement() and self._trials < self.config.half_open_max_calls:
+                # the fleet's slots are the store's while it answers (ST-2): none here
+                max_calls = self.config.half_open_max_calls
+                taken = self._trials if self._sync.local_judgement() else max_calls
+                refusal = rules.probe_refusal(
+                    state=state.value, forced=self._forced, taken=taken, max_calls=max_calls, frozen=frozen()
+                )
+                if refusal is None:
                     self._trials += 1
                     permit = Permit(self._gen, trial=True, started=now if timing else None)
                 else:
-                    reason = Reason.HALF_OPEN_FULL
+                    reason = refusal  # frozen (EM-2) or half_open_full (CB-6)
             else:
                 until = self._force_until if self._forced == "open" else self._open_until
                 if now >= until and self._forced is None and frozen():
@@ -508,6 +1067,7 @@ class CircuitBreaker:
                             self._fast_permit = None  # a shared store's consult is due
                     else:
                         next(self._m_uncounted)  # EM-7
+                    self._mark()
                     return
             finally:
                 lock.release()
@@ -543,7 +1103,11 @@ class CircuitBreaker:
         ``Exception``, or never reached the dependency: neither success nor failure. A trial
         gives its slot back (CB-10); with a shared store, to the fleet's round."""
         next(self._m_ignored)  # EM-7
-        if not permit.trial or self._sync.finish_probe(self, permit, "abandon"):
+        if not permit.trial:
+            return
+        with self._lock:
+            self._mark()  # settled, for a call around a nested one (CB-19)
+        if self._sync.finish_probe(self, permit, "abandon"):
             return
         with self._lock:
             if permit.generation == self._gen and self._state is HALF_OPEN and self._trials > 0:
@@ -557,10 +1121,12 @@ class CircuitBreaker:
                 return
         now = self._mono()
         started = permit.started
-        slow = started is not None and now - started >= self.config.slow_call_duration  # CB-17
+        # CB-17: only while the trigger is on (a duration and a rate threshold, both > 0)
+        slow = started is not None and self._timing and now - started >= self.config.slow_call_duration
         if permit.trial:
-            if count_attempt:
-                with self._lock:
+            with self._lock:
+                self._mark()
+                if count_attempt:
                     self._cascade.add(now, False)
                     if not ok:
                         self._m_noted += 1  # EM-7
@@ -568,6 +1134,7 @@ class CircuitBreaker:
             return
         events = self._outbox
         with self._lock:
+            self._mark()
             if count_attempt:
                 self._cascade.add(now, False)
                 if not ok:
@@ -590,10 +1157,9 @@ class CircuitBreaker:
                         self._consecutive += 1
                     self._window.add(not ok, slow, now)
                 if self._forced is None:
-                    if not ok and self._consecutive >= self.config.failure_threshold:
-                        self._trip(now, Trigger.CONSECUTIVE_FAILURES, events)
-                    else:
-                        self._check_rate(now, events)
+                    trigger = self._closed_trigger(now, failed=not ok)
+                    if trigger is not None:
+                        self._trip(now, trigger, events)
             if rate_limited and self._state is CLOSED:
                 self._check_cascade(now, events)
         self._settle(events)
@@ -602,19 +1168,29 @@ class CircuitBreaker:
         """A trial's outcome (CB-6): N successes close, one failure reopens; stale ones drop.
         A slow trial is a failed one, reopening with trigger ``slow_call_rate`` (CB-17).
         With a shared store the fleet's round decides (one store operation)."""
-        if self._sync.finish_probe(self, permit, "slow" if slow else ("success" if ok else "failure")):
+        outcome = "slow" if slow else ("success" if ok else "failure")
+        if self._sync.finish_probe(self, permit, outcome):
             return
         events = self._outbox
         with self._lock:
             if permit.generation == self._gen and self._state is HALF_OPEN:
-                if frozen():
+                verdict = rules.trial_verdict(
+                    successes=self._trial_successes,
+                    max_calls=self.config.half_open_max_calls,
+                    outcome=outcome,
+                    frozen=frozen(),
+                )
+                if verdict == rules.GIVE_BACK:
                     self._trials -= 1  # EM-2: no close, no reopen while frozen; the slot goes back
-                elif ok:
+                elif verdict == rules.COUNT:
                     self._trial_successes += 1
-                    if self._trial_successes >= self.config.half_open_max_calls:
-                        self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
+                elif verdict == rules.CLOSE:
+                    self._trial_successes += 1
+                    self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
                 else:
-                    self._to_open(now, Trigger.SLOW_CALL_RATE if slow else Trigger.HALF_OPEN_FAILURE, events)
+                    # a re-open is a trip like any other (ST-4): with a shared store it is
+                    # queued for write-back, and pushed once the store answers again
+                    self._trip(now, rules.trial_trigger(outcome), events, reopen=True)
         self._settle(events)
 
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
@@ -682,17 +1258,26 @@ class CircuitBreaker:
         return remaining if remaining > 0 else 0.0
 
     # ------------------------------------------------------------------ triggers
-    def _check_rate(self, now: float, events: MutableSequence[Event]) -> None:
-        """The rate triggers over the window (CB-3, CB-15): the failure rate first, so when both
-        cross on one outcome the trigger is ``failure_rate``; then the slow-call rate (CB-17),
-        gated by ``minimum_calls`` whatever the failure-rate setting."""
+    def _closed_trigger(self, now: float, *, failed: bool) -> str | None:
+        """The trigger one recorded CLOSED outcome fires, or None (lock held): the consecutive
+        count, then the rates over the window (CB-2, CB-3, CB-15), the failure rate before the
+        slow-call rate (CB-17, gated by ``minimum_calls`` whatever the failure-rate setting).
+        The order is :func:`rules.closed_trigger`'s."""
         cfg = self.config
         window = self._window
-        window.advance(now)
-        if window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls):
-            self._trip(now, Trigger.FAILURE_RATE, events)
-        elif cfg.slow_call_duration > 0 and window.slow_rate_reached(cfg.slow_call_rate_threshold, cfg.minimum_calls):
-            self._trip(now, Trigger.SLOW_CALL_RATE, events)
+        if failed and self._consecutive >= cfg.failure_threshold:
+            rate = slow = False  # decided already: the rates need not be read
+        else:
+            window.advance(now)
+            rate = window.rate_reached(cfg.failure_rate_threshold, cfg.minimum_calls)
+            slow = self._timing and window.slow_rate_reached(cfg.slow_call_rate_threshold, cfg.minimum_calls)
+        return rules.closed_trigger(
+            failed=failed,
+            consecutive=self._consecutive,
+            failure_threshold=cfg.failure_threshold,
+            rate_reached=rate,
+            slow_rate_reached=slow,
+        )
 
     def _check_cascade(self, now: float, events: MutableSequence[Event]) -> None:
         if self._forced is not None or self._state is not CLOSED:
@@ -716,7 +1301,7 @@ class CircuitBreaker:
             if self._state is CLOSED and self._forced is None and (not self._timed or self._mono() < self._sync_due)
             else None
         )
-        if self.config.slow_call_duration > 0:
+        if self._timing:
             self._fast_permit, self._timing_permit = None, fast
         else:
             self._fast_permit, self._timing_permit = fast, None
@@ -724,8 +1309,13 @@ class CircuitBreaker:
     def _configure_lanes(self) -> None:
         """Whether successes may skip the window (lock held, or in __init__): only with the
         count window and no call timing, where a success in a clean full window changes
-        nothing. A time window must count every success (CB-15)."""
-        self._lanes = self.config.sliding_window_type == "count" and self.config.slow_call_duration <= 0
+        nothing. A time window must count every success (CB-15).
+
+        Calls are timed only while the slow-call trigger is on: a duration and a rate
+        threshold both above 0. With either at 0 nothing is ever slow, in any state (CB-17)."""
+        cfg = self.config
+        self._timing = cfg.slow_call_duration > 0 and cfg.slow_call_rate_threshold > 0
+        self._lanes = cfg.sliding_window_type == "count" and not self._timing
         if not self._lanes:
             self._healthy_permit = None
         if self.plain_types != self.config.plain_types:  # CB-18: a result_predicate judges every value
@@ -738,33 +1328,51 @@ class CircuitBreaker:
         self._healthy_permit = None
         self._reject_until = 0.0
 
-    def _trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
+    def _trip(self, now: float, trigger: str, events: MutableSequence[Event], *, reopen: bool = False) -> None:
         """An automatic trigger fired (lock held): open at once for this process's traffic;
         the strategy decides when the events are published (a shared store first asks
         the store who decided the trip)."""
-        if frozen():
-            return  # EM-2: Level 3 holds every automatic decision; the failure stays recorded
+        if reopen:
+            if frozen():
+                return  # EM-2 (the trial's verdict already said so)
+        elif rules.trip_verdict(state=self._state.value, forced=self._forced, frozen=frozen()) != rules.TRIPPED:
+            return  # EM-2: Level 3 holds every automatic decision; a force refuses it (OP-2)
         held: list[Event] = []
         self._to_open(now, trigger, held)
         self._sync.trip_decided(self, trigger, held, events)
 
-    def _open_timing(self) -> tuple[float, float, float]:
+    def open_timing(self) -> tuple[float, float, float]:
         """``(recovery_timeout, backoff factor, cap)`` in seconds, for the store's open (CB-16)."""
         cfg = self.config
         return cfg.recovery_timeout, cfg.recovery_backoff_factor, cfg.recovery_timeout_max
 
-    def _enter(self, target: CircuitState, trigger: str | None, events: MutableSequence[Event] | None) -> float:
+    def _enter(
+        self,
+        target: CircuitState,
+        trigger: str,
+        events: MutableSequence[Event] | None,
+        *,
+        adopted: bool = False,
+    ) -> float:
         """Move to *target* in a new generation (lock held): the single place a state
         changes, for local decisions and adoption alike. Appends ``StateChanged`` to
         *events* unless it is None (adoption of a peer's decision publishes nothing, CB-14).
 
+        The edge is checked against the legal-transition table first (CB-20,
+        :func:`~baldur_django.core.states.check_transition`); *adopted* marks a state taken
+        over from a shared record, legal from any state.
+
         Returns:
             The wall-clock time of the transition (Unix seconds).
+
+        Raises:
+            IllegalTransition: the edge is not in the table (a programming error).
         """
         before = self._state
+        check_transition(before, target, trigger, adopted=adopted)
         self._invalidate()
         if target is not before:  # EM-7
-            key = (before.value, target.value, trigger or "unknown")
+            key = (before.value, target.value, trigger)
             self._transitions[key] = self._transitions.get(key, 0) + 1
         self._gen += 1
         self._trials = 0
@@ -786,7 +1394,7 @@ class CircuitBreaker:
                     wall,
                     from_state=before.value,
                     to_state=target.value,
-                    trigger=trigger or "",
+                    trigger=trigger,
                     dry_run=self.config.dry_run,
                 )
             )
@@ -802,7 +1410,7 @@ class CircuitBreaker:
         backed-off duration (CB-16); a forced open leaves the count alone."""
         self._opened_at = self._enter(OPEN, trigger, events)
         if trigger != Trigger.FORCED:
-            self._opens, self._open_seconds = next_open(self._opens, *self._open_timing())
+            self._opens, self._open_seconds = next_open(self._opens, *self.open_timing())
         self._open_until = now + self._open_seconds
         if self._forced is None:
             self._hold_open_until(self._open_until)
@@ -829,11 +1437,10 @@ class CircuitBreaker:
             previous = self._forced
             before = self._state
             self._clear_force()
-            if previous == "open":
-                if frozen():  # EM-2: a lapsed forced open stays OPEN until the level drops
-                    self._open_until = now
-                else:
-                    self._to_half_open(Trigger.FORCE_LAPSED, None)
+            if rules.lapse_target(previous, frozen=frozen()) is not None:
+                self._to_half_open(Trigger.FORCE_LAPSED, None)
+            elif previous == "open":  # EM-2: a lapsed forced open stays OPEN until the level drops
+                self._open_until = now
             else:
                 self._refresh_fast()
             events.append(
@@ -845,7 +1452,9 @@ class CircuitBreaker:
                     to_state=self._state.value,
                 )
             )
-        if self._state is OPEN and self._forced is None and now >= self._open_until and not frozen():
+        if self._state is OPEN and rules.recovery_due(
+            state="open", forced=self._forced, now=now, open_until=self._open_until, frozen=frozen()
+        ):
             self._to_half_open(Trigger.RECOVERY_TIMEOUT, events)
 
     def _clear_force(self) -> None:
@@ -898,10 +1507,11 @@ class CircuitBreaker:
             self._clear_force()
         target = _STATES[record.state]
         announce = answer.moved and answer.lapsed is None and target is not before
+        trigger = record.trigger or Trigger.ADOPTED
         if target is not before or target is not CLOSED:
-            self._enter(target, record.trigger, events if announce else None)
+            self._enter(target, trigger, events if announce else None, adopted=True)
         else:
-            self._last_trigger = record.trigger
+            self._last_trigger = trigger
             self._refresh_fast()
         if target is CLOSED:
             if before is not CLOSED:
@@ -995,7 +1605,7 @@ class CircuitBreaker:
             if self._state is not OPEN:
                 self._to_open(now, Trigger.FORCED, [])
             else:
-                self._enter(OPEN, self._last_trigger, None)
+                self._enter(OPEN, Trigger.FORCED, None)
                 self._opened_at = self._opened_at or wall
             self._hold_open_until(self._force_until)
         elif self._state is not CLOSED:
@@ -1026,7 +1636,7 @@ class CircuitBreaker:
                     previous = self._forced
                     if previous is not None:
                         self._clear_force()
-                        if previous == "open":
+                        if rules.release_target(previous) is not None:
                             self._to_half_open(Trigger.RELEASED, None)
                         else:
                             self._refresh_fast()
@@ -1120,6 +1730,7 @@ class CircuitBreaker:
                 self._to_closed(Trigger.PROPAGATED, events)
             if outcome in (PEER_APPLIED, PEER_LIFTED):
                 self._sync.after_peer(self)
+                self._refresh_fast()
         self._settle(events)
         return outcome
 
@@ -1166,7 +1777,7 @@ class CircuitBreaker:
         """Return to a fresh CLOSED breaker: counts, cooldown and force cleared (for tests and operators)."""
         with self._lock:
             self._clear_force()
-            self._enter(CLOSED, None, None)
+            self._enter(CLOSED, Trigger.RESET, None)
             self._consecutive = 0
             self._window.clear()
             self._cascade.clear()

@@ -18,7 +18,16 @@ from . import hotpath
 from .breaker import CircuitBreaker
 from .config import OVERRIDE_NAMES, SettingsSource, build_config, validate_overrides
 from .errors import ConfigError
-from .hotpath import Route, acall_wrappers, aprotect, async_wrapper, call_wrappers, protect, sync_wrapper
+from .hotpath import (
+    Route,
+    acall_wrappers,
+    aprotect,
+    async_wrapper,
+    call_wrappers,
+    install_route_builders,
+    protect,
+    sync_wrapper,
+)
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
 
@@ -348,3 +357,6 @@ def aprotect_route(
     return _stored_route(
         table, service, breaker, retry, policy, overrides, lambda: acall_wrappers(breaker, policy, service)
     )
+
+
+install_route_builders(protect_route, aprotect_route)  # protect()/aprotect() build routes on a miss

@@ -1,9 +1,12 @@
 """The lock-free hot path of a protected call, in one place.
 
 The wrappers that ``protected``, ``circuit_breaker``, ``protect`` and their async forms
-return are built here, ``protect``/``aprotect`` themselves live here, and only here (and
-in ``runner.settle_result``'s response lane) do the package's callers read the breaker's
-hot-path attributes. What they read, and why each read is safe without the lock:
+return are asked for here, and ``protect``/``aprotect`` themselves live here. The closures
+that read the breaker's hot-path attributes are built by the breaker's own module
+(``CircuitBreaker.build_wrapper``, ``build_awrapper``, ``build_inline``,
+``build_ainline``), so those attributes stay private to it; this module hands them the
+runner's and retry engine's functions as one :data:`ENGINE` (no import circle). What the
+closures read, and why each read is safe without the lock:
 
 * ``breaker._fast_permit``: the CLOSED permit while admission needs no lock and no clock
   (CLOSED, unforced, and for a shared store, before its next consult). Read once per
@@ -43,6 +46,11 @@ socket timeout): the async wrapper hands a shared breaker's slow admission and i
 trials' outcomes to a worker thread, and a trip decided on the loop's thread is written
 to the store from the default executor (``StoreSync.push_trip``).
 
+* ``breaker._seq``: the number of outcomes counted off the healthy lane, read when a call
+  begins; a nested call through the same breaker (CB-19) leaves a newer number in the
+  thread's or task's context, and the outer call then records nothing more. No context
+  variable is set on the CLOSED healthy path.
+
 A slow branch of the wrappers (``if permit is None or ...``) is where anything that must
 see every call goes: ``protect``/``aprotect`` run their call inline only when a wrapper
 would skip that branch for a process-local breaker (``_fast_permit`` set, not
@@ -54,7 +62,6 @@ wrappers), ST-3 (no round trip on the CLOSED hot path).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import operator
@@ -63,10 +70,10 @@ import types
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from .breaker import CircuitBreaker, Permit
-from .errors import CircuitOpenError, ConfigError, new_open_error
+from .breaker import CircuitBreaker, Engine, Permit, enter_trial, leave_trial, recorded_since
+from .errors import ConfigError
 from .registry import registry
-from .retry import Outcome, Raised, RetryPolicy, Returned, settled
+from .retry import Raised, RetryPolicy, Returned, exception_outcome, settled
 from .runner import (
     acall_fallback,
     call_fallback,
@@ -101,40 +108,25 @@ OPEN = Reason.OPEN
 
 
 def healthy_success(breaker: CircuitBreaker, permit: Permit) -> bool:
-    """Count a success on the lock-free healthy lane when it applies (see the module
-    docstring); True when counted, False when the caller must ``record_success``."""
-    if permit is breaker._healthy_permit:
-        cascade = breaker._cascade
-        if breaker._mono() < cascade.bucket_end:
-            next(cascade.counter)
-            return True
-    return False
+    """Count a success on the lock-free healthy lane when it applies; True when counted,
+    False when the caller must ``record_success`` (:meth:`CircuitBreaker.healthy_success`)."""
+    return breaker.healthy_success(permit)
 
 
 async def off_loop(breaker: CircuitBreaker, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` so that a shared store's I/O never blocks the running event loop:
     in a worker thread for a shared breaker, inline for a process-local one (no I/O)."""
-    if breaker._timed:
-        return await asyncio.to_thread(fn, *args)
-    return fn(*args)
+    return await breaker.off_loop(fn, *args)
 
 
 async def aacquire(breaker: CircuitBreaker) -> Permit:
-    """:meth:`CircuitBreaker.acquire` for coroutines (the inbound async middleware): the
-    lock-free paths run inline; a shared breaker's admission that may reach its store runs in
-    a worker thread, so the event loop never waits on store I/O.
+    """:meth:`CircuitBreaker.acquire` for coroutines (the inbound async middleware); see
+    :meth:`CircuitBreaker.aacquire`.
 
     Returns:
         A permit. Raises CircuitOpenError as ``acquire`` does.
     """
-    permit = breaker._fast_permit
-    if permit is not None and not (breaker._timed and breaker._mono() >= breaker._sync_due):
-        return permit
-    if breaker._timed:
-        now = breaker._mono()
-        if not (now < breaker._reject_until and now < breaker._sync_due):  # else a lock-free rejection
-            return cast(Permit, await asyncio.to_thread(breaker.acquire_slow))
-    return breaker.acquire_slow()
+    return await breaker.aacquire()
 
 
 async def asettle(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
@@ -145,6 +137,41 @@ async def asettle(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., Any
     return fn(*args)
 
 
+def _trial(
+    breaker: CircuitBreaker, permit: Permit, wrapper: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Run a HALF_OPEN trial: the wrapper is entered again with the trial marked as running
+    in this thread, so it and every call nested in it through the same breaker use this
+    one permit (CB-19). A trial that recorded nothing (its outcome was dropped on the
+    healthy lane after a state change) gives its slot back."""
+    mark = breaker.record_mark()
+    token = enter_trial(breaker, permit)
+    try:
+        return wrapper(*args, **kwargs)
+    finally:
+        leave_trial(token)
+        if not recorded_since(breaker, mark):
+            breaker.record_ignored(permit)
+
+
+async def _atrial(
+    breaker: CircuitBreaker,
+    permit: Permit,
+    wrapper: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The async :func:`_trial` (the mark lives in this task's context)."""
+    mark = breaker.record_mark()
+    token = enter_trial(breaker, permit)
+    try:
+        return await wrapper(*args, **kwargs)
+    finally:
+        leave_trial(token)
+        if not recorded_since(breaker, mark):
+            await off_loop(breaker, breaker.record_ignored, permit)
+
+
 def _trial_policy(policy: RetryPolicy | None) -> RetryPolicy:
     # a trial is one attempt (CB-6), still gated by the cooldown (RL-6)
     return cast(RetryPolicy, None if policy is None else dataclasses.replace(policy, max_attempts=1))
@@ -153,7 +180,8 @@ def _trial_policy(policy: RetryPolicy | None) -> RetryPolicy:
 def sync_wrapper(
     breaker: CircuitBreaker, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any
 ) -> Callable[..., Any]:
-    """The wrapper of a ``def``: one attribute read to admit, no lock to record a healthy success.
+    """The wrapper of a ``def``: one attribute read to admit, no lock to record a healthy
+    success (built by :meth:`CircuitBreaker.build_wrapper` over :data:`ENGINE`).
 
     Args:
         breaker: the breaker (its strategy may change later; the object does not).
@@ -165,82 +193,7 @@ def sync_wrapper(
     Returns:
         A function with *func*'s signature.
     """
-    cascade = breaker._cascade
-    monotonic = breaker._mono
-    acquire_slow = breaker.acquire_slow
-    record_success = breaker.record_success
-    wants_rejections = breaker._bus.wants_rejections
-    blocked_open = breaker._blocked_open  # EM-7: the rejections counter, never replaced
-    name = breaker.name
-    trial_policy = _trial_policy(policy)
-    retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
-    budgeted = policy is not None and policy.budget_seconds is not None
-    plain = breaker.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            until = breaker._reject_until
-            if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see the module docstring)
-                now = monotonic()
-                if now < until and now < breaker._sync_due and not wants_rejections():
-                    next(blocked_open)
-                    if fallback is None:
-                        # raised unnamed: a local holding it would tie this frame and the
-                        # error's traceback into a cycle that only the GC frees
-                        raise new_open_error(name, OPEN, until - now)
-                    return call_fallback(fallback, args, kwargs, new_open_error(name, OPEN, until - now))
-            if fallback is None:
-                permit = acquire_slow()
-            else:
-                try:
-                    permit = acquire_slow()
-                except CircuitOpenError as rejection:
-                    return call_fallback(fallback, args, kwargs, rejection)
-        retrying = policy is not None and not permit.dry_run
-        if retrying and (permit.trial or budgeted or breaker._cooldown_until):
-            return run_sync(
-                breaker, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
-            )
-        # With a retry policy and nothing to gate the first attempt, run_sync() would make
-        # it at once with start=0.0: it is made here, and the engine takes over only when
-        # it did not succeed (continue_sync).
-        try:
-            result = func(*args, **kwargs)
-        except BaseException as exc:
-            if not retrying:
-                if settle_exception(breaker, permit, exc) and fallback is not None and not permit.dry_run:
-                    return call_fallback(fallback, args, kwargs, exc)
-                raise
-            first: Outcome = Raised(exc)
-        else:
-            if type(result) not in plain:
-                # settle_result()'s response lane, inlined: a plain int status on neither
-                # list is a success like a plain value; anything else is classified there
-                # (everything, while a result_predicate is set: *plain* is then empty).
-                try:
-                    code = result.status_code if plain else None  # a result_predicate: no status read
-                except Exception:
-                    code = None
-                config = breaker.config
-                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
-                    if not retrying:
-                        settle_result(breaker, permit, result)
-                        return result
-                    if settled(breaker, permit, result):
-                        return result
-                    return continue_sync(
-                        breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
-                    )
-            # healthy_success() inlined: the hottest lines of the package
-            if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
-                next(cascade.counter)
-            else:
-                record_success(permit)
-            return result
-        return continue_sync(breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
-
-    return wrapper
+    return breaker.build_wrapper(func, policy, _trial_policy(policy), fallback, ENGINE)
 
 
 def async_wrapper(
@@ -252,79 +205,7 @@ def async_wrapper(
     Returns:
         A coroutine function with *func*'s signature.
     """
-    cascade = breaker._cascade
-    monotonic = breaker._mono
-    record_success = breaker.record_success
-    wants_rejections = breaker._bus.wants_rejections
-    blocked_open = breaker._blocked_open  # EM-7: the rejections counter, never replaced
-    name = breaker.name
-    trial_policy = _trial_policy(policy)
-    retry_policy = cast(RetryPolicy, policy)  # read only when retrying, so never None
-    budgeted = policy is not None and policy.budget_seconds is not None
-    plain = breaker.plain_types  # as in sync_wrapper
-
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            until = breaker._reject_until
-            if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see the module docstring)
-                now = monotonic()
-                if now < until and now < breaker._sync_due and not wants_rejections():
-                    next(blocked_open)
-                    if fallback is None:
-                        raise new_open_error(name, OPEN, until - now)  # unnamed: see sync_wrapper
-                    return await acall_fallback(fallback, args, kwargs, new_open_error(name, OPEN, until - now))
-            if fallback is None:
-                permit = await aacquire(breaker)
-            else:
-                try:
-                    permit = await aacquire(breaker)
-                except CircuitOpenError as rejection:
-                    return await acall_fallback(fallback, args, kwargs, rejection)
-        retrying = policy is not None and not permit.dry_run
-        if retrying and (permit.trial or budgeted or breaker._cooldown_until):
-            return await run_async(
-                breaker, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
-            )
-        try:  # the first attempt of a retry sequence too, as in sync_wrapper
-            result = await func(*args, **kwargs)
-        except BaseException as exc:
-            if not retrying:
-                if permit.trial:  # a shared round's outcome is a store write
-                    counted = await off_loop(breaker, settle_exception, breaker, permit, exc)
-                else:
-                    counted = settle_exception(breaker, permit, exc)
-                if counted and fallback is not None and not permit.dry_run:
-                    return await acall_fallback(fallback, args, kwargs, exc)
-                raise
-            first: Outcome = Raised(exc)
-        else:
-            if permit.trial:  # never retrying here: a trial with a policy went to run_async
-                await off_loop(breaker, settle_result, breaker, permit, result)
-                return result
-            if type(result) not in plain:  # the response lane, as in sync_wrapper
-                try:
-                    code = result.status_code if plain else None  # a result_predicate: no status read
-                except Exception:
-                    code = None
-                config = breaker.config
-                if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
-                    if not retrying:
-                        settle_result(breaker, permit, result)
-                        return result
-                    if settled(breaker, permit, result):
-                        return result
-                    return await continue_async(
-                        breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
-                    )
-            if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
-                next(cascade.counter)
-            else:
-                record_success(permit)
-            return result
-        return await continue_async(breaker, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
-
-    return wrapper
+    return breaker.build_awrapper(func, policy, _trial_policy(policy), fallback, ENGINE)
 
 
 # ------------------------------------------------------------- protect() / aprotect()
@@ -367,6 +248,19 @@ def _fallback_second(call: Callable[[], Any], fallback: Callable[[], Any]) -> An
     return fallback()
 
 
+_SLOW = object()  # a route's plain path did not apply: run the full wrapper
+_REFUSED = object()  # the call was a coroutine or generator function: go the full way
+
+#: ``(protect_route, aprotect_route)``, installed by :mod:`.decorators` when it is imported
+#: (it imports this module; this one never imports it back: no import circle).
+_builders: list[Callable[..., Route]] = []
+
+
+def install_route_builders(protect_route: Callable[..., Route], aprotect_route: Callable[..., Route]) -> None:
+    """Give :func:`protect`/:func:`aprotect` the functions that build a route on a miss."""
+    _builders[:] = [protect_route, aprotect_route]
+
+
 def _discard(value: Any) -> None:
     """Close a coroutine or generator that a refused function returned, before any of its
     body ran: no "never awaited" warning, nothing else happened."""
@@ -390,6 +284,8 @@ class Route:
         run: ``run(call)``: the full wrapper, no fallback.
         run_fallback: ``run_fallback(call, fallback)``: the full wrapper with *fallback*.
         inline: True when the plain CLOSED path may run inline (no retry stage).
+        fast, afast: that path for ``protect``/``aprotect`` (:meth:`CircuitBreaker.build_inline`),
+            or None.
     """
 
     __slots__ = (
@@ -403,9 +299,8 @@ class Route:
         "run",
         "run_fallback",
         "inline",
-        "cascade",
-        "monotonic",
-        "plain",
+        "fast",
+        "afast",
     )
 
     def __init__(
@@ -427,9 +322,10 @@ class Route:
             ((self.key, self.value),) = overrides.items()
         self.run, self.run_fallback = wrappers
         self.inline = policy is None
-        self.cascade = breaker._cascade  # as sync_wrapper binds them: never replaced
-        self.monotonic = breaker._mono
-        self.plain = breaker.plain_types
+        # the plain CLOSED path, built by the breaker (it reads the hot-path fields): only
+        # without a retry stage; a route serves protect() or aprotect(), so both are built
+        self.fast = breaker.build_inline(ENGINE) if self.inline else None
+        self.afast = breaker.build_ainline(ENGINE) if self.inline else None
 
 
 #: service -> the :class:`Route` of ``protect`` calls without overrides / with overrides,
@@ -527,40 +423,22 @@ def protect(
         and not (_MARKS and hasattr(call, "_is_coroutine_marker"))
     ):
         if fallback is None:
-            breaker = route.breaker
-            permit = breaker._fast_permit
-            if permit is not None and route.inline and not breaker._timed:
-                # sync_wrapper's CLOSED path without a retry stage or fallback, inlined. A
-                # coroutine or generator function (refused: the full way below raises the
-                # ConfigError) is caught after the call, off the plain path: calling one
-                # runs none of its body, it only makes the coroutine or generator (closed
-                # unused) or fails to bind its arguments. Nothing is recorded for it, so it
-                # is as if it had been refused before the call.
-                try:
-                    result = call()
-                except BaseException as exc:
-                    if not call.__code__.co_flags & _NOT_PLAIN:
-                        settle_exception(breaker, permit, exc)
-                        raise
-                else:
-                    if type(result) in route.plain:
-                        cascade = route.cascade
-                        if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
-                            next(cascade.counter)
-                        else:
-                            breaker.record_success(permit)
-                        return result
-                    if not call.__code__.co_flags & _NOT_PLAIN:
-                        settle_result(breaker, permit, result)  # the response lane too
-                        return result
-                    _discard(result)
+            fast = route.fast
+            # sync_wrapper's CLOSED path without a retry stage or fallback, run by the
+            # breaker's closure. A coroutine or generator function (refused: the full way
+            # below raises the ConfigError) is caught after the call, off the plain path:
+            # calling one runs none of its body, it only makes the coroutine or generator
+            # (closed unused) or fails to bind its arguments. Nothing is recorded for it, so
+            # it is as if it had been refused before the call.
+            result = _SLOW if fast is None else fast(call)
+            if result is not _SLOW:
+                if result is not _REFUSED:
+                    return result
             elif not call.__code__.co_flags & _NOT_PLAIN:
                 return route.run(call)  # anything but the plain CLOSED path: the full wrapper
         elif callable(fallback) and not call.__code__.co_flags & _NOT_PLAIN:
             return route.run_fallback(call, fallback)
-    from .decorators import protect_route  # decorators imports this module: resolved on a miss
-
-    route = protect_route(service, call, retry, fallback, overrides)
+    route = _builders[0](service, call, retry, fallback, overrides)  # decorators.protect_route
     return route.run(call) if fallback is None else route.run_fallback(call, fallback)
 
 
@@ -594,13 +472,15 @@ async def aprotect(
         )
     ):
         if fallback is None:
-            breaker = route.breaker
-            permit = breaker._fast_permit
-            if permit is not None and route.inline and not breaker._timed:
+            afast = route.afast
+            admitted = None if afast is None else afast[0]()
+            if afast is not None and admitted is not None:
                 # async_wrapper's CLOSED path (never a trial here) with acall_wrappers'
-                # attempt, inlined. A generator function (refused, as in protect()) makes
-                # a generator, not a coroutine: it is caught there, before anything of it
-                # ran, and the full way below raises the ConfigError.
+                # attempt, inlined around the breaker's closures. A generator function
+                # (refused, as in protect()) makes a generator, not a coroutine: it is caught
+                # there, before anything of it ran, and the full way below raises the
+                # ConfigError.
+                permit, mark = admitted
                 refused = None
                 try:
                     value = factory()
@@ -614,25 +494,39 @@ async def aprotect(
                         result = await value
                 except BaseException as exc:
                     if not factory.__code__.co_flags & _GENERATORS:
-                        settle_exception(breaker, permit, exc)
+                        afast[2](permit, mark, exc)
                         raise
                 else:
                     if refused is None:
-                        if type(result) in route.plain:
-                            cascade = route.cascade
-                            if permit is breaker._healthy_permit and route.monotonic() < cascade.bucket_end:
-                                next(cascade.counter)
-                            else:
-                                breaker.record_success(permit)
-                        else:
-                            settle_result(breaker, permit, result)
+                        afast[1](permit, mark, result)
                         return result
                     _discard(refused)
             elif not factory.__code__.co_flags & _GENERATORS:
                 return await route.run(factory)
         elif callable(fallback) and not factory.__code__.co_flags & _GENERATORS:
             return await route.run_fallback(factory, fallback)
-    from .decorators import aprotect_route
-
-    route = aprotect_route(service, factory, retry, fallback, overrides)
+    route = _builders[1](service, factory, retry, fallback, overrides)  # decorators.aprotect_route
     return await (route.run(factory) if fallback is None else route.run_fallback(factory, fallback))
+
+
+#: What the wrappers a breaker builds call (:class:`~baldur_django.core.breaker.Engine`).
+ENGINE = Engine(
+    run_sync=run_sync,
+    continue_sync=continue_sync,
+    run_async=run_async,
+    continue_async=continue_async,
+    settle_exception=settle_exception,
+    settle_result=settle_result,
+    settled=settled,
+    call_fallback=call_fallback,
+    acall_fallback=acall_fallback,
+    exception_outcome=exception_outcome,
+    trial=_trial,
+    atrial=_atrial,
+    raised=Raised,
+    returned=Returned,
+    discard=_discard,
+    slow=_SLOW,
+    refused=_REFUSED,
+    not_plain=_NOT_PLAIN,
+)

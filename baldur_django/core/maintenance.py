@@ -107,7 +107,7 @@ class FleetLock:
         if now < self._known_until:
             return
         try:
-            owned = self.store.extend(self.name, self.token, self.ttl)
+            owned = self.store.extend(self.name, token=self.token, ttl_seconds=self.ttl)
         except StoreUnavailable as exc:
             raise LockLost(f"could not renew the lock: {exc}") from exc
         if not owned:
@@ -144,7 +144,7 @@ def run_locked(job: str, ttl_seconds: float, body: Callable[[StateStore, RunRepo
     name = f"task:{job}"
     started = clock.monotonic()
     try:
-        token = store.lock(name, ttl_seconds)
+        token = store.lock(name, ttl_seconds=ttl_seconds)
     except StoreUnavailable as exc:
         _log.warning("baldur %s: store unavailable (%s); skipped", job, exc)
         report.skipped = "store unavailable"
@@ -164,7 +164,7 @@ def run_locked(job: str, ttl_seconds: float, body: Callable[[StateStore, RunRepo
         report.skipped = "store unavailable"
     finally:
         try:
-            store.unlock(name, token)
+            store.unlock(name, token=token)
         except StoreUnavailable:
             pass  # it expires on its own
     return report
@@ -185,7 +185,7 @@ def _inspect(store: StateStore, report: RunReport, lock: FleetLock, name: str) -
     """Read one record for a job. Reading normalises it, which lapses a force that ran out
     (a write): so the run checks it still owns its lock first and announces the lapse."""
     lock.ensure()
-    answer = store.inspect(name)
+    answer = store.inspect(name, frozen=emergency.frozen())
     _announce_lapse(report, name, answer)
     return answer
 
@@ -209,7 +209,7 @@ def _sweep(store: StateStore, report: RunReport, lock: FleetLock) -> None:
         return
     for name in names:
         lock.ensure()
-        answer = store.sweep(name)
+        answer = store.sweep(name, frozen=emergency.frozen())
         report.breakers += 1
         _announce_lapse(report, name, answer)
         if answer.result:
@@ -242,7 +242,7 @@ def _sync(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     if now is not None:
         lock.ensure()
         horizon = now - settings.get("BALDUR_REGISTRY_TTL_DAYS") * 86400.0
-        report.pruned = store.prune(horizon)
+        report.pruned = store.prune(older_than=horizon)
 
 
 def sync_state() -> RunReport:

@@ -219,7 +219,7 @@ def _after_fork_in_child() -> None:
     reported again by every child (EM-7)."""
     for breaker in registry:
         try:
-            breaker._forked()
+            breaker.after_fork()
         except Exception:  # pragma: no cover - never fail a fork
             logging.getLogger("baldur.metrics").exception("metrics.fork_failed service=%s", breaker.name)
 

@@ -287,7 +287,7 @@ def retry_plan(
     Yields:
         :data:`ATTEMPT`, :class:`Sleep`, then one :class:`Refuse` or :class:`Done`.
     """
-    now = breaker._clock.monotonic
+    now = breaker.clock.monotonic
     deadline = None if policy.budget_seconds is None else start + policy.budget_seconds
     limit = 1 if permit.trial else policy.max_attempts
     attempts = 0
@@ -301,7 +301,7 @@ def retry_plan(
         if outcome is None:
             # ---- the gate before an attempt (RL-6), read again after every wait
             while True:
-                if attempts and permit.generation != breaker._gen:
+                if attempts and permit.generation != breaker.generation:
                     # the breaker changed state since admission (a trip): no further attempt
                     yield _give_up(breaker, permit, last_rate_limited, last_error, last_value)
                     return
@@ -356,7 +356,7 @@ def retry_plan(
         breaker.note_attempt(rate_limited=rate_limited, retry_after=retry_after)  # RL-5; a 429 starts the cooldown
         # ---- another attempt?
         wait: float | None = None
-        if retried and permit.generation == breaker._gen and attempts < limit:
+        if retried and permit.generation == breaker.generation and attempts < limit:
             wait = policy.backoff(attempts)
             if deadline is not None and now() + wait >= deadline:
                 wait = None

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .breaker import CircuitBreaker, Permit
+from .breaker import CircuitBreaker, Permit, recorded_since
 from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of, status_of
 from .retry import (
     ATTEMPT,
@@ -72,17 +72,13 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         except Exception:
             code = None
         if type(code) is int and code not in cfg.failure_codes and code not in cfg.rate_limit_codes:
-            kind = SUCCESS
-        else:
-            kind = classify_status(status_of(result), cfg.failure_codes, cfg.rate_limit_codes)
+            if not breaker.healthy_success(permit):
+                breaker.record_success(permit)
+            return
+        kind = classify_status(status_of(result), cfg.failure_codes, cfg.rate_limit_codes)
     else:
         kind = cfg.classifier.result(result, breaker.name)
     if kind == SUCCESS:
-        if permit is breaker._healthy_permit:
-            cascade = breaker._cascade
-            if breaker._mono() < cascade.bucket_end:
-                next(cascade.counter)
-                return
         breaker.record_success(permit)
     elif kind == RATE_LIMITED:
         breaker.record_failure(permit, rate_limited=True, retry_after=retry_after_of(result))
@@ -195,16 +191,23 @@ def run_sync(
     # its outcome, or at once under a cooldown. The clock is read only when it matters: a
     # cooldown was ever set in this process (_cooldown_until is 0.0 until then) or the
     # budget needs the start time.
-    until = breaker._cooldown_until
-    start = breaker._mono() if until or policy.budget_seconds is not None else 0.0
+    until = breaker.cooldown_deadline
+    start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if until <= start:
+        mark = breaker.record_mark()
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
+            if recorded_since(breaker, mark):  # a nested call through this breaker counted it (CB-19)
+                if fallback is not None and exception_outcome(breaker.config, exc, breaker.name)[0]:
+                    return call_fallback(fallback, args, kwargs, exc)
+                raise
             first = Raised(exc)
         else:
-            if type(result) in breaker.plain_types:  # settled()'s first test, inlined: nothing to judge
+            if recorded_since(breaker, mark):
+                return result  # a nested call through this breaker settled this one (CB-19)
+            if type(result) in breaker.plain_types:  # settled()'s first test, inlined: no status to read
                 breaker.record_success(permit)
                 return result
             if settled(breaker, permit, result):
@@ -240,7 +243,7 @@ def continue_sync(
                 outcome = Raised(exc)
             step = plan.send(outcome)
         elif isinstance(step, Sleep):
-            breaker._clock.sleep(step.seconds)
+            breaker.clock.sleep(step.seconds)
             step = next(plan)
         else:
             break
@@ -255,7 +258,7 @@ async def _recording(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., 
     """Run ``fn(*args)``, which may record *permit*'s outcome: a shared breaker's trial
     outcome is a store write, made from a worker thread so the event loop never waits on
     the store (ST-2); anything else inline."""
-    if permit.trial and breaker._timed:
+    if permit.trial and breaker.shared:
         return await asyncio.to_thread(fn, *args)
     return fn(*args)
 
@@ -272,15 +275,22 @@ async def run_async(
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
     ``asyncio.sleep`` (or the clock's ``asleep``) (FAC-3, RL-6). Same arguments, return
     value and errors as :func:`run_sync`; a coroutine-function fallback is awaited."""
-    until = breaker._cooldown_until  # the happy path: see run_sync
-    start = breaker._mono() if until or policy.budget_seconds is not None else 0.0
+    until = breaker.cooldown_deadline  # the happy path: see run_sync
+    start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if until <= start:
+        mark = breaker.record_mark()
         try:
             result = await factory(*args, **kwargs)
         except BaseException as exc:
+            if recorded_since(breaker, mark):  # CB-19, as in run_sync
+                if fallback is not None and exception_outcome(breaker.config, exc, breaker.name)[0]:
+                    return await acall_fallback(fallback, args, kwargs, exc)
+                raise
             first = Raised(exc)
         else:
+            if recorded_since(breaker, mark):
+                return result
             if type(result) in breaker.plain_types:  # settled()'s first test, inlined
                 await _recording(breaker, permit, breaker.record_success, permit)
                 return result
@@ -315,7 +325,7 @@ async def continue_async(
                 outcome = Raised(exc)
             step = await _recording(breaker, permit, plan.send, outcome)
         elif isinstance(step, Sleep):
-            clock = breaker._clock
+            clock = breaker.clock
             asleep = getattr(clock, "asleep", None) or asyncio.sleep
             await asleep(step.seconds)
             step = await _recording(breaker, permit, next, plan)

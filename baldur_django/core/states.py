@@ -1,10 +1,23 @@
-"""Circuit states, rejection reasons and transition triggers."""
+"""Circuit states, rejection reasons, transition triggers and the legal-transition table.
+
+:data:`TRANSITIONS` is the one table of the edges a breaker may take (CB-20);
+:func:`check_transition` is what the breaker's single state-entry method calls before it
+changes state, so an edge outside the table is a programming error the tests catch.
+"""
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["CircuitState", "Trigger", "Reason"]
+__all__ = [
+    "CircuitState",
+    "Trigger",
+    "Reason",
+    "TRANSITIONS",
+    "ANY_STATE",
+    "IllegalTransition",
+    "check_transition",
+]
 
 
 class CircuitState(str, enum.Enum):
@@ -32,6 +45,10 @@ class Trigger:
     HALF_OPEN_SUCCESS = "half_open_success"
     RELEASED = "released"
     FORCE_LAPSED = "force_lapsed"
+    #: the worker followed a shared record that names no trigger of its own (a fresh record)
+    ADOPTED = "adopted"
+    #: ``CircuitBreaker.reset()``: back to a fresh CLOSED breaker (tests and operators)
+    RESET = "reset"
 
 
 class Reason:
@@ -40,3 +57,55 @@ class Reason:
     OPEN = "open"
     HALF_OPEN_FULL = "half_open_full"
     FROZEN = "frozen"
+
+
+_C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
+
+#: The automatic edges and the triggers that may take each (CB-20): a trip, the recovery
+#: timeout, and a trial round's end. Implements CB-2, CB-3, CB-5, CB-6, CB-17, RL-3.
+TRANSITIONS: dict[tuple[CircuitState, CircuitState], frozenset[str]] = {
+    (_C, _O): frozenset(
+        {Trigger.CONSECUTIVE_FAILURES, Trigger.FAILURE_RATE, Trigger.SLOW_CALL_RATE, Trigger.RATE_LIMIT_CASCADE}
+    ),
+    (_O, _H): frozenset({Trigger.RECOVERY_TIMEOUT, Trigger.RELEASED, Trigger.FORCE_LAPSED}),
+    (_H, _C): frozenset({Trigger.HALF_OPEN_SUCCESS}),
+    (_H, _O): frozenset({Trigger.HALF_OPEN_FAILURE, Trigger.SLOW_CALL_RATE}),
+}
+
+#: Triggers that may move a breaker from any state to any state (CB-20): the operator's
+#: force and reset (OP-1), and adopting a decision taken elsewhere: a peer's through
+#: cluster propagation (EM-6) or the shared record of a store (ST-2, ST-4).
+ANY_STATE: frozenset[str] = frozenset({Trigger.FORCED, Trigger.RESET, Trigger.PROPAGATED, Trigger.ADOPTED})
+
+
+class IllegalTransition(AssertionError):
+    """A breaker was about to enter a state by an edge outside :data:`TRANSITIONS` (CB-20).
+
+    A programming error, never a runtime condition: an ``AssertionError`` so that tests
+    fail loudly wherever it is raised."""
+
+
+def check_transition(before: CircuitState, after: CircuitState, trigger: str | None, *, adopted: bool = False) -> str:
+    """Check one edge against the table and return its (named) trigger (CB-20).
+
+    Args:
+        before (CircuitState): the state left.
+        after (CircuitState): the state entered (may equal *before*: a new round or a force
+            on a breaker already in that state).
+        trigger (str | None): what caused it; must be a name, never None or ``"unknown"``.
+        adopted (bool): the state is taken over from a shared record, which may name any
+            trigger of the deciding worker (peer adoption is legal from any state).
+
+    Returns:
+        str: *trigger*.
+
+    Raises:
+        IllegalTransition: no trigger, or an edge the table does not hold.
+    """
+    if not trigger or trigger == "unknown":
+        raise IllegalTransition(f"{before.value} -> {after.value} without a named trigger")
+    if adopted or trigger in ANY_STATE:
+        return trigger
+    if trigger in TRANSITIONS.get((before, after), ()):
+        return trigger
+    raise IllegalTransition(f"{before.value} -> {after.value} by {trigger!r} is not a legal transition (CB-20)")

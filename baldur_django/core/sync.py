@@ -18,7 +18,9 @@ hook                          moment
 
 :class:`LocalSync` does no I/O: every hook answers "decide locally" (ST-1).
 :class:`StoreSync` runs the hook as one store operation through a :class:`StoreGuard`
-and makes the local state follow the answer (``breaker._adopt``). Store I/O happens
+and hands the answer to the breaker (``breaker.apply``), which adopts it. The strategy
+reads the breaker only through :meth:`CircuitBreaker.view` and sets only when it consults
+next (:meth:`CircuitBreaker.schedule`): one class's state is changed by its own module. Store I/O happens
 only in the methods above, never under the breaker's state lock, and every method
 that may do I/O says so in its name or docstring. ``registry.set_store()`` swaps the
 strategy a breaker holds (``breaker.use_store``); the breaker object stays the same, so
@@ -60,6 +62,16 @@ _OPEN = CircuitState.OPEN
 _HALF_OPEN = CircuitState.HALF_OPEN
 
 
+def _timing(breaker: CircuitBreaker) -> dict[str, float]:
+    """The open timing of *breaker* as the store protocol's keyword arguments (seconds, CB-16)."""
+    recovery_timeout, backoff_factor, recovery_timeout_max = breaker.open_timing()
+    return {
+        "recovery_timeout": recovery_timeout,
+        "backoff_factor": backoff_factor,
+        "recovery_timeout_max": recovery_timeout_max,
+    }
+
+
 class StoreGuard:
     """Calls a store, turning every error into ``None`` plus rate-limited warnings (ST-4).
 
@@ -93,10 +105,12 @@ class StoreGuard:
         self._warned_at: float | None = None
         self.failures = 0
 
-    def call(self, service: str, op: str, *args: Any) -> Answer | None:
-        """Run ``store.<op>(service, *args)`` (store I/O); None when the store did not answer."""
+    def call(self, service: str, op: str, **kwargs: Any) -> Answer | None:
+        """Run ``store.<op>(service, **kwargs)`` (store I/O); None when the store did not answer.
+
+        The store protocol takes everything but the name as keyword arguments (ST-6)."""
         try:
-            answer: Answer = getattr(self.store, op)(service, *args)
+            answer: Answer = getattr(self.store, op)(service, **kwargs)
         except Exception as exc:  # ST-4: any store error, never the caller's problem
             self._failed(service, exc)
             return None
@@ -229,6 +243,9 @@ class StoreSync:
         # adopted in the order the store produced them (never a stale one over a newer).
         # Never held across the user's call; the state lock is taken inside it, never around it.
         self._io = threading.RLock()
+        # Guards the trip bookkeeping above (pending, _held, _unpushed); taken inside the
+        # breaker's state lock by trip_decided(), never around it.
+        self._mutex = threading.Lock()
 
     def serial(self) -> contextlib.AbstractContextManager[bool]:
         """Hold while a store operation and its adoption must not interleave with another's."""
@@ -247,16 +264,16 @@ class StoreSync:
         """True when the store must be asked for a probe slot (or to lapse a due force)."""
         if self.guard.down or frozen():  # EM-2: no probe while Level 3 holds
             return False
-        state = breaker._state
-        if state is _HALF_OPEN:
+        view = breaker.view()
+        if view.state is _HALF_OPEN:
             return now >= self.next_probe
-        if state is _OPEN:
-            return now >= (breaker._force_until if breaker._forced == "open" else breaker._open_until)
-        return breaker._forced == "closed" and now >= breaker._force_until
+        if view.state is _OPEN:
+            return now >= (view.force_until if view.forced == "open" else view.open_until)
+        return view.forced == "closed" and now >= view.force_until
 
     # ------------------------------------------------------------- consults
     def _schedule(self, breaker: CircuitBreaker, deadline: float) -> None:
-        breaker._sync_due = deadline
+        breaker.schedule(deadline)
 
     def consult(self, breaker: CircuitBreaker, now: float) -> None:
         """Store I/O: read the shared record (first use, sync interval) and adopt it; a trip
@@ -265,44 +282,55 @@ class StoreSync:
         retry_at = now + (interval if interval > 0 else 1.0)
         self._schedule(breaker, now + (interval if interval > 0 else _NEVER))
         if self._unpushed is not None:
-            with breaker._lock:
-                undone = breaker._state is _CLOSED
+            undone = breaker.view(locked=True).state is _CLOSED
             if undone:
                 self._unpushed = None  # the outage trip was undone locally: nothing to push
             else:
                 if not self._write_trip(breaker, self._unpushed, []):
                     self._schedule(breaker, retry_at)
                 return
-        events: list[Event] = []
         with self._io:
-            answer = self.guard.call(breaker.name, "load")
-            with breaker._lock:
-                if answer is None:
-                    self._schedule(breaker, retry_at)  # try again later
-                else:
-                    breaker._adopt(answer, breaker._mono(), events)
-                breaker._refresh_fast()
-        breaker._publish(events)
+            answer = self.guard.call(breaker.name, "load", frozen=frozen())
+            if answer is None:
+                breaker.schedule(retry_at, refresh=True)  # try again later
+            elif not self._forgot(breaker, answer, now):
+                breaker.apply(answer)
+
+    def _forgot(self, breaker: CircuitBreaker, answer: Answer, now: float) -> bool:
+        """ST-4: the store answered with a CLOSED, unforced record older than the one this
+        worker last adopted (a server restarted empty, a failover that lost writes) while
+        the worker's own open time runs. The record is not taken as CLOSED: the open is
+        written back as a trip, and the answer to that is adopted. True when it was handled
+        (written back, or the write failed and waits for the next consult)."""
+        record = answer.record
+        if record.state != "closed" or record.forced is not None or record.version >= self.version:
+            return False
+        trigger = breaker.held_open(now)
+        if trigger is None:
+            return False
+        if not self._write_trip(breaker, trigger, []):
+            self._unpushed = trigger
+            interval = breaker.config.sync_interval
+            self._schedule(breaker, now + (interval if interval > 0 else 1.0))
+        return True
 
     def refresh(self, breaker: CircuitBreaker, now: float) -> None:
         """Store I/O before a state read: consult when due or when a force lapse is due, then
         sweep an OPEN record past its recovery timeout (CB-5 on a shared store)."""
-        if now >= breaker._sync_due or (breaker._forced is not None and now >= breaker._force_until):
+        view = breaker.view()
+        if now >= view.sync_due or (view.forced is not None and now >= view.force_until):
             self.consult(breaker, now)
-        with breaker._lock:
-            due = breaker._state is _OPEN and breaker._forced is None and now >= breaker._open_until
+        view = breaker.view(locked=True)
+        due = view.state is _OPEN and view.forced is None and now >= view.open_until
         if due and not self.guard.down and not frozen():
-            self._run(breaker, "sweep")
+            self._run(breaker, "sweep", frozen=False)
 
-    def _run(self, breaker: CircuitBreaker, op: str, *args: Any) -> Answer | None:
-        """Store I/O: one guarded operation, adopted under the state lock; events delivered."""
-        events: list[Event] = []
+    def _run(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer | None:
+        """Store I/O: one guarded operation, adopted by the breaker; events delivered."""
         with self._io:
-            answer = self.guard.call(breaker.name, op, *args)
+            answer = self.guard.call(breaker.name, op, **kwargs)
             if answer is not None:
-                with breaker._lock:
-                    breaker._adopt(answer, breaker._mono(), events)
-        breaker._publish(events)
+                breaker.apply(answer)
         return answer
 
     # ----------------------------------------------------------------- trips
@@ -311,8 +339,9 @@ class StoreSync:
     ) -> None:
         """A local trigger fired (state lock held): hold its events until the store says
         who decided it; :meth:`push_trip` runs once the lock is released."""
-        self.pending = trigger
-        self._held = held
+        with self._mutex:
+            self.pending = trigger
+            self._held = held
 
     def push_trip(self, breaker: CircuitBreaker) -> None:
         """Store I/O after the lock is released: write the pending trip. TRIPPED -> this worker
@@ -329,32 +358,28 @@ class StoreSync:
             loop.run_in_executor(None, self._push_now, breaker)
 
     def _push_now(self, breaker: CircuitBreaker) -> None:
-        with breaker._lock:
+        with self._mutex:
             trigger, self.pending = self.pending, None
             held, self._held = self._held, []
         if trigger is not None and not self._write_trip(breaker, trigger, held):
-            with breaker._lock:
+            with self._mutex:
                 self._unpushed = trigger
-            breaker._publish(held)
+            breaker.publish(held)
 
     def _write_trip(self, breaker: CircuitBreaker, trigger: str, held: list[Event]) -> bool:
         events: list[Event] = []
         with self._io:
-            answer = self.guard.call(breaker.name, "trip", trigger, *breaker._open_timing())
+            answer = self.guard.call(breaker.name, "trip", trigger=trigger, **_timing(breaker), frozen=frozen())
             if answer is None:
                 return False
             self._unpushed = None
-            with breaker._lock:
-                if answer.result == TRIPPED:
-                    events.extend(held)
-                elif answer.result == BLOCKED:
-                    events.append(
-                        TripBlocked(
-                            breaker.name, breaker._clock.wall(), forced=answer.record.forced or "", trigger=trigger
-                        )
-                    )
-                breaker._adopt(answer, breaker._mono(), events, force=True)
-        breaker._publish(events)
+            if answer.result == TRIPPED:
+                events.extend(held)
+            elif answer.result == BLOCKED:
+                events.append(
+                    TripBlocked(breaker.name, breaker.clock.wall(), forced=answer.record.forced or "", trigger=trigger)
+                )
+            breaker.apply(answer, force=True, first=events)
         return True
 
     # ---------------------------------------------------------------- probes
@@ -365,26 +390,24 @@ class StoreSync:
             A trial permit (or the CLOSED permit when the record turned out CLOSED), or
             None: no slot, or no answer (the breaker then decides locally).
         """
-        from .breaker import Permit
-
         token = uuid.uuid4().hex
         cfg = breaker.config
-        events: list[Event] = []
         permit: Permit | None = None
         with self._io:
-            answer = self.guard.call(breaker.name, "acquire_probe", token, cfg.half_open_max_calls, cfg.probe_lease)
+            answer = self.guard.call(
+                breaker.name,
+                "acquire_probe",
+                token=token,
+                max_calls=cfg.half_open_max_calls,
+                lease_seconds=cfg.probe_lease,
+                frozen=frozen(),
+            )
             if answer is not None:
-                with breaker._lock:
-                    breaker._adopt(answer, breaker._mono(), events)
-                    started = now if cfg.slow_call_duration > 0 else None  # CB-17: timed calls
-                    if answer.result:  # the adopted round already counts this probe
-                        self._probe_versions[token] = answer.record.version
-                        permit = Permit(breaker._gen, trial=True, token=token, started=started)
-                    elif breaker._state is _CLOSED:
-                        permit = breaker._closed_permit if started is None else Permit(breaker._gen, started=started)
-                    else:
-                        self.next_probe = now + min(1.0, cfg.probe_lease)
-        breaker._publish(events)
+                if answer.result:  # the adopted round will count this probe
+                    self._probe_versions[token] = answer.record.version
+                permit = breaker.apply_probe(answer, token, now)
+                if permit is None:
+                    self.next_probe = now + min(1.0, cfg.probe_lease)
         return permit
 
     def finish_probe(self, breaker: CircuitBreaker, permit: Permit, outcome: str) -> bool:
@@ -395,14 +418,21 @@ class StoreSync:
         cfg = breaker.config
         version = self._probe_versions.pop(permit.token, self.version)
         answer = self._run(
-            breaker, "finish_probe", permit.token, version, outcome, cfg.half_open_max_calls, *breaker._open_timing()
+            breaker,
+            "finish_probe",
+            token=permit.token,
+            version=version,
+            outcome=outcome,
+            max_calls=cfg.half_open_max_calls,
+            **_timing(breaker),
+            frozen=frozen(),
         )
         return answer is not None or outcome == "abandon"
 
     # ---------------------------------------------------------------- forces
-    def _operator(self, breaker: CircuitBreaker, op: str, *args: Any) -> Answer:
+    def _operator(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer:
         try:
-            answer: Answer = getattr(self.guard.store, op)(breaker.name, *args)
+            answer: Answer = getattr(self.guard.store, op)(breaker.name, frozen=frozen(), **kwargs)
         except Exception as exc:  # OP-4: a force never fails silently
             raise StoreError(f"could not store the {op} of {breaker.name!r}: {describe(exc)}") from exc
         return answer
@@ -411,12 +441,12 @@ class StoreSync:
         self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None
     ) -> Answer:
         """Store I/O: write an operator's force. Raises StoreError when the store fails (OP-4)."""
-        self.consult(breaker, breaker._mono())  # so from_state is the shared state, not a stale local view
-        return self._operator(breaker, "force", mode, ttl_seconds, reason, actor)
+        self.consult(breaker, breaker.clock.monotonic())  # so from_state is the shared state, not a stale local view
+        return self._operator(breaker, "force", mode=mode, ttl_seconds=ttl_seconds, reason=reason, actor=actor)
 
     def store_release(self, breaker: CircuitBreaker) -> Answer:
         """Store I/O: remove a force from the record. Raises StoreError when the store fails (OP-4)."""
-        self.consult(breaker, breaker._mono())
+        self.consult(breaker, breaker.clock.monotonic())
         return self._operator(breaker, "release")
 
     def after_peer(self, breaker: CircuitBreaker) -> None:
@@ -426,8 +456,7 @@ class StoreSync:
         it whatever its version (a force held there comes back at once), with no I/O here."""
         self.version = -1
         self.next_probe = float("-inf")
-        breaker._sync_due = float("-inf")
-        breaker._refresh_fast()
+        breaker.schedule(float("-inf"))  # the breaker re-derives its hot-path permit itself
 
     def extra_snapshot(self) -> dict[str, Any]:
         """``store_available`` and ``shared_version`` for the snapshot."""

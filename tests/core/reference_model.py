@@ -206,8 +206,9 @@ class ReferenceBreaker:
     # ---------------------------------------------------------------- admission
     @property
     def timing(self) -> bool:
-        """The slow-call trigger is on: every permit carries its admission time (CB-17)."""
-        return self.slow_call_duration > 0
+        """The slow-call trigger is on (a duration and a rate threshold, both above 0): every
+        permit carries its admission time; with either at 0 nothing is slow (CB-17)."""
+        return self.slow_call_duration > 0 and self.slow_call_rate_threshold > 0
 
     def acquire(self, now: float) -> ModelPermit | Rejection:
         """A permit, or the rejection the breaker must raise (CB-4, CB-6)."""

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 import baldur_django as baldur
-from baldur_django.core.stores.logic import next_open, open_duration
+from baldur_django.core.rules import next_open, open_duration
 
 OPTS = {
     "failure_threshold": 1,

@@ -248,3 +248,31 @@ def test_cb17_admission_stays_lock_free_after_a_failure():
     with b._lock:  # admission must not need the lock: this would deadlock if it did
         permit = b.acquire_slow()
     assert permit.started is not None and not permit.trial
+
+
+@pytest.mark.parametrize("off", [{"slow_call_rate_threshold": 0}, {"slow_call_duration": 0}])
+def test_cb17_trigger_off_a_slow_trial_closes(off):
+    """CB-17: with the slow-call rate threshold 0 or the duration 0 the trigger is off, so a
+    slow trial in HALF_OPEN is a plain success: it closes the breaker (trigger half_open_success)."""
+    clock = FakeClock()
+    b, _, events = make(dict(SLOW, failure_threshold=1, **off), clock)
+    outcome(b, ok=False)
+    clock.advance(5)
+    trial = b.acquire()
+    assert trial.trial
+    clock.advance(30)  # far past the slow-call duration
+    b.record_success(trial)
+    assert events.transitions()[-1] == ("half_open", "closed", "half_open_success")
+    assert b.state is baldur.CircuitState.CLOSED
+
+
+@pytest.mark.parametrize("off", [{"slow_call_rate_threshold": 0}, {"slow_call_duration": 0}])
+def test_cb17_trigger_off_nothing_is_slow_in_closed(off):
+    """CB-17: with the trigger off, slow CLOSED calls are never counted slow and never open."""
+    clock = FakeClock()
+    b, _, events = make(dict(SLOW, **off), clock)
+    for _ in range(6):
+        outcome(b, takes=30.0, clock=clock)
+    snap = b.snapshot()
+    assert (snap["state"], snap["window_slow_calls"], snap["window_calls"]) == ("closed", 0, 6)
+    assert events.transitions() == []

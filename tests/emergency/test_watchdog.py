@@ -44,10 +44,10 @@ def test_em5_stuck_breaker_is_force_closed_and_audited(watched, events):
     the signal; one OPEN for less is left alone."""
     store, clock = watched
     store.load("stuck")
-    store.trip("stuck", "consecutive_failures", 3600.0)
+    store.trip("stuck", trigger="consecutive_failures", recovery_timeout=3600.0)
     clock.advance(200.0)
     store.load("recent")
-    store.trip("recent", "consecutive_failures", 3600.0)
+    store.trip("recent", trigger="consecutive_failures", recovery_timeout=3600.0)
     clock.advance(99.0)
     assert maintenance.meta_watchdog().closed == []
     received = []
@@ -75,9 +75,9 @@ def test_em5_an_operators_force_open_is_lifted_counted_from_the_force(watched):
     forced open, not from an earlier trip."""
     store, clock = watched
     store.load("held")
-    store.trip("held", "consecutive_failures", 3600.0)
+    store.trip("held", trigger="consecutive_failures", recovery_timeout=3600.0)
     clock.advance(250.0)
-    store.force("held", "open", 600.0, "maintenance", "alice")
+    store.force("held", mode="open", ttl_seconds=600.0, reason="maintenance", actor="alice")
     clock.advance(299.0)
     assert maintenance.meta_watchdog().closed == []  # 549 s OPEN, but forced 299 s ago
     clock.advance(1.0)
@@ -89,7 +89,7 @@ def test_em5_not_during_level_3(watched):
     """EM-5: during Level 3 the watchdog touches nothing; after a step down it acts."""
     store, clock = watched
     store.load("stuck")
-    store.trip("stuck", "consecutive_failures", 3600.0)
+    store.trip("stuck", trigger="consecutive_failures", recovery_timeout=3600.0)
     clock.advance(301.0)
     emergency.set_level(3, minutes=30)
     report = maintenance.meta_watchdog()
@@ -105,7 +105,7 @@ def test_em5_disabled_by_default(watched, monkeypatch):
     monkeypatch.delenv("BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED")
     emergency.mode.source.reset()
     store.load("stuck")
-    store.trip("stuck", "consecutive_failures", 3600.0)
+    store.trip("stuck", trigger="consecutive_failures", recovery_timeout=3600.0)
     clock.advance(1000.0)
     assert maintenance.meta_watchdog().skipped == "disabled"
     assert store.raw("stuck").state == "open" and _audit() == []

@@ -76,17 +76,19 @@ def _store_class():
             self.local = threading.local()
 
         # ---- probes: the round (version, opened_at) and lease expiry the store admitted a token in
-        def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float):
-            answer = super().acquire_probe(name, token, max_calls, lease_seconds)
+        def acquire_probe(self, name: str, **kwargs: Any):
+            answer = super().acquire_probe(name, **kwargs)
+            token = kwargs["token"]
             if answer.result:
                 record = answer.record
                 self.admitted[token] = [record.version, record.opened_at, answer.now, record.probes.get(token)]
             return answer
 
-        def finish_probe(self, name: str, token: str, version: int, outcome: str, *args: Any):
+        def finish_probe(self, name: str, **kwargs: Any):
+            token, outcome = kwargs["token"], kwargs["outcome"]
             sent = time.time()
             try:
-                answer = super().finish_probe(name, token, version, outcome, *args)
+                answer = super().finish_probe(name, **kwargs)
             except BaseException as exc:
                 self.log(k="fin", b=name, tok=token, o=outcome, ts=sent, te=time.time(), ok=False, e=type(exc).__name__)
                 raise
@@ -94,16 +96,16 @@ def _store_class():
             return answer
 
         # ---- the jobs' operations (only on the job thread, which sets self.local.run)
-        def _job_op(self, op: str, call, *args: Any):
+        def _job_op(self, op: str, call, *args: Any, **kwargs: Any):
             run = getattr(self.local, "run", None)
             if run is None:
-                return call(*args)
+                return call(*args, **kwargs)
             if op not in ("lock", "extend", "unlock") and self.slow and self.rng.random() < 0.15:
                 time.sleep(self.rng.uniform(0.0, self.slow))  # a slow run: the lock must cover it
             sent = time.time()
             self.log(k="opb", run=run, op=op, ts=sent)
             try:
-                result = call(*args)
+                result = call(*args, **kwargs)
             except BaseException as exc:
                 self.log(k="op", run=run, op=op, ts=sent, te=time.time(), ok=False, e=type(exc).__name__, a=args[:1])
                 raise
@@ -113,26 +115,26 @@ def _store_class():
             self.log(k="op", run=run, op=op, ts=sent, te=time.time(), ok=True, r=shown, a=args[:1])
             return result
 
-        def lock(self, name: str, ttl_seconds: float):
-            return self._job_op("lock", super().lock, name, ttl_seconds)
+        def lock(self, name: str, **kwargs: Any):
+            return self._job_op("lock", super().lock, name, **kwargs)
 
-        def extend(self, name: str, token: str, ttl_seconds: float):
-            return self._job_op("extend", super().extend, name, token, ttl_seconds)
+        def extend(self, name: str, **kwargs: Any):
+            return self._job_op("extend", super().extend, name, **kwargs)
 
-        def unlock(self, name: str, token: str):
-            return self._job_op("unlock", super().unlock, name, token)
+        def unlock(self, name: str, **kwargs: Any):
+            return self._job_op("unlock", super().unlock, name, **kwargs)
 
         def names(self):
             return self._job_op("names", super().names)
 
-        def inspect(self, name: str):
-            return self._job_op("inspect", super().inspect, name)
+        def inspect(self, name: str, **kwargs: Any):
+            return self._job_op("inspect", super().inspect, name, **kwargs)
 
-        def sweep(self, name: str):
-            return self._job_op("sweep", super().sweep, name)
+        def sweep(self, name: str, **kwargs: Any):
+            return self._job_op("sweep", super().sweep, name, **kwargs)
 
-        def prune(self, older_than: float):
-            return self._job_op("prune", super().prune, older_than)
+        def prune(self, **kwargs: Any):
+            return self._job_op("prune", super().prune, **kwargs)
 
     return ChaosStore
 

@@ -20,36 +20,58 @@ def test_cb16_store_backs_off_reopens_and_resets_on_close(backend):
     """CB-16, ST-2: trip 10 s; a failed probe 20 s; another 35 s (cap), k stays 3; a forced
     open keeps k; a successful round closes and resets k."""
     store, name = backend.store, f"bo-{backend.name}"
-    answer = store.trip(name, "consecutive_failures", 10.0, 2.0, 35.0)
+    answer = store.trip(
+        name, trigger="consecutive_failures", recovery_timeout=10.0, backoff_factor=2.0, recovery_timeout_max=35.0
+    )
     record = answer.record
     assert (record.opens, record.open_until - record.opened_at) == (1, pytest.approx(10.0))
     for expected_k, seconds in ((2, 20.0), (3, 35.0), (3, 35.0)):
         backend.age(name, 40)
         token = uuid.uuid4().hex
-        probe = store.acquire_probe(name, token, 1, 30.0)
+        probe = store.acquire_probe(name, token=token, max_calls=1, lease_seconds=30.0)
         assert probe.result is True
-        answer = store.finish_probe(name, token, probe.record.version, "failure", 1, 10.0, 2.0, 35.0)
+        answer = store.finish_probe(
+            name,
+            token=token,
+            version=probe.record.version,
+            outcome="failure",
+            max_calls=1,
+            recovery_timeout=10.0,
+            backoff_factor=2.0,
+            recovery_timeout_max=35.0,
+        )
         record = answer.record
         assert answer.result == "open" and record.trigger == "half_open_failure"
         assert (record.opens, record.open_until - record.opened_at) == (expected_k, pytest.approx(seconds))
-    record = store.force(name, "open", 60.0, "", None).record
+    record = store.force(name, mode="open", ttl_seconds=60.0, reason="", actor=None).record
     assert record.opens == 3
     record = store.release(name).record
     assert record.state == "half_open" and record.opens == 3
     token = uuid.uuid4().hex
-    probe = store.acquire_probe(name, token, 1, 30.0)
-    answer = store.finish_probe(name, token, probe.record.version, "success", 1, 10.0, 2.0, 35.0)
+    probe = store.acquire_probe(name, token=token, max_calls=1, lease_seconds=30.0)
+    answer = store.finish_probe(
+        name,
+        token=token,
+        version=probe.record.version,
+        outcome="success",
+        max_calls=1,
+        recovery_timeout=10.0,
+        backoff_factor=2.0,
+        recovery_timeout_max=35.0,
+    )
     assert answer.result == "closed" and answer.record.opens == 0
 
 
 def test_cb17_store_slow_trial_reopens_with_its_trigger(backend):
     """CB-17, ST-2: a slow trial fails the shared round with trigger slow_call_rate."""
     store, name = backend.store, f"slow-{backend.name}"
-    store.trip(name, "slow_call_rate", 5.0)
+    store.trip(name, trigger="slow_call_rate", recovery_timeout=5.0)
     backend.age(name, 10)
     token = uuid.uuid4().hex
-    probe = store.acquire_probe(name, token, 2, 30.0)
-    answer = store.finish_probe(name, token, probe.record.version, "slow", 2, 5.0)
+    probe = store.acquire_probe(name, token=token, max_calls=2, lease_seconds=30.0)
+    answer = store.finish_probe(
+        name, token=token, version=probe.record.version, outcome="slow", max_calls=2, recovery_timeout=5.0
+    )
     assert answer.result == "open" and answer.record.trigger == "slow_call_rate"
 
 

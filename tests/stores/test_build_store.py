@@ -63,7 +63,7 @@ def test_st2_django_redis_alias_is_used_when_no_url_is_set():
         assert store.client.connection_pool is get_redis_connection("shared").connection_pool
     name = f"alias-{uuid.uuid4().hex[:8]}"
     try:
-        store.force(name, "open", 60.0, "via django-redis", "ops")
+        store.force(name, mode="open", ttl_seconds=60.0, reason="via django-redis", actor="ops")
         other = RedisStore(store.client.__class__.from_url(REDIS_URL))
         assert other.inspect(name).record.forced == "open"
     finally:

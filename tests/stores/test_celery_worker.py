@@ -182,9 +182,9 @@ def test_st5_recovery_sweep_moves_a_due_record_to_half_open(fleet):
     store = fleet.store
     for name in ("sweep-due", "sweep-early", "sweep-forced"):
         store.load(name)  # first use in some worker: registered
-    store.trip("sweep-due", "consecutive_failures", 5.0)
-    store.trip("sweep-early", "failure_rate", 3600.0)
-    store.force("sweep-forced", "open", 600.0, "maintenance", "ops")
+    store.trip("sweep-due", trigger="consecutive_failures", recovery_timeout=5.0)
+    store.trip("sweep-early", trigger="failure_rate", recovery_timeout=3600.0)
+    store.force("sweep-forced", mode="open", ttl_seconds=600.0, reason="maintenance", actor="ops")
     fleet.age("sweep-due", 6.0)
     summary = fleet.run("recovery_sweep")
     assert summary["job"] == "recovery_sweep" and summary["skipped"] is None
@@ -200,8 +200,8 @@ def test_st5_sync_state_lapses_an_expired_force(fleet):
     """ST-5/OP-3: sync_state through a real worker lapses a force whose lifetime is over (a forced
     open lapses to HALF_OPEN) and reports it once."""
     store = fleet.store
-    store.force("sync-lapsing", "open", 60.0, "maintenance", "ops")
-    store.force("sync-holding", "closed", 3600.0, "known good", "ops")
+    store.force("sync-lapsing", mode="open", ttl_seconds=60.0, reason="maintenance", actor="ops")
+    store.force("sync-holding", mode="closed", ttl_seconds=3600.0, reason="known good", actor="ops")
     fleet.age("sync-lapsing", 61.0)
     summary = fleet.run("sync_state")
     assert summary["skipped"] is None and summary["lapsed"] == ["sync-lapsing"]
@@ -216,7 +216,7 @@ def test_st5_emergency_check_returns_its_counts(fleet):
     the OPEN ones in the shared store."""
     store = fleet.store
     store.load("census-open")
-    store.trip("census-open", "consecutive_failures", 3600.0)
+    store.trip("census-open", trigger="consecutive_failures", recovery_timeout=3600.0)
     names = store.names()
     expected_open = sum(store.inspect(name).record.state == "open" for name in names)
     summary = fleet.run("emergency_check")
@@ -275,7 +275,7 @@ def test_em4_emergency_check_declares_level_3_in_a_real_worker(fleet):
     for i in range(extra):
         name = f"em4-down-{i}"
         store.load(name)
-        store.trip(name, "consecutive_failures", 3600.0)
+        store.trip(name, trigger="consecutive_failures", recovery_timeout=3600.0)
     backend = emergency.FileLevelBackend(fleet.emergency_file)
     backend.update(lambda current: emergency.LevelState(check_at=time.time() - 10.0, check_streak=1))
     summary = fleet.run("emergency_check")

@@ -82,7 +82,7 @@ def test_st2_cluster_keys_of_one_breaker_share_one_slot(redis_cluster, cluster_c
         slots[name] = redis_cluster.keyslot(key)
         assert slots[name] == redis_cluster.keyslot(safe_key(name))
         assert store.load(name).record.state == "closed"
-        assert store.trip(name, "consecutive_failures", 30.0).result == "tripped"
+        assert store.trip(name, trigger="consecutive_failures", recovery_timeout=30.0).result == "tripped"
     assert len(set(slots.values())) == len(names)
     assert len({redis_cluster.owner(slot) for slot in slots.values()}) > 1  # several masters hold breakers
     assert set(store.names()) == set(names)
@@ -103,7 +103,7 @@ def test_st4_cluster_transition_and_registry_touch_on_two_masters_reload_scripts
             node.script_flush()
     before = {port: redis_cluster.error_count(port, "NOSCRIPT") for port in (record_owner, registry_owner)}
     assert store.load(name).record.version == 0
-    assert store.force(name, "open", 60.0, "drill", "ops").record.forced == "open"
+    assert store.force(name, mode="open", ttl_seconds=60.0, reason="drill", actor="ops").record.forced == "open"
     assert name in store.names()
     after = {port: redis_cluster.error_count(port, "NOSCRIPT") for port in (record_owner, registry_owner)}
     # one NOSCRIPT per script and node, then loaded everywhere: the record's master lacked the load
@@ -122,13 +122,13 @@ def test_st5_cluster_fleet_jobs_lock_extend_and_unlock(redis_cluster, cluster_cl
     names = [f"sweep-{i}" for i in range(6)]
     for name in names:
         store.load(name)
-        store.trip(name, "consecutive_failures", 0.001)
+        store.trip(name, trigger="consecutive_failures", recovery_timeout=0.001)
     assert len({redis_cluster.owner(redis_cluster.keyslot(store.key(n))) for n in names}) > 1
     wait_for(lambda: store.inspect(names[-1]).now > store.inspect(names[-1]).record.open_until, what="timeouts")
 
-    held = store.lock("task:recovery_sweep", 30.0)
+    held = store.lock("task:recovery_sweep", ttl_seconds=30.0)
     assert maintenance.recovery_sweep().skipped == "locked"
-    assert store.unlock("task:recovery_sweep", held) is True
+    assert store.unlock("task:recovery_sweep", token=held) is True
     report = maintenance.recovery_sweep()
     assert report.skipped is None and sorted(report.moved) == sorted(names)
     assert all(store.inspect(n).record.state == "half_open" for n in names)
@@ -136,14 +136,14 @@ def test_st5_cluster_fleet_jobs_lock_extend_and_unlock(redis_cluster, cluster_cl
     def body(store, report, lock):
         clock.advance(20.0)  # past half the 30 s lifetime: ensure() must renew, as the owner
         lock.ensure()
-        assert store.extend(lock.name, "not-the-owner", 30.0) is False
-        assert store.lock(lock.name, 30.0) is None
+        assert store.extend(lock.name, token="not-the-owner", ttl_seconds=30.0) is False
+        assert store.lock(lock.name, ttl_seconds=30.0) is None
         report.breakers = 1
 
     report = maintenance.run_locked("cluster_drill", 30.0, body)
     assert report.skipped is None and report.breakers == 1
-    token = store.lock("task:cluster_drill", 30.0)  # released by the run
-    assert token and store.unlock("task:cluster_drill", token)
+    token = store.lock("task:cluster_drill", ttl_seconds=30.0)  # released by the run
+    assert token and store.unlock("task:cluster_drill", token=token)
 
 
 # ----------------------------------------------------------------------- emergency mode
@@ -211,7 +211,7 @@ def test_st2_cluster_setting_builds_cluster_clients_without_connecting(redis_clu
         assert isinstance(store.client, ClusterClient) and store.client._client is None  # nothing opened yet
         assert is_cluster(redis_client())
         name = f"django-{uuid.uuid4().hex[:8]}"
-        store.force(name, "open", 60.0, "via settings", "ops")
+        store.force(name, mode="open", ttl_seconds=60.0, reason="via settings", actor="ops")
         nodes = store.client.get_nodes()
         assert len(nodes) == 3 and store.client.retry.get_retries() == 0  # no retries but redirections
         for node in nodes:  # the package's timeouts and pool size, on every node

@@ -219,7 +219,7 @@ def test_st3_function_decorated_before_the_store_is_installed_consults_it(fresh_
         return "ok"
 
     store = MemoryStore(now=clock.wall)
-    store.force("decorated-early", "open", 600.0, "maintenance", "ops")
+    store.force("decorated-early", mode="open", ttl_seconds=600.0, reason="maintenance", actor="ops")
     registry.set_store(store)
     try:
         with pytest.raises(CircuitOpenError):

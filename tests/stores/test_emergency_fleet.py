@@ -46,9 +46,9 @@ def _open(store, *names, forced=False):
     for name in names:
         store.load(name)
         if forced:
-            store.force(name, "open", 600.0, "maintenance", "ops")
+            store.force(name, mode="open", ttl_seconds=600.0, reason="maintenance", actor="ops")
         else:
-            store.trip(name, "consecutive_failures", FAR)
+            store.trip(name, trigger="consecutive_failures", recovery_timeout=FAR)
 
 
 def _closed(store, *names):
@@ -126,10 +126,10 @@ def test_em4_checks_must_be_consecutive(fleet_store, level):
     _open(store, "a", "b", "c")
     _closed(store, "d")
     assert _check(level).emergency["streak"] == 1
-    store.force("a", "closed", 600.0, "", None)  # 2 of 4 now
+    store.force("a", mode="closed", ttl_seconds=600.0, reason="", actor=None)  # 2 of 4 now
     assert _check(level).emergency["streak"] == 0
     store.release("a")
-    store.trip("a", "consecutive_failures", FAR)
+    store.trip("a", trigger="consecutive_failures", recovery_timeout=FAR)
     assert _check(level).emergency["streak"] == 1
     stale = _check(level, seconds=26.0)
     assert stale.emergency["streak"] == 1 and not stale.emergency["declared"]
@@ -249,8 +249,8 @@ def test_em2_recovery_sweep_holds_during_level_3(fleet_store, level, caplog):
     number of OPEN breakers it held; after a step down it moves them."""
     store = fleet_store.store
     _closed(store, "a", "b", "c")
-    store.trip("a", "consecutive_failures", 5.0)
-    store.trip("b", "consecutive_failures", 5.0)
+    store.trip("a", trigger="consecutive_failures", recovery_timeout=5.0)
+    store.trip("b", trigger="consecutive_failures", recovery_timeout=5.0)
     fleet_store.age("a", 6.0)
     fleet_store.age("b", 6.0)
     emergency.set_level(3, minutes=10)
@@ -269,20 +269,20 @@ def test_st5_lock_owner_token_two_competing_holders(backend):
     """ST-5: only the lock's owner extends or releases it: after A's lock expired and B took it,
     A can neither extend nor release it, while B can; a held lock refuses a second acquire."""
     store = backend.store
-    a = store.lock("task:job", 30.0)
-    assert a and store.lock("task:job", 30.0) is None
-    assert store.extend("task:job", a, 30.0) is True
-    assert store.extend("task:job", "not-the-owner", 30.0) is False
-    assert store.unlock("task:job", "not-the-owner") is False
+    a = store.lock("task:job", ttl_seconds=30.0)
+    assert a and store.lock("task:job", ttl_seconds=30.0) is None
+    assert store.extend("task:job", token=a, ttl_seconds=30.0) is True
+    assert store.extend("task:job", token="not-the-owner", ttl_seconds=30.0) is False
+    assert store.unlock("task:job", token="not-the-owner") is False
     _expire_lock(backend, "task:job")
-    b = store.lock("task:job", 30.0)
+    b = store.lock("task:job", ttl_seconds=30.0)
     assert b and b != a
-    assert store.extend("task:job", a, 30.0) is False
-    assert store.unlock("task:job", a) is False
-    assert store.lock("task:job", 30.0) is None  # still B's
-    assert store.extend("task:job", b, 30.0) is True
-    assert store.unlock("task:job", b) is True
-    assert store.lock("task:job", 30.0)
+    assert store.extend("task:job", token=a, ttl_seconds=30.0) is False
+    assert store.unlock("task:job", token=a) is False
+    assert store.lock("task:job", ttl_seconds=30.0) is None  # still B's
+    assert store.extend("task:job", token=b, ttl_seconds=30.0) is True
+    assert store.unlock("task:job", token=b) is True
+    assert store.lock("task:job", ttl_seconds=30.0)
 
 
 def _expire_lock(backend, name):
@@ -310,23 +310,23 @@ def test_st5_a_run_that_lost_its_lock_stops_before_writing(fresh_registry):
     store = MemoryStore(now=clock.wall)
     fresh_registry.set_store(store)
     for name in ("a", "b", "c"):
-        store.trip(name, "consecutive_failures", 1.0)
+        store.trip(name, trigger="consecutive_failures", recovery_timeout=1.0)
     clock.advance(2.0)
     real_sweep = store.sweep
     taken = {}
 
-    def sweep_then_lose_the_lock(name):
-        answer = real_sweep(name)
+    def sweep_then_lose_the_lock(name, **kwargs):
+        answer = real_sweep(name, **kwargs)
         if name == "a":
             clock.advance(11.0)  # past the 10 s lifetime: it expires and another run takes it
-            taken["token"] = store.lock("task:recovery_sweep", 10.0)
+            taken["token"] = store.lock("task:recovery_sweep", ttl_seconds=10.0)
         return answer
 
     store.sweep = sweep_then_lose_the_lock
     report = maintenance.recovery_sweep()
     assert report.skipped == "lock lost" and report.moved == ["a"]
     assert store.raw("b").state == "open" and store.raw("c").state == "open"
-    assert taken["token"] and store.extend("task:recovery_sweep", taken["token"], 10.0)
+    assert taken["token"] and store.extend("task:recovery_sweep", token=taken["token"], ttl_seconds=10.0)
 
 
 def test_st5_a_failed_acquire_never_runs_unlocked(fresh_registry):
@@ -334,9 +334,9 @@ def test_st5_a_failed_acquire_never_runs_unlocked(fresh_registry):
     from baldur_django.core.stores.memory import MemoryStore
 
     store = MemoryStore()
-    store.trip("a", "consecutive_failures", 0.001)
+    store.trip("a", trigger="consecutive_failures", recovery_timeout=0.001)
 
-    def broken_lock(name, ttl):
+    def broken_lock(name, ttl_seconds):
         raise StoreUnavailable("lock failed")
 
     store.lock = broken_lock

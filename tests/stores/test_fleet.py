@@ -237,7 +237,7 @@ def test_op4_force_while_workers_trip(spawn, shared_store, dep, caplog):
         w.send("call_n", 1)  # first use: CLOSED, adopted before the force
     for w in workers:
         assert w.recv()[1]["outcomes"] == ["ok"]
-    store.force(NAME, "closed", 600.0, "known good", "ops")
+    store.force(NAME, mode="closed", ttl_seconds=600.0, reason="known good", actor="ops")
     dep.set("dep:mode", "fail")
     for w in workers:
         w.send("call_n", 10)
@@ -249,18 +249,18 @@ def test_op4_force_while_workers_trip(spawn, shared_store, dep, caplog):
     record = store.inspect(NAME).record
     assert record.forced == "closed" and record.state == "closed"
 
-    store.force(NAME, "open", 600.0, "maintenance", "ops")
+    store.force(NAME, mode="open", ttl_seconds=600.0, reason="maintenance", actor="ops")
     (late,) = spawn(1, sync=30.0)
     late.send("call_n", 1)
     assert late.recv()[1]["outcomes"] == ["rejected:open"]
 
     (running,) = spawn(1, sync=0.2)
     store.release(NAME)
-    store.force(NAME, "closed", 600.0, "", None)
+    store.force(NAME, mode="closed", ttl_seconds=600.0, reason="", actor=None)
     dep.set("dep:mode", "ok")
     running.send("call_n", 1)
     assert running.recv()[1]["outcomes"] == ["ok"]
-    store.force(NAME, "open", 600.0, "", None)
+    store.force(NAME, mode="open", ttl_seconds=600.0, reason="", actor=None)
     running.send("call_until_rejected")
     kind, report = running.recv(timeout=15)
     assert kind == "rejected"  # it picked the force up on a consult and rejects

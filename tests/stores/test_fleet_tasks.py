@@ -35,9 +35,9 @@ def test_st5_memory_backend_has_nothing_to_act_on(caplog, fresh_registry):
 def test_st5_recovery_sweep_moves_due_records_once(shared):
     """ST-5: the sweep moves OPEN records past their timeout to HALF_OPEN once, leaves forced ones, publishes once."""
     store, clock, events = shared
-    store.trip("a", "consecutive_failures", 10.0)
-    store.trip("b", "failure_rate", 100.0)
-    store.force("c", "open", 600.0, "maintenance", None)
+    store.trip("a", trigger="consecutive_failures", recovery_timeout=10.0)
+    store.trip("b", trigger="failure_rate", recovery_timeout=100.0)
+    store.force("c", mode="open", ttl_seconds=600.0, reason="maintenance", actor=None)
     clock.advance(11.0)
     report = maintenance.recovery_sweep()
     assert report.moved == ["a"] and report.breakers == 3
@@ -51,11 +51,11 @@ def test_st5_sync_state_lapses_forces_once_and_prunes(shared):
     entries unseen for BALDUR_REGISTRY_TTL_DAYS, keeping recent, OPEN and forced ones."""
     store, clock, events = shared
     store.load("ancient")
-    store.trip("ancient-but-open", "consecutive_failures", 30 * 86400.0)
-    store.force("held", "closed", 9 * 24 * 60 * 60.0, "", None)
+    store.trip("ancient-but-open", trigger="consecutive_failures", recovery_timeout=30 * 86400.0)
+    store.force("held", mode="closed", ttl_seconds=9 * 24 * 60 * 60.0, reason="", actor=None)
     clock.advance(8 * 86400.0)  # past the 7-day registry TTL for all three
     store.load("recent")
-    store.force("lapsing", "open", 60.0, "", None)
+    store.force("lapsing", mode="open", ttl_seconds=60.0, reason="", actor=None)
     report = maintenance.sync_state()
     assert report.pruned == ["ancient"]
     assert set(store.names()) == {"ancient-but-open", "held", "recent", "lapsing"}
@@ -81,7 +81,7 @@ def test_st5_task_reads_do_not_keep_entries_alive(shared):
 def test_st5_overlapping_runs_one_skips(shared):
     """ST-5: two runs forced to overlap: the second finds the fleet lock held and skips."""
     store, clock, _events = shared
-    store.trip("a", "consecutive_failures", 1.0)
+    store.trip("a", trigger="consecutive_failures", recovery_timeout=1.0)
     clock.advance(2.0)
     inside, release = threading.Event(), threading.Event()
     real_names = store.names
@@ -108,7 +108,7 @@ def test_st5_overlapping_runs_one_skips(shared):
 def test_st5_lock_left_by_a_crashed_run_expires(shared):
     """ST-5: a lock whose holder crashed blocks runs only until it expires."""
     store, clock, _events = shared
-    assert store.lock("task:recovery_sweep", 10.0)  # a run that never unlocks
+    assert store.lock("task:recovery_sweep", ttl_seconds=10.0)  # a run that never unlocks
     assert maintenance.recovery_sweep().skipped == "locked"
     clock.advance(10.0)
     assert maintenance.recovery_sweep().skipped is None
@@ -134,7 +134,7 @@ def test_st5_beat_schedule_intervals_and_expiry(settings):
 def test_st5_emergency_check_counts(shared, caplog):
     """ST-5/EM-4 input: emergency_check counts registered and OPEN breakers and logs at debug."""
     store, _clock, _events = shared
-    store.trip("a", "consecutive_failures", 100.0)
+    store.trip("a", trigger="consecutive_failures", recovery_timeout=100.0)
     store.load("b")
     with caplog.at_level("DEBUG", logger="baldur.circuit_breaker"):
         report = maintenance.emergency_check()
@@ -151,7 +151,7 @@ def test_st5_a_force_lapsed_by_any_job_is_announced_once(shared, first, monkeypa
     from baldur_django.core.config import settings as baldur_settings
 
     store, clock, events = shared
-    store.force("held", "closed", 60.0, "", None)
+    store.force("held", mode="closed", ttl_seconds=60.0, reason="", actor=None)
     clock.advance(61.0)
     if first == "meta_watchdog":
         monkeypatch.setenv("BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED", "true")

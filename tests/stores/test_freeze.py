@@ -251,7 +251,7 @@ def test_em2_a_decision_taken_elsewhere_is_still_adopted(shared_store, request):
     rig = Rig(shared_store, request, f"freeze-adopt-{shared_store}", sync_interval="5")
     rig.breaker.record_success(rig.breaker.acquire())
     freeze()
-    rig.backend.store.force(rig.name, "open", 300.0, "peer", "ops")
+    rig.backend.store.force(rig.name, mode="open", ttl_seconds=300.0, reason="peer", actor="ops")
     rig.advance(6)  # the next sync-interval consult
     assert rig.state() == "open" and rig.breaker.snapshot()["forced"] == "open"
     assert rig.rejection().reason == "open"

@@ -296,7 +296,7 @@ def test_st4_server_killed_mid_traffic_then_restarted(private_redis, fresh_regis
             # rejoined: a peer's force reaches the running worker on its next consult
             with tally_lock:
                 ok_before = tally["ok"]  # frozen since the trip: every call is rejected
-            peer.force(name, "closed", 300.0, "known good", "peer")
+            peer.force(name, mode="closed", ttl_seconds=300.0, reason="known good", actor="peer")
             wait_for(lambda: tally["ok"] > ok_before, what="calls admitted under the peer's force")
             stop.set()
             for thread in threads:
@@ -368,7 +368,7 @@ def test_st4_noscript_in_the_pipeline_never_runs_a_transition_twice(private_redi
     lapse of a force that ran out, which its caller must announce -- is the one returned."""
     store = RedisStore(connect(private_redis.url(), socket_timeout=2.0))
     admin = redis.Redis.from_url(private_redis.url())
-    store.force("noscript-lapse", "open", 60.0, "", None)
+    store.force("noscript-lapse", mode="open", ttl_seconds=60.0, reason="", actor=None)
     key = store.key("noscript-lapse")
     record = decode(admin.get(key))
     record.force_expires_at -= 61.0  # the force ran out a second ago (the store's clock counts)

@@ -295,7 +295,7 @@ def test_op3_peer_end_of_forced_closed_reaches_a_running_worker(fleet, end):
     per call). The store's record version changes with the force, so the consult adopts it."""
     worker = fleet(sync=5.0, failure_threshold=2)
     worker.record_success(worker.acquire())  # first use: consults
-    fleet.store.force("pay", "closed", 60.0, "known good", "ops")
+    fleet.store.force("pay", mode="closed", ttl_seconds=60.0, reason="known good", actor="ops")
     fleet.clock.advance(5.0)
     worker.record_success(worker.acquire())  # sync interval: adopts the force
     assert worker.forced == "closed"

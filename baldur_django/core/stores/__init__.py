@@ -1,5 +1,5 @@
-"""Shared-state stores: the protocol (``base``), the transition rules (``logic``), and
-the memory and Redis implementations. The database store lives in the Django layer."""
+"""Shared-state stores: the protocol (``base``) and the memory and Redis implementations;
+the transition rules they apply live in ``core/rules.py``. The database store lives in the Django layer."""
 
 from .base import ALREADY, BLOCKED, TRIPPED, Answer, Record, StateStore, StoreUnavailable
 

@@ -140,63 +140,99 @@ def safe_key(name: str) -> str:
 
 
 class StateStore(Protocol):
-    """Operations on shared breaker records; each one atomic. Raise StoreUnavailable on trouble."""
+    """Operations on shared breaker records; each one atomic. Raise StoreUnavailable on trouble.
 
-    backend: str  # "memory", "database" or "redis"
+    The breaker name is the only positional argument; everything else is keyword-only.
+    Times and lifetimes are in seconds (floats), stored times in the store clock's Unix
+    seconds. *frozen* is the caller's reading of Emergency Mode: True while Level 3 holds
+    (EM-2), which stops every automatic step (no trip, no probe, no sweep, a trial only
+    gives its slot back; a forced open that lapses stays OPEN). A store never reads the
+    emergency level itself. ``docs/stores.md`` describes each operation for implementers.
 
-    def load(self, name: str) -> Answer:
+    Implements ST-2, ST-6, OP-4, EM-2.
+    """
+
+    backend: str  # "memory", "database", "redis", or a third-party store's own label
+
+    def load(self, name: str, *, frozen: bool = False) -> Answer:
         """Normalise and return the record; registers *name* (touching its last-seen time)."""
 
-    def inspect(self, name: str) -> Answer:
+    def inspect(self, name: str, *, frozen: bool = False) -> Answer:
         """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks."""
 
     def trip(
-        self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+        self,
+        name: str,
+        *,
+        trigger: str,
+        recovery_timeout: float,
+        backoff_factor: float = 1.0,
+        recovery_timeout_max: float = math.inf,
+        frozen: bool = False,
     ) -> Answer:
         """CLOSED (unforced) -> OPEN for the backed-off duration of one more consecutive open
-        (CB-16: *factor*, *cap* seconds). ``result``: TRIPPED, BLOCKED (a force holds) or ALREADY."""
+        (CB-16: *recovery_timeout* seconds times *backoff_factor* per consecutive open, at
+        most *recovery_timeout_max* seconds). ``result``: TRIPPED, BLOCKED (a force holds)
+        or ALREADY (not CLOSED any more, or *frozen*)."""
 
-    def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
-        """OPEN past its timeout -> HALF_OPEN, then admit *token* if a slot is free (``result`` True)."""
+    def acquire_probe(
+        self, name: str, *, token: str, max_calls: int, lease_seconds: float, frozen: bool = False
+    ) -> Answer:
+        """OPEN past its timeout -> HALF_OPEN, then admit *token* if one of the round's
+        *max_calls* slots is free, holding it for *lease_seconds* (``result`` True/False)."""
 
     def finish_probe(
         self,
         name: str,
+        *,
         token: str,
         version: int,
         outcome: str,
         max_calls: int,
         recovery_timeout: float,
-        factor: float = 1.0,
-        cap: float = math.inf,
+        backoff_factor: float = 1.0,
+        recovery_timeout_max: float = math.inf,
+        frozen: bool = False,
     ) -> Answer:
-        """Record a trial ``"success"``, ``"failure"``, ``"slow"`` or ``"abandon"`` (slot back).
-        A reopen lasts the backed-off duration (CB-16). Stale tokens are ignored."""
+        """Record a trial ``"success"``, ``"failure"``, ``"slow"`` or ``"abandon"`` (slot back)
+        of round *version*. A reopen lasts the backed-off duration (CB-16, seconds as in
+        :meth:`trip`). Stale tokens and versions are ignored (``result`` None)."""
 
-    def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
-        """Hold the record ``"open"`` or ``"closed"`` for *ttl_seconds*."""
+    def force(
+        self,
+        name: str,
+        *,
+        mode: str,
+        ttl_seconds: float,
+        reason: str = "",
+        actor: str | None = None,
+        frozen: bool = False,
+    ) -> Answer:
+        """Hold the record ``"open"`` or ``"closed"`` for *ttl_seconds* seconds (OP-1)."""
 
-    def release(self, name: str) -> Answer:
+    def release(self, name: str, *, frozen: bool = False) -> Answer:
         """Remove a force (``result`` = previous force or None). Forced open -> HALF_OPEN."""
 
-    def sweep(self, name: str) -> Answer:
-        """Recovery sweep for one record: OPEN past its timeout (unforced) -> HALF_OPEN."""
+    def sweep(self, name: str, *, frozen: bool = False) -> Answer:
+        """Recovery sweep for one record: OPEN past its timeout (unforced) -> HALF_OPEN.
+        Does not register *name*. ``result`` True when it moved."""
 
     def names(self) -> dict[str, float]:
-        """Registered breaker names -> last-seen store time."""
+        """Registered breaker names -> last-seen store time (Unix seconds)."""
 
-    def prune(self, older_than: float) -> list[str]:
+    def prune(self, *, older_than: float) -> list[str]:
         """Forget registry entries (and their records) last seen before *older_than* (store
-        time) whose record is CLOSED and unforced; returns the names forgotten."""
+        time, Unix seconds) whose record is CLOSED and unforced; returns the names forgotten."""
 
-    def lock(self, name: str, ttl_seconds: float) -> str | None:
-        """Take the expiring lock *name*; returns its owner token, or None when it is held (ST-5)."""
+    def lock(self, name: str, *, ttl_seconds: float) -> str | None:
+        """Take the expiring lock *name* for *ttl_seconds* seconds; returns its owner token,
+        or None when it is held (ST-5)."""
 
-    def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
-        """Renew the lock for *ttl_seconds* from now if *token* still owns it; False when it
-        expired or another owner holds it (the caller has lost it and must stop, ST-5)."""
+    def extend(self, name: str, *, token: str, ttl_seconds: float) -> bool:
+        """Renew the lock for *ttl_seconds* seconds from now if *token* still owns it; False
+        when it expired or another owner holds it (the caller has lost it and must stop, ST-5)."""
 
-    def unlock(self, name: str, token: str) -> bool:
+    def unlock(self, name: str, *, token: str) -> bool:
         """Release the lock only if *token* still owns it (compare-and-delete)."""
 
     def reset(self, name: str) -> None:

@@ -12,9 +12,8 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from ..emergency import frozen
+from ..rules import prunable, run
 from .base import Answer, Record, decode, encode
-from .logic import prunable, run
 
 __all__ = ["MemoryStore"]
 
@@ -37,60 +36,91 @@ class MemoryStore:
         self._seen: dict[str, float] = {}
         self._locks: dict[str, tuple[str, float]] = {}
 
-    def _op(self, name: str, op: str, *args: object) -> Answer:
+    def _op(self, name: str, op: str, *args: object, frozen: bool) -> Answer:
         with self._lock:
             now = self._now()
             touch = op not in ("inspect", "sweep")
             if not touch and name not in self._records:
-                return run(op, decode(None), now, *args, frozen=frozen())  # a task's read registers nothing
-            answer = run(op, decode(self._records.get(name)), now, *args, frozen=frozen())
+                return run(op, decode(None), now, *args, frozen=frozen)  # a task's read registers nothing
+            answer = run(op, decode(self._records.get(name)), now, *args, frozen=frozen)
             self._records[name] = encode(answer.record)
             if touch:
                 self._seen[name] = now
             answer.record = decode(self._records[name])  # hand out a copy
             return answer
 
-    def load(self, name: str) -> Answer:
-        return self._op(name, "load")
+    def load(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "load", frozen=frozen)
 
-    def inspect(self, name: str) -> Answer:
-        return self._op(name, "inspect")
+    def inspect(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "inspect", frozen=frozen)
 
     def trip(
-        self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+        self,
+        name: str,
+        *,
+        trigger: str,
+        recovery_timeout: float,
+        backoff_factor: float = 1.0,
+        recovery_timeout_max: float = math.inf,
+        frozen: bool = False,
     ) -> Answer:
-        return self._op(name, "trip", trigger, recovery_timeout, factor, cap)
+        return self._op(name, "trip", trigger, recovery_timeout, backoff_factor, recovery_timeout_max, frozen=frozen)
 
-    def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
-        return self._op(name, "acquire_probe", token, max_calls, lease_seconds)
+    def acquire_probe(
+        self, name: str, *, token: str, max_calls: int, lease_seconds: float, frozen: bool = False
+    ) -> Answer:
+        return self._op(name, "acquire_probe", token, max_calls, lease_seconds, frozen=frozen)
 
     def finish_probe(
         self,
         name: str,
+        *,
         token: str,
         version: int,
         outcome: str,
         max_calls: int,
         recovery_timeout: float,
-        factor: float = 1.0,
-        cap: float = math.inf,
+        backoff_factor: float = 1.0,
+        recovery_timeout_max: float = math.inf,
+        frozen: bool = False,
     ) -> Answer:
-        return self._op(name, "finish_probe", token, version, outcome, max_calls, recovery_timeout, factor, cap)
+        return self._op(
+            name,
+            "finish_probe",
+            token,
+            version,
+            outcome,
+            max_calls,
+            recovery_timeout,
+            backoff_factor,
+            recovery_timeout_max,
+            frozen=frozen,
+        )
 
-    def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
-        return self._op(name, "force", mode, ttl_seconds, reason, actor)
+    def force(
+        self,
+        name: str,
+        *,
+        mode: str,
+        ttl_seconds: float,
+        reason: str = "",
+        actor: str | None = None,
+        frozen: bool = False,
+    ) -> Answer:
+        return self._op(name, "force", mode, ttl_seconds, reason, actor, frozen=frozen)
 
-    def release(self, name: str) -> Answer:
-        return self._op(name, "release")
+    def release(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "release", frozen=frozen)
 
-    def sweep(self, name: str) -> Answer:
-        return self._op(name, "sweep")
+    def sweep(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "sweep", frozen=frozen)
 
     def names(self) -> dict[str, float]:
         with self._lock:
             return dict(self._seen)
 
-    def prune(self, older_than: float) -> list[str]:
+    def prune(self, *, older_than: float) -> list[str]:
         with self._lock:
             gone = [
                 name
@@ -102,7 +132,7 @@ class MemoryStore:
                 self._records.pop(name, None)
             return gone
 
-    def lock(self, name: str, ttl_seconds: float) -> str | None:
+    def lock(self, name: str, *, ttl_seconds: float) -> str | None:
         with self._lock:
             now = self._now()
             held = self._locks.get(name)
@@ -112,7 +142,7 @@ class MemoryStore:
             self._locks[name] = (token, now + ttl_seconds)
             return token
 
-    def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
+    def extend(self, name: str, *, token: str, ttl_seconds: float) -> bool:
         with self._lock:
             now = self._now()
             held = self._locks.get(name)
@@ -121,7 +151,7 @@ class MemoryStore:
             self._locks[name] = (token, now + ttl_seconds)
             return True
 
-    def unlock(self, name: str, token: str) -> bool:
+    def unlock(self, name: str, *, token: str) -> bool:
         with self._lock:
             held = self._locks.get(name)
             if held is not None and held[0] == token:

@@ -28,7 +28,6 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, urlparse
 
-from ..emergency import frozen
 from .base import Answer, StoreUnavailable, decode, safe_key
 
 if TYPE_CHECKING:  # redis is imported lazily at run time
@@ -228,9 +227,9 @@ class RedisStore:
         """The record key of breaker *name*; its ``{...}`` hash tag is the breaker's own (CB-12)."""
         return f"{self.prefix}:{{{safe_key(name)}}}:state"
 
-    def _run(self, op: str, name: str, *args: Any, touch: bool = False) -> Answer:
+    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False) -> Answer:
         argv = ["" if a is None else a for a in args]
-        argv.append("1" if frozen() else "0")  # the last ARGV of every transition: Level 3 holds (EM-2)
+        argv.append("1" if frozen else "0")  # the last ARGV of every transition: Level 3 holds (EM-2)
         try:
             if touch:
                 raw = self._pipelined(self._scripts[op], name, argv)
@@ -277,32 +276,51 @@ class RedisStore:
                 raise result
         return results[0]
 
-    def load(self, name: str) -> Answer:
-        return self._run("load", name, touch=True)
+    def load(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._run("load", name, frozen=frozen, touch=True)
 
-    def inspect(self, name: str) -> Answer:
-        return self._run("load", name)
+    def inspect(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._run("load", name, frozen=frozen)
 
     def trip(
-        self, name: str, trigger: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+        self,
+        name: str,
+        *,
+        trigger: str,
+        recovery_timeout: float,
+        backoff_factor: float = 1.0,
+        recovery_timeout_max: float = math.inf,
+        frozen: bool = False,
     ) -> Answer:
-        return self._run("trip", name, trigger, repr(float(recovery_timeout)), repr(float(factor)), _cap(cap))
+        return self._run(
+            "trip",
+            name,
+            trigger,
+            repr(float(recovery_timeout)),
+            repr(float(backoff_factor)),
+            _cap(recovery_timeout_max),
+            frozen=frozen,
+        )
 
-    def acquire_probe(self, name: str, token: str, max_calls: int, lease_seconds: float) -> Answer:
-        answer = self._run("acquire_probe", name, token, int(max_calls), repr(float(lease_seconds)))
+    def acquire_probe(
+        self, name: str, *, token: str, max_calls: int, lease_seconds: float, frozen: bool = False
+    ) -> Answer:
+        answer = self._run("acquire_probe", name, token, int(max_calls), repr(float(lease_seconds)), frozen=frozen)
         answer.result = bool(answer.result)
         return answer
 
     def finish_probe(
         self,
         name: str,
+        *,
         token: str,
         version: int,
         outcome: str,
         max_calls: int,
         recovery_timeout: float,
-        factor: float = 1.0,
-        cap: float = math.inf,
+        backoff_factor: float = 1.0,
+        recovery_timeout_max: float = math.inf,
+        frozen: bool = False,
     ) -> Answer:
         return self._run(
             "finish_probe",
@@ -312,18 +330,30 @@ class RedisStore:
             outcome,
             int(max_calls),
             repr(float(recovery_timeout)),
-            repr(float(factor)),
-            _cap(cap),
+            repr(float(backoff_factor)),
+            _cap(recovery_timeout_max),
+            frozen=frozen,
         )
 
-    def force(self, name: str, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
-        return self._run("force", name, mode, repr(float(ttl_seconds)), reason or "", actor or "", touch=True)
+    def force(
+        self,
+        name: str,
+        *,
+        mode: str,
+        ttl_seconds: float,
+        reason: str = "",
+        actor: str | None = None,
+        frozen: bool = False,
+    ) -> Answer:
+        return self._run(
+            "force", name, mode, repr(float(ttl_seconds)), reason or "", actor or "", frozen=frozen, touch=True
+        )
 
-    def release(self, name: str) -> Answer:
-        return self._run("release", name)
+    def release(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._run("release", name, frozen=frozen)
 
-    def sweep(self, name: str) -> Answer:
-        answer = self._run("sweep", name)
+    def sweep(self, name: str, *, frozen: bool = False) -> Answer:
+        answer = self._run("sweep", name, frozen=frozen)
         answer.result = bool(answer.result)
         return answer
 
@@ -334,7 +364,7 @@ class RedisStore:
             raise StoreUnavailable(f"redis registry read failed: {exc}") from exc
         return {(n.decode("utf-8") if isinstance(n, bytes) else n): float(s) for n, s in pairs}
 
-    def prune(self, older_than: float) -> list[str]:
+    def prune(self, *, older_than: float) -> list[str]:
         try:
             stale = self.client.zrangebyscore(self.registry_key, "-inf", f"({older_than}")
             names = []
@@ -347,7 +377,7 @@ class RedisStore:
             raise StoreUnavailable(f"redis prune failed: {exc}") from exc
         return names
 
-    def lock(self, name: str, ttl_seconds: float) -> str | None:
+    def lock(self, name: str, *, ttl_seconds: float) -> str | None:
         token = uuid.uuid4().hex
         try:
             ok = self.client.set(
@@ -357,14 +387,14 @@ class RedisStore:
             raise StoreUnavailable(f"redis lock failed: {exc}") from exc
         return token if ok else None
 
-    def extend(self, name: str, token: str, ttl_seconds: float) -> bool:
+    def extend(self, name: str, *, token: str, ttl_seconds: float) -> bool:
         try:
             key = f"{self.prefix}:lock:{{{safe_key(name)}}}"
             return bool(self._extend(keys=[key], args=[token, max(1, int(ttl_seconds * 1000))]))
         except store_errors() as exc:
             raise StoreUnavailable(f"redis lock extend failed: {exc}") from exc
 
-    def unlock(self, name: str, token: str) -> bool:
+    def unlock(self, name: str, *, token: str) -> bool:
         try:
             return bool(self._unlock(keys=[f"{self.prefix}:lock:{{{safe_key(name)}}}"], args=[token]))
         except store_errors() as exc:

@@ -1,4 +1,4 @@
--- Shared by every transition script (prepended at load time); mirrors core/stores/logic.py.
+-- Shared by every transition script (prepended at load time); mirrors core/rules.py.
 local NULL = cjson.null
 local function isnull(v) return v == nil or v == NULL end
 

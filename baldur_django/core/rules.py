@@ -1,0 +1,385 @@
+"""The rules of every transition, once, as pure functions (no I/O, no locking, no clock).
+
+Two kinds of callers use this module, and nothing else decides a transition:
+
+* the local breaker (``core/breaker.py``) asks the *verdict* functions below what an event
+  does (a trigger firing, a probe request, a trial's outcome, a lapse, a release, the
+  recovery timeout, the backoff of one more open) and applies the answer to its own
+  fields under its lock;
+* the memory and database stores run :func:`run` on a shared :class:`Record`, inside their
+  lock or transaction: ``normalise`` first, then one ``op_*`` function, each built from the
+  same verdicts.
+
+The Redis store's Lua scripts (``stores/lua/``) are the one other copy of these rules.
+Every input is an argument: the current time ``now`` (store-clock Unix seconds for a
+record, the breaker's monotonic seconds for the breaker), configuration values, and
+``frozen`` (Emergency Level 3, EM-2), which the caller reads; nothing here imports
+emergency, a clock or a store.
+
+Implements CB-2, CB-3, CB-5, CB-6, CB-16, CB-17 (trial part), CB-20 (the targets),
+OP-2, OP-3, EM-2, ST-2 (the shared record's operations).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .stores.base import ALREADY, BLOCKED, TRIPPED, Answer, Record
+
+__all__ = [
+    "TRIPPED",
+    "BLOCKED",
+    "ALREADY",
+    "CLOSE",
+    "REOPEN",
+    "GIVE_BACK",
+    "COUNT",
+    "trip_verdict",
+    "closed_trigger",
+    "trial_verdict",
+    "trial_trigger",
+    "recovery_due",
+    "lapse_target",
+    "release_target",
+    "probe_refusal",
+    "open_duration",
+    "next_open",
+    "normalise",
+    "op_trip",
+    "op_acquire_probe",
+    "op_finish_probe",
+    "op_force",
+    "op_release",
+    "op_sweep",
+    "prunable",
+    "run",
+]
+
+#: What a trial's outcome does to its probing round (:func:`trial_verdict`).
+CLOSE = "close"  # the round is complete: HALF_OPEN -> CLOSED (trigger half_open_success)
+REOPEN = "reopen"  # a failed (or slow) trial: HALF_OPEN -> OPEN
+GIVE_BACK = "give_back"  # the slot goes back, nothing else (abandoned, or frozen)
+COUNT = "count"  # one more success of the round, not yet enough to close
+
+
+# ----------------------------------------------------------------------------- verdicts
+def trip_verdict(*, state: str, forced: str | None, frozen: bool) -> str:
+    """Whether an automatic trigger may open the breaker now (CB-2, OP-2, OP-4, EM-2).
+
+    Args:
+        state (str): ``"closed"``, ``"open"`` or ``"half_open"``.
+        forced (str | None): the force held, if any.
+        frozen (bool): Emergency Level 3 holds every automatic decision.
+
+    Returns:
+        str: ``TRIPPED`` (open it), ``BLOCKED`` (a force refuses it) or ``ALREADY`` (not
+        CLOSED any more, or frozen: nothing to do).
+    """
+    if frozen:
+        return ALREADY
+    if forced is not None:
+        return BLOCKED
+    if state != "closed":
+        return ALREADY
+    return TRIPPED
+
+
+def closed_trigger(
+    *, failed: bool, consecutive: int, failure_threshold: int, rate_reached: bool, slow_rate_reached: bool
+) -> str | None:
+    """Which trigger one recorded CLOSED outcome fires, or None (CB-2, CB-3, CB-17).
+
+    The consecutive count first, then the failure rate, then the slow-call rate: when the
+    two rates cross on one outcome the trigger is ``failure_rate``.
+    """
+    if failed and consecutive >= failure_threshold:
+        return "consecutive_failures"
+    if rate_reached:
+        return "failure_rate"
+    if slow_rate_reached:
+        return "slow_call_rate"
+    return None
+
+
+def trial_verdict(*, successes: int, max_calls: int, outcome: str, frozen: bool) -> str:
+    """What one trial's *outcome* does to its round (CB-6, CB-10, CB-17, EM-2).
+
+    Args:
+        successes (int): successes of the round before this outcome.
+        max_calls (int): ``half_open_max_calls``: successes that close the breaker.
+        outcome (str): ``"success"``, ``"failure"``, ``"slow"`` (a slow trial fails its
+            round while the slow-call trigger is on) or ``"abandon"`` (the trial never
+            reached the dependency, or ended in an ignored exception).
+        frozen (bool): Level 3: no close, no reopen; the slot goes back.
+
+    Returns:
+        str: :data:`CLOSE`, :data:`COUNT`, :data:`REOPEN` or :data:`GIVE_BACK`.
+    """
+    if frozen or outcome == "abandon":
+        return GIVE_BACK
+    if outcome == "success":
+        return CLOSE if successes + 1 >= max_calls else COUNT
+    return REOPEN
+
+
+def trial_trigger(outcome: str) -> str:
+    """The trigger of a re-open after a failed trial: ``slow_call_rate`` for a slow one (CB-17),
+    else ``half_open_failure`` (CB-6)."""
+    return "slow_call_rate" if outcome == "slow" else "half_open_failure"
+
+
+def recovery_due(*, state: str, forced: str | None, now: float, open_until: float | None, frozen: bool) -> bool:
+    """True when an OPEN, unforced breaker's recovery timeout has passed: it moves to
+    HALF_OPEN with trigger ``recovery_timeout`` (CB-5). Never while frozen (EM-2)."""
+    return state == "open" and forced is None and open_until is not None and now >= open_until and not frozen
+
+
+def lapse_target(previous: str, *, frozen: bool) -> str | None:
+    """The state a lapsed force leaves behind (OP-3): a forced open goes to HALF_OPEN, unless
+    Level 3 holds it OPEN (EM-2); a forced closed stays CLOSED (None: no state change)."""
+    return "half_open" if previous == "open" and not frozen else None
+
+
+def release_target(previous: str) -> str | None:
+    """The state a release leaves behind (OP-3): HALF_OPEN after a forced open, else no change."""
+    return "half_open" if previous == "open" else None
+
+
+def probe_refusal(*, state: str, forced: str | None, taken: int, max_calls: int, frozen: bool) -> str | None:
+    """Why a probe request is refused, or None when it takes a slot (CB-6, EM-2, OP-2).
+
+    Args:
+        state (str): the state after the recovery timeout was applied.
+        forced (str | None): the force held, if any.
+        taken (int): slots of the round already taken (in flight plus succeeded).
+        max_calls (int): ``half_open_max_calls``.
+        frozen (bool): Level 3: no probe.
+
+    Returns:
+        str | None: ``"frozen"``, ``"half_open_full"``, ``"open"`` (not HALF_OPEN, or
+        forced), or None.
+    """
+    if state != "half_open" or forced is not None:
+        return "open"
+    if frozen:
+        return "frozen"
+    if taken >= max_calls:
+        return "half_open_full"
+    return None
+
+
+def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float = math.inf) -> float:
+    """Seconds the *opens*-th consecutive automatic open lasts (CB-16).
+
+    ``min(recovery_timeout * factor**(opens-1), cap)``; with a factor of 1.0 (backoff off)
+    every open lasts the recovery timeout. Never overflows: a product past the float range
+    is *cap*.
+    """
+    if opens <= 1 or factor == 1.0:
+        return min(recovery_timeout, cap)
+    try:
+        seconds = recovery_timeout * factor ** (opens - 1)
+    except OverflowError:
+        return cap
+    return min(seconds, cap)
+
+
+def next_open(opens: int, recovery_timeout: float, factor: float, cap: float = math.inf) -> tuple[int, float]:
+    """``(opens, seconds)`` after one more automatic open (CB-16).
+
+    The count goes up by one per automatic open since the last close and stops at the first
+    value whose duration reaches *cap*, so its power never overflows.
+    """
+    if opens < 1 or open_duration(opens, recovery_timeout, factor, cap) < cap:
+        opens += 1
+    return opens, open_duration(opens, recovery_timeout, factor, cap)
+
+
+def _bump(record: Record, state: str, now: float, trigger: str | None) -> None:
+    record.state = state
+    record.version += 1
+    record.probes = {}
+    record.successes = 0
+    record.trigger = trigger
+    record.updated_at = now
+    if state == "closed":
+        record.opens = 0  # any close resets the backoff (CB-16)
+
+
+def _open(record: Record, now: float, trigger: str, recovery_timeout: float, factor: float, cap: float) -> None:
+    """An automatic open: one more consecutive open, lasting its backed-off duration (CB-16)."""
+    _bump(record, "open", now, trigger)
+    record.opens, seconds = next_open(record.opens, recovery_timeout, factor, cap)
+    record.opened_at = now
+    record.open_until = now + seconds
+
+
+def normalise(record: Record, now: float, frozen: bool = False) -> str | None:
+    """Lapse an expired force and drop expired probe leases. Returns the lapsed force or None.
+
+    While Level 3 holds (*frozen*, EM-2) a lapsed forced open stays OPEN, due for a probe as
+    soon as the level drops."""
+    lapsed = None
+    if record.forced is not None and record.force_expires_at is not None and now >= record.force_expires_at:
+        lapsed = record.forced
+        record.forced = None
+        record.force_expires_at = None
+        record.force_reason = ""
+        record.force_actor = None
+        target = lapse_target(lapsed, frozen=frozen)
+        if target is not None:
+            _bump(record, target, now, "force_lapsed")
+        else:
+            # a new version even when the state stays: workers holding the force adopt its end
+            record.version += 1
+            if lapsed == "open":
+                record.open_until = now
+            record.updated_at = now
+    if record.probes:
+        record.probes = {token: until for token, until in record.probes.items() if until > now}
+    return lapsed
+
+
+def op_trip(
+    record: Record,
+    now: float,
+    trigger: str,
+    recovery_timeout: float,
+    factor: float = 1.0,
+    cap: float = math.inf,
+    *,
+    frozen: bool = False,
+) -> str:
+    """An automatic trigger fired: ``TRIPPED``, ``BLOCKED`` or ``ALREADY`` (see :func:`trip_verdict`)."""
+    verdict = trip_verdict(state=record.state, forced=record.forced, frozen=frozen)
+    if verdict == TRIPPED:
+        _open(record, now, trigger, recovery_timeout, factor, cap)
+    return verdict
+
+
+def op_sweep(record: Record, now: float, frozen: bool = False) -> bool:
+    """OPEN (unforced) past ``open_until`` -> HALF_OPEN; True when it moved."""
+    if recovery_due(state=record.state, forced=record.forced, now=now, open_until=record.open_until, frozen=frozen):
+        _bump(record, "half_open", now, "recovery_timeout")
+        return True
+    return False
+
+
+def op_acquire_probe(
+    record: Record, now: float, token: str, max_calls: int, lease_seconds: float, *, frozen: bool = False
+) -> tuple[bool, bool]:
+    """Returns ``(admitted, moved)``."""
+    moved = op_sweep(record, now, frozen)
+    taken = len(record.probes) + record.successes
+    if probe_refusal(state=record.state, forced=record.forced, taken=taken, max_calls=max_calls, frozen=frozen):
+        return False, moved
+    record.probes[token] = now + lease_seconds
+    record.updated_at = now
+    return True, moved
+
+
+def op_finish_probe(
+    record: Record,
+    now: float,
+    token: str,
+    version: int,
+    outcome: str,
+    max_calls: int,
+    recovery_timeout: float,
+    factor: float = 1.0,
+    cap: float = math.inf,
+    *,
+    frozen: bool = False,
+) -> str | None:
+    """Returns the transition made (``"closed"``, ``"open"``) or None. *outcome* is
+    ``"success"``, ``"failure"``, ``"slow"`` (a slow trial fails the round, CB-17) or
+    ``"abandon"``; see :func:`trial_verdict`."""
+    if record.version != version or record.state != "half_open" or token not in record.probes:
+        return None  # stale: a newer round, or the lease expired and the slot went to another worker
+    del record.probes[token]
+    record.updated_at = now
+    verdict = trial_verdict(successes=record.successes, max_calls=max_calls, outcome=outcome, frozen=frozen)
+    if verdict == COUNT:
+        record.successes += 1
+    elif verdict == CLOSE:
+        record.successes += 1
+        _bump(record, "closed", now, "half_open_success")
+        record.opened_at = None
+        record.open_until = None
+        return "closed"
+    elif verdict == REOPEN:
+        _open(record, now, trial_trigger(outcome), recovery_timeout, factor, cap)
+        return "open"
+    return None
+
+
+def op_force(record: Record, now: float, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> None:
+    target = "open" if mode == "open" else "closed"
+    if record.state != target:
+        _bump(record, target, now, "forced")
+        if target == "open":
+            record.opened_at = now
+            record.open_until = now + ttl_seconds
+        else:
+            record.opened_at = None
+            record.open_until = None
+    else:
+        record.version += 1
+        record.probes = {}
+        record.successes = 0
+        record.updated_at = now
+    record.forced = mode
+    record.force_expires_at = now + ttl_seconds
+    record.force_reason = reason or ""
+    record.force_actor = actor
+
+
+def op_release(record: Record, now: float) -> str | None:
+    previous = record.forced
+    if previous is None:
+        return None
+    record.forced = None
+    record.force_expires_at = None
+    record.force_reason = ""
+    record.force_actor = None
+    target = release_target(previous)
+    if target is not None:
+        _bump(record, target, now, "released")
+    else:
+        record.version += 1  # the state stays CLOSED, but workers holding the force must see it end
+        record.updated_at = now
+    return previous
+
+
+def prunable(record: Record) -> bool:
+    """Only a CLOSED, unforced record may be forgotten by the registry prune (ST-5)."""
+    return record.state == "closed" and record.forced is None
+
+
+def run(op: str, record: Record, now: float, *args: object, frozen: bool = False) -> Answer:
+    """Normalise *record* then apply operation *op*; returns the :class:`Answer`.
+
+    *frozen* (Level 3, EM-2) holds every automatic step: no trip (``ALREADY``), no probe, no
+    sweep, and a trial's outcome only gives its slot back."""
+    before = record.state
+    lapsed = normalise(record, now, frozen)
+    result: object = None
+    # *args arrive untyped through the op-name dispatch (the typed StateStore methods call
+    # run()), hence the arg-type ignores below
+    if op in ("load", "inspect"):
+        pass
+    elif op == "trip":
+        result = op_trip(record, now, *args, frozen=frozen)  # type: ignore[arg-type]
+    elif op == "acquire_probe":
+        result, _ = op_acquire_probe(record, now, *args, frozen=frozen)  # type: ignore[arg-type]
+    elif op == "finish_probe":
+        result = op_finish_probe(record, now, *args, frozen=frozen)  # type: ignore[arg-type]
+    elif op == "force":
+        op_force(record, now, *args)  # type: ignore[arg-type]
+    elif op == "release":
+        result = op_release(record, now)
+    elif op == "sweep":
+        result = op_sweep(record, now, frozen)
+    else:  # pragma: no cover - programming error
+        raise ValueError(f"unknown store operation {op!r}")
+    return Answer(record=record, now=now, result=result, lapsed=lapsed, moved=record.state != before)
