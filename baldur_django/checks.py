@@ -114,7 +114,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         an unknown ``BALDUR_*`` Django setting, W002 for an unknown ``BALDUR_*``
         environment variable close to a known name, W006 for a reserved knob (feature not
         built yet) set to anything but its default, E006 for the redis backend with
-        neither a URL nor a django-redis cache alias, E070 for ``BALDUR_REDIS_CLUSTER``
+        neither a URL nor a django-redis cache alias, E040 for a dotted-path
+        ``BALDUR_STATE_BACKEND`` that cannot be imported or is not a store class (ST-6), E070 for ``BALDUR_REDIS_CLUSTER``
         without ``BALDUR_REDIS_URL`` and E071 for a cluster URL that is a socket or names
         a database other than 0 (ST-2), E009 for cluster propagation switched on with
         neither a URL nor a django-redis cache alias, and W010 for cluster propagation on
@@ -145,6 +146,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages.extend(_check_minimum_calls(source, values))
     messages.extend(_check_recovery_timeout_max(source, values))
     messages.extend(_check_redis_backend(values))
+    messages.extend(_check_store_class(values))
     messages.extend(_check_redis_cluster(values))
     messages.extend(_check_propagation(values))
     messages.extend(_check_reserved(values))
@@ -253,6 +255,23 @@ def _redis_alias_problem(values: dict[str, Any]) -> str | None:
         "names no cache in CACHES" if alias not in caches else f"is a {backend or 'cache'}, not a django-redis cache"
     )
     return f"BALDUR_REDIS_CACHE_ALIAS={alias!r} {problem}"
+
+
+def _check_store_class(values: dict[str, Any]) -> list[CheckMessage]:
+    # a dotted BALDUR_STATE_BACKEND must import and name a store class (ST-6); the class is
+    # not called here (building a store may connect)
+    from .backends import BUNDLED_BACKENDS, store_class
+
+    path = values.get("BALDUR_STATE_BACKEND")
+    if not isinstance(path, str) or path in BUNDLED_BACKENDS:
+        return []
+    try:
+        store_class(path)
+    except ConfigError as exc:
+        from_env = django_lookup("BALDUR_STATE_BACKEND") is MISSING
+        text = str(exc) + (" (from the environment variable)" if from_env else "")
+        return [Error(text, hint=_hint("BALDUR_STATE_BACKEND", from_env), id=KNOB_IDS["BALDUR_STATE_BACKEND"])]
+    return []
 
 
 def _check_redis_backend(values: dict[str, Any]) -> list[CheckMessage]:

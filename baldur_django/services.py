@@ -90,7 +90,6 @@ MEMORY_NOTICE = (
 )
 
 _MODES = {"open": "open", "close": "closed", "closed": "closed"}
-_SHARED = ("database", "redis")
 _ACTOR_MAX = 150
 
 # Set by force()/release() while they run, read by the audit listener on the same thread.
@@ -157,7 +156,7 @@ class NotMigratedError(BaldurError):
 
 # --------------------------------------------------------------------------- backend
 def backend_name() -> str:
-    """The configured state backend: ``"memory"``, ``"database"`` or ``"redis"``.
+    """The configured state backend: ``"memory"``, ``"database"``, ``"redis"`` or a store class's dotted path.
 
     Raises:
         ConfigError: ``BALDUR_STATE_BACKEND`` holds an unknown name.
@@ -166,11 +165,12 @@ def backend_name() -> str:
 
 
 def is_shared_backend() -> bool:
-    """True when breakers live in a store shared by every process (database or Redis).
+    """True when breakers live in a store shared by every process (database, Redis, or a
+    store class named by dotted path, ST-6).
 
     On the memory backend a force reaches only the process that makes it (OP-4, OP-7).
     """
-    return backend_name() in _SHARED
+    return backend_name() != "memory"
 
 
 def default_ttl_minutes() -> float:

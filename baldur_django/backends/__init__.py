@@ -12,6 +12,10 @@ Like django-axes' ``handlers``: this package decides *where breaker state lives*
   ``django_redis.get_redis_connection``. With ``BALDUR_REDIS_CLUSTER``, ``BALDUR_REDIS_URL``
   names one node of a Redis Cluster and the client is redis-py's ``RedisCluster`` (the
   django-redis alias is not used: its clients do not speak the cluster protocol).
+* any other value is the dotted path of a store class (``"myproject.stores.MyStore"``),
+  imported with Django's ``import_string`` like a cache backend and called with no
+  arguments (ST-6). ``docs/stores.md`` describes the protocol such a class implements and
+  how to run the contract suite against it.
 
 :func:`install_store` is the one way a store is installed: ``BaldurDjangoConfig.ready()``
 and the settings reload (CFG-2) both call it. It reads settings from the core's settings
@@ -26,7 +30,19 @@ from typing import Any
 from ..core.config import settings as baldur_settings
 from ..core.errors import ConfigError
 
-__all__ = ["STORE_SETTINGS", "build_store", "install_store", "redis_client", "pubsub_client", "store_changed"]
+__all__ = [
+    "STORE_SETTINGS",
+    "BUNDLED_BACKENDS",
+    "build_store",
+    "install_store",
+    "redis_client",
+    "pubsub_client",
+    "store_changed",
+    "store_class",
+]
+
+#: The ``BALDUR_STATE_BACKEND`` values that name a bundled store; anything else is a dotted path.
+BUNDLED_BACKENDS = ("memory", "database", "redis")
 
 #: The knobs that decide which shared store the breakers use (ST-2).
 STORE_SETTINGS = (
@@ -45,11 +61,13 @@ def build_store() -> Any:
     """The store for the current settings, or None for the memory backend. Opens no connection.
 
     Returns:
-        A ``StateStore`` (database or Redis), or None for ``"memory"``.
+        A ``StateStore`` (database, Redis or the class a dotted path names), or None for
+        ``"memory"``.
 
     Raises:
-        ConfigError: a store setting is invalid, or the redis backend has neither a URL nor
-            a usable django-redis alias.
+        ConfigError: a store setting is invalid, the redis backend has neither a URL nor
+            a usable django-redis alias, or a dotted path cannot be imported, is not a store
+            class, or its class fails when called (ST-6).
     """
     backend = baldur_settings.get("BALDUR_STATE_BACKEND")
     if backend == "memory":
@@ -58,9 +76,15 @@ def build_store() -> Any:
         from .database import DatabaseStore
 
         return DatabaseStore()
-    from ..core.stores.redis import RedisStore
+    if backend == "redis":
+        from ..core.stores.redis import RedisStore
 
-    return RedisStore(redis_client())
+        return RedisStore(redis_client())
+    from django.utils.module_loading import import_string
+
+    from ..core.stores.base import make_store
+
+    return make_store(backend, importer=import_string)
 
 
 def redis_client(purpose: str = "BALDUR_STATE_BACKEND='redis'") -> Any:
@@ -253,3 +277,26 @@ def install_store(*, force: bool = False, before: Any = None) -> bool:
         registry.set_store(store)
         _installed = signature
         return True
+
+
+def store_class(path: str) -> Any:
+    """Import the store class that ``BALDUR_STATE_BACKEND`` names by dotted path (ST-6).
+
+    Uses Django's ``import_string``, as cache and session backends do; the class is not
+    called (the system check uses this: building a store may connect).
+
+    Args:
+        path (str): a dotted path such as ``"myproject.stores.MyStore"``.
+
+    Returns:
+        The imported class.
+
+    Raises:
+        ConfigError: the path cannot be imported, or what it names is not a store class;
+            the message starts with ``BALDUR_STATE_BACKEND=<path>`` and says which.
+    """
+    from django.utils.module_loading import import_string
+
+    from ..core.stores.base import import_store_class
+
+    return import_store_class(path, importer=import_string)

@@ -219,6 +219,30 @@ def _choice(*choices: str) -> _Choice:
     return _Choice(choices)
 
 
+_DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+@dataclass(frozen=True)
+class _StoreChoice(_Choice):
+    """Parser of ``BALDUR_STATE_BACKEND``: a bundled backend's name (any case) or the dotted
+    path of a store class (ST-6). Only the path's form is checked here; importing it is the
+    Django layer's job (``baldur_django.backends.store_class`` and its system check)."""
+
+    def __call__(self, name: str, value: Any, from_env: bool) -> str:
+        if isinstance(value, str) and _DOTTED_PATH.fullmatch(value.strip()):
+            return value.strip()
+        if isinstance(value, str) and value.strip().lower() in self.choices:
+            return value.strip().lower()
+        raise _fail(name, value, f"expected one of {', '.join(self.choices)}, or the dotted path of a store class")
+
+    @property
+    def accepts(self) -> str:
+        return (
+            super().accepts[:-1] + ", or the dotted path of a store class such as 'myproject.stores.MyStore' "
+            "(see docs/stores.md)."
+        )
+
+
 def _json_or_csv(name: str, value: Any, from_env: bool) -> Any:
     if from_env and isinstance(value, str):
         text = value.strip()
@@ -766,7 +790,7 @@ _ROWS: list[Knob] = [
     Knob(
         "BALDUR_STATE_BACKEND",
         "memory",
-        _choice("memory", "database", "redis"),
+        _StoreChoice(("memory", "database", "redis")),
         "where breaker state lives",
         "baldur.E040",
     ),

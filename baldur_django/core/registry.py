@@ -137,12 +137,13 @@ class Registry:
                 breaker.use_store(self.guard)
 
     def _store_from_settings(self) -> None:
-        """Plain-Python use (no Django app): build the Redis store from environment settings."""
+        """Plain-Python use (no Django app): build the Redis store, or the store class a dotted
+        path names, from environment settings."""
         with self._lock:
             if self.store_configured:
                 return
             backend = self.source.get("BALDUR_STATE_BACKEND")
-            store = None
+            store: StateStore | None = None
             if backend == "redis":
                 url = self.source.get("BALDUR_REDIS_URL")
                 if not url:
@@ -161,6 +162,10 @@ class Registry:
                 raise ConfigError(
                     "BALDUR_STATE_BACKEND='database' needs the Django app (add 'baldur_django' to INSTALLED_APPS)"
                 )
+            elif backend != "memory":  # the dotted path of a store class (ST-6)
+                from .stores.base import make_store
+
+                store = make_store(backend)
             self.set_store(store)
 
     @property

@@ -14,7 +14,8 @@ What a worker does until the controller's stop file appears:
 * one job thread running the fleet jobs of ``core.maintenance`` (recovery sweep, state
   sync, emergency check) at random moments, every store operation of a run logged with
   the time it was sent and answered;
-* an event listener logging every transition, force, release, lapse and store problem.
+* an event listener logging every transition, force, release, lapse and store problem,
+  with whether the worker's store was down (its last operation failed) at that moment.
 
 Line kinds (``k``): ``hello``, ``adm`` (a trial admitted, before its call), ``call`` (a
 call done), ``rej`` (a CircuitOpenError), ``leak`` (any other exception reaching a
@@ -172,6 +173,7 @@ def main(wid: int, incarnation: int, cfg: dict[str, Any]) -> None:
 
     def listener(event: Any) -> None:
         data = {k: v for k, v in vars(event).items() if k not in ("service", "at", "kind")}
+        guard = registry.guard
         log(
             k="ev",
             t=time.time(),
@@ -179,6 +181,7 @@ def main(wid: int, incarnation: int, cfg: dict[str, Any]) -> None:
             b=event.service,
             kind=event.kind,
             th=threading.current_thread().name,
+            down=None if guard is None else guard.down,  # the store had not answered: a local judgement
             **data,
         )
 

@@ -24,8 +24,11 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+from ..errors import ConfigError
 
 __all__ = [
     "Record",
@@ -38,6 +41,10 @@ __all__ = [
     "TRIPPED",
     "BLOCKED",
     "ALREADY",
+    "STORE_METHODS",
+    "missing_store_methods",
+    "import_store_class",
+    "make_store",
 ]
 
 TRIPPED = "tripped"  # the trip was written
@@ -237,3 +244,109 @@ class StateStore(Protocol):
 
     def reset(self, name: str) -> None:
         """Delete the record of *name* and its registry entry (operators' forget, tests)."""
+
+
+#: The methods every store implements (the :class:`StateStore` protocol, ST-6).
+STORE_METHODS = (
+    "load",
+    "inspect",
+    "trip",
+    "acquire_probe",
+    "finish_probe",
+    "force",
+    "release",
+    "sweep",
+    "names",
+    "prune",
+    "lock",
+    "extend",
+    "unlock",
+    "reset",
+)
+
+
+def missing_store_methods(candidate: object) -> list[str]:
+    """The :data:`STORE_METHODS` that *candidate* (a store class or instance) lacks or has
+    as something other than a callable; empty when it looks like a store (ST-6).
+
+    Only the names are checked, not the signatures: the contract suite
+    (:mod:`baldur_django.core.stores.contract`) checks the behaviour.
+    """
+    return [name for name in STORE_METHODS if not callable(getattr(candidate, name, None))]
+
+
+def _import_dotted(path: str) -> Any:
+    """``module.attr`` -> the attribute, like Django's ``import_string`` (without Django)."""
+    import importlib
+
+    module, _, attribute = path.rpartition(".")
+    if not module:
+        raise ImportError(f"{path!r} is not a dotted path")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except AttributeError as exc:
+        raise ImportError(f"module {module!r} has no attribute {attribute!r}") from exc
+
+
+def import_store_class(path: str, *, importer: Callable[[str], Any] | None = None) -> Any:
+    """Import the store class *path* names (``BALDUR_STATE_BACKEND``, ST-6) without calling it.
+
+    Args:
+        path: a dotted path such as ``"myproject.stores.MyStore"``.
+        importer: how to import it; the Django layer passes ``import_string``. Default: a
+            plain ``importlib`` lookup (plain-Python use).
+
+    Returns:
+        The class (or any callable that returns a store and has the protocol's methods).
+
+    Raises:
+        ConfigError: the path cannot be imported, or what it names is not callable or lacks
+            methods of the protocol; the message starts with ``BALDUR_STATE_BACKEND=<path>``.
+    """
+    try:
+        candidate = (importer or _import_dotted)(path)
+    except ImportError as exc:
+        raise ConfigError(f"BALDUR_STATE_BACKEND={path!r}: cannot import it ({exc})") from exc
+    except Exception as exc:  # the module itself fails while importing
+        raise ConfigError(f"BALDUR_STATE_BACKEND={path!r}: importing it failed ({type(exc).__name__}: {exc})") from exc
+    missing = missing_store_methods(candidate)
+    if not callable(candidate) or missing:
+        what = "is not callable" if not callable(candidate) else "lacks " + ", ".join(missing)
+        raise ConfigError(
+            f"BALDUR_STATE_BACKEND={path!r} is not a store class: {getattr(candidate, '__name__', type(candidate).__name__)} "
+            f"{what} (see docs/stores.md for the store protocol)"
+        )
+    return candidate
+
+
+def make_store(path: str, *, importer: Callable[[str], Any] | None = None) -> StateStore:
+    """Import the store class *path* names and call it with no arguments (ST-6).
+
+    Args:
+        path: a dotted path (``BALDUR_STATE_BACKEND``).
+        importer: as for :func:`import_store_class`.
+
+    Returns:
+        The store.
+
+    Raises:
+        ConfigError: as :func:`import_store_class`; also when calling the class fails or the
+            store's ``backend`` attribute is not a non-empty string other than ``"memory"``.
+    """
+    factory = import_store_class(path, importer=importer)
+    try:
+        store = factory()
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"BALDUR_STATE_BACKEND={path!r}: calling the store class with no arguments failed "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
+    label = getattr(store, "backend", None)
+    if not isinstance(label, str) or not label or label == "memory":
+        raise ConfigError(
+            f"BALDUR_STATE_BACKEND={path!r}: the store's 'backend' attribute must be a non-empty string naming "
+            f"it (not 'memory'), got {label!r}"
+        )
+    return cast(StateStore, store)

@@ -24,6 +24,7 @@ import json
 import math
 import threading
 import uuid
+from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, urlparse
@@ -33,7 +34,7 @@ from .base import Answer, StoreUnavailable, decode, safe_key
 if TYPE_CHECKING:  # redis is imported lazily at run time
     from redis.commands.core import Script
 
-__all__ = ["ClusterClient", "RedisStore", "connect", "is_cluster", "store_errors"]
+__all__ = ["ClusterClient", "RedisStore", "connect", "decode_answer", "is_cluster", "store_errors"]
 
 _SCRIPTS = ("load", "trip", "acquire_probe", "finish_probe", "force", "release", "sweep")
 
@@ -208,13 +209,18 @@ class RedisStore:
             typed ``Any``: redis-py's command annotations change between its versions and
             return unions of the sync and async shapes.
         prefix: key prefix (``"baldur"``).
+        clock: for tests only: a function returning Unix seconds that the transition scripts
+            use as "now" instead of Redis ``TIME`` (the differential test pins both sides of
+            a comparison to one time this way). Leave it None in production: the scripts
+            then read ``TIME``, the store's own clock that every host agrees on (ST-2).
     """
 
     backend = "redis"
 
-    def __init__(self, client: Any, prefix: str = "baldur") -> None:
+    def __init__(self, client: Any, prefix: str = "baldur", *, clock: Callable[[], float] | None = None) -> None:
         self.client = client
         self.prefix = prefix
+        self.clock = clock
         prelude = _read("_prelude")
         self._scripts = {name: client.register_script(prelude + "\n" + _read(name)) for name in _SCRIPTS}
         self._touch = client.register_script(_read("registry_touch"))
@@ -227,9 +233,16 @@ class RedisStore:
         """The record key of breaker *name*; its ``{...}`` hash tag is the breaker's own (CB-12)."""
         return f"{self.prefix}:{{{safe_key(name)}}}:state"
 
-    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False) -> Answer:
+    def _argv(self, args: tuple[Any, ...], frozen: bool) -> list[Any]:
+        """The ARGV of a transition script: the operation's arguments, then the pinned clock
+        (``""``: use Redis ``TIME``), then the Level 3 flag (EM-2), always in the last two places."""
         argv = ["" if a is None else a for a in args]
-        argv.append("1" if frozen else "0")  # the last ARGV of every transition: Level 3 holds (EM-2)
+        argv.append("" if self.clock is None else repr(float(self.clock())))
+        argv.append("1" if frozen else "0")
+        return argv
+
+    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False) -> Answer:
+        argv = self._argv(args, frozen)
         try:
             if touch:
                 raw = self._pipelined(self._scripts[op], name, argv)
@@ -237,15 +250,7 @@ class RedisStore:
                 raw = self._scripts[op](keys=[self.key(name)], args=argv)
         except store_errors() as exc:
             raise StoreUnavailable(f"redis {op} failed: {type(exc).__name__}: {exc}") from exc
-        data = json.loads(raw)
-        lapsed = data.get("lapsed")
-        return Answer(
-            record=decode(data["record"]),
-            now=float(data["now"]),
-            result=data.get("result"),
-            lapsed=lapsed if isinstance(lapsed, str) else None,
-            moved=bool(data.get("moved")),
-        )
+        return decode_answer(op, raw)
 
     def _pipelined(self, script: Script, name: str, argv: list[Any]) -> Any:
         """The transition and the registry touch in one round trip (EVALSHA twice, no
@@ -305,9 +310,7 @@ class RedisStore:
     def acquire_probe(
         self, name: str, *, token: str, max_calls: int, lease_seconds: float, frozen: bool = False
     ) -> Answer:
-        answer = self._run("acquire_probe", name, token, int(max_calls), repr(float(lease_seconds)), frozen=frozen)
-        answer.result = bool(answer.result)
-        return answer
+        return self._run("acquire_probe", name, token, int(max_calls), repr(float(lease_seconds)), frozen=frozen)
 
     def finish_probe(
         self,
@@ -345,17 +348,15 @@ class RedisStore:
         actor: str | None = None,
         frozen: bool = False,
     ) -> Answer:
-        return self._run(
-            "force", name, mode, repr(float(ttl_seconds)), reason or "", actor or "", frozen=frozen, touch=True
-        )
+        # the actor travels as "" (None) or "=" + actor, so an empty actor stays "" as in the rules
+        who = "" if actor is None else "=" + actor
+        return self._run("force", name, mode, repr(float(ttl_seconds)), reason or "", who, frozen=frozen, touch=True)
 
     def release(self, name: str, *, frozen: bool = False) -> Answer:
         return self._run("release", name, frozen=frozen)
 
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
-        answer = self._run("sweep", name, frozen=frozen)
-        answer.result = bool(answer.result)
-        return answer
+        return self._run("sweep", name, frozen=frozen)
 
     def names(self) -> dict[str, float]:
         try:
@@ -406,6 +407,23 @@ class RedisStore:
             self.client.zrem(self.registry_key, name)
         except store_errors() as exc:
             raise StoreUnavailable(f"redis reset failed: {exc}") from exc
+
+
+def decode_answer(op: str, raw: Any) -> Answer:
+    """The :class:`Answer` of transition script *op* from the JSON text it returned.
+
+    ``acquire_probe`` and ``sweep`` answer True/False; every other result is passed on.
+    """
+    data = json.loads(raw)
+    lapsed = data.get("lapsed")
+    result = data.get("result")
+    return Answer(
+        record=decode(data["record"]),
+        now=float(data["now"]),
+        result=bool(result) if op in ("acquire_probe", "sweep") else result,
+        lapsed=lapsed if isinstance(lapsed, str) else None,
+        moved=bool(data.get("moved")),
+    )
 
 
 def _cap(seconds: float) -> str:

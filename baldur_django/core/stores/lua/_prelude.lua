@@ -2,9 +2,35 @@
 local NULL = cjson.null
 local function isnull(v) return v == nil or v == NULL end
 
+-- The last two ARGV of every transition: a pinned clock ('' in production: Redis TIME is the
+-- store's clock, ST-2; tests pin it to compare with the Python rules) and the Level 3 flag.
+local PINNED = tonumber(ARGV[#ARGV - 1])
+
 local function clock()
+  if PINNED then return PINNED end
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+-- JSON with every number at full double precision: cjson keeps only 14 significant digits,
+-- which rounds a store-clock time to 0.1 ms and made Redis records differ from the rules'.
+local function encode(v)
+  local kind = type(v)
+  if v == NULL or v == nil then return 'null' end
+  if kind == 'number' then
+    if v ~= v then return 'NaN' end
+    if v == math.huge then return 'Infinity' end
+    if v == -math.huge then return '-Infinity' end
+    if v == math.floor(v) and math.abs(v) < 2^53 then return string.format('%d', v) end
+    return string.format('%.17g', v)
+  end
+  if kind == 'boolean' then return tostring(v) end
+  if kind == 'table' then  -- records, probes and answers are all objects
+    local parts = {}
+    for k, item in pairs(v) do parts[#parts + 1] = cjson.encode(tostring(k)) .. ':' .. encode(item) end
+    return '{' .. table.concat(parts, ',') .. '}'
+  end
+  return cjson.encode(v)
 end
 
 local function fresh()
@@ -106,8 +132,10 @@ local function count(t)
 end
 
 local function finish(key, rec, now, result, lapsed, before)
-  redis.call('SET', key, cjson.encode(rec))
-  return cjson.encode({record = rec, now = now, result = result, lapsed = lapsed, moved = rec.state ~= before})
+  local text = encode(rec)
+  redis.call('SET', key, text)
+  return '{"record":' .. text .. ',"now":' .. encode(now) .. ',"result":' .. encode(result)
+    .. ',"lapsed":' .. encode(lapsed) .. ',"moved":' .. tostring(rec.state ~= before) .. '}'
 end
 
 local key = KEYS[1]

@@ -1,4 +1,4 @@
--- ARGV: mode (open|closed), ttl_seconds, reason, actor ('' = none).
+-- ARGV: mode (open|closed), ttl_seconds, reason, actor ('' = none, else '=' followed by the actor).
 local mode, ttl = ARGV[1], tonumber(ARGV[2])
 local target = 'closed'
 if mode == 'open' then target = 'open' end
@@ -20,5 +20,5 @@ end
 rec.forced = mode
 rec.force_expires_at = now + ttl
 rec.force_reason = ARGV[3]
-if ARGV[4] == '' then rec.force_actor = NULL else rec.force_actor = ARGV[4] end
+if ARGV[4] == '' then rec.force_actor = NULL else rec.force_actor = string.sub(ARGV[4], 2) end  -- '=' + actor
 return finish(key, rec, now, NULL, lapsed, before)

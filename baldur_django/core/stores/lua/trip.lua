@@ -1,8 +1,10 @@
 -- ARGV: trigger, recovery_timeout (seconds), backoff factor, timeout cap (seconds). CLOSED (unforced) -> OPEN; a force refuses (OP-4).
 local result
-if not isnull(rec.forced) then
+if FROZEN then
+  result = 'already'  -- EM-2 holds every trip, forced or not (as the rules decide it: no trip_blocked)
+elseif not isnull(rec.forced) then
   result = 'blocked'
-elseif rec.state ~= 'closed' or FROZEN then
+elseif rec.state ~= 'closed' then
   result = 'already'
 else
   open_for(rec, now, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]) or 1, tonumber(ARGV[4]) or math.huge)
