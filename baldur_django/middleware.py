@@ -22,7 +22,7 @@ from .core import inbound
 from .core.breaker import CircuitBreaker, Permit
 from .core.classify import RATE_LIMITED
 from .core.errors import CircuitOpenError
-from .core.inbound import SHED_HEADER, ShedAnswer, aadmit, admit, arecord, arecord_exception, breaker_for, record
+from .core.inbound import SHED_HEADER, ShedAnswer, aserve, record, serve
 from .core.inbound import domain_for as domain_for
 from .core.marks import mark_rate_limited
 from .limiter import RateLimiter, rate_limited_response
@@ -174,32 +174,14 @@ class CircuitBreakerMiddleware:
     def __call__(self, request: Any) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        breaker = breaker_for(request.path)
-        permit = admit(breaker)
-        if not isinstance(permit, Permit):
-            return self.get_response(request) if permit is None else shed_response(permit)
-        try:
-            response = self.get_response(request)
-        except BaseException as error:
-            # Django turns view exceptions into responses below us; whatever still escapes
-            # is one failure (an Exception) or gives the permit back (anything else).
-            inbound.record_exception(breaker, permit, error)
-            raise
-        record(breaker, permit, response.status_code, response.headers, request)
-        return response
+        # Django turns view exceptions into responses below us; whatever still escapes
+        # is one failure (an Exception) or gives the permit back (anything else).
+        response = serve(request.path, self.get_response, request)
+        return shed_response(response) if response.__class__ is ShedAnswer else response
 
     async def __acall__(self, request: Any) -> Any:
-        breaker = breaker_for(request.path)
-        permit = await aadmit(breaker)
-        if not isinstance(permit, Permit):
-            return await self.get_response(request) if permit is None else shed_response(permit)
-        try:
-            response = await self.get_response(request)
-        except BaseException as error:  # CancelledError: the client went away
-            await arecord_exception(breaker, permit, error)
-            raise
-        await arecord(breaker, permit, response.status_code, response.headers, request)
-        return response
+        response = await aserve(request.path, self.get_response, request)
+        return shed_response(response) if response.__class__ is ShedAnswer else response
 
 
 # ---------------------------------------------------------------------- limiter

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from .breaker import CircuitBreaker, Permit
@@ -74,7 +75,8 @@ __all__ = [
     "own_answer",
     "breaker_for",
     "domain_for",
-    "Routes",
+    "serve",
+    "aserve",
 ]
 
 #: Header on the package's own load-shedding 503; its value is the refusal reason
@@ -331,80 +333,38 @@ async def arelease(breaker: CircuitBreaker, permit: Permit) -> None:
 
 
 # -------------------------------------------------------------------- domains
-#: Most paths remembered by :class:`Routes` before its memo starts over.
+#: Most paths remembered by :func:`breaker_for` before its memo starts over.
 MEMO_SIZE = 4096
 #: Longer paths are matched every time, never remembered (bounds the memo's memory).
 MEMO_PATH_LENGTH = 200
 
+_Table = tuple[int, tuple[tuple[str, str], ...], str, dict[str, CircuitBreaker]]
 
-class Routes:
-    """Request path -> the domain's breaker, from ``BALDUR_DOMAIN_MAPPING`` (IN-1).
+# (settings version, ((substring, domain), ...) longest first, default domain, path memo).
+# A new settings version (CFG-2) and registry.clear() each start a new table with a new
+# memo; the old memo is never written again, so a request racing with the change cannot
+# leave a stale entry behind. The memo holds only breakers named by the settings.
+_table: _Table = (-1, (), "default", {})
+_table_lock = threading.Lock()
+# emptied by registry.clear() with the breakers: the next request starts a new table
+_alive: dict[str, bool] = {}
+registry.name_caches.append(_alive)
 
-    The mapping is sorted once per settings version (CFG-2). A bounded memo remembers
-    path -> breaker; it holds only breakers named by the settings. A new settings version
-    and ``registry.clear()`` each start a new memo (the old one is never written again, so
-    a request racing with the change cannot leave a stale entry behind).
 
-    Args:
-        source: the settings to read (the process-wide ``core.config.settings``).
-        owner: the registry the breakers come from.
-    """
-
-    def __init__(self, source: Any = settings, owner: Any = registry) -> None:
-        self._source = source
-        self._registry = owner
-        self._lock = threading.Lock()
-        # (settings version, ((substring, domain), ...) longest first, default domain, memo)
-        self._table: tuple[int, tuple[tuple[str, str], ...], str, dict[str, CircuitBreaker]] = (-1, (), "default", {})
-        # emptied by registry.clear() with the breakers: the memo is then started over
-        self._alive: dict[str, bool] = {}
-        owner.name_caches.append(self._alive)
-
-    def _current(self) -> tuple[int, tuple[tuple[str, str], ...], str, dict[str, CircuitBreaker]]:
-        table = self._table
-        version = self._source.version
-        if table[0] == version and self._alive:
-            return table
-        with self._lock:
-            mapping = self._source.get("BALDUR_DOMAIN_MAPPING")
-            default = self._source.get("BALDUR_DOMAIN_DEFAULT")
-            ordered = sorted(enumerate(mapping.items()), key=lambda item: (-len(item[1][0]), item[0]))
-            table = (version, tuple(pair for _, pair in ordered), default, {})
-            self._table = table
-            self._alive[""] = True
+def _current() -> _Table:
+    global _table
+    table = _table
+    version = settings.version
+    if table[0] == version and _alive:
         return table
-
-    def domain(self, path: str) -> str:
-        """The domain (breaker name) of *path*; see :func:`domain_for`."""
-        _, entries, default, _ = self._current()
-        for substring, domain in entries:
-            if substring in path:
-                return domain
-        return default
-
-    def breaker(self, path: str) -> CircuitBreaker:
-        """The breaker of *path*'s domain (created on first use, from the settings' names only)."""
-        table = self._table
-        if table[0] == self._source.version and self._alive:
-            found = table[3].get(path)
-            if found is not None:
-                return found
-        else:
-            table = self._current()
-        _, entries, domain, memo = table
-        for substring, name in entries:
-            if substring in path:
-                domain = name
-                break
-        breaker: CircuitBreaker = self._registry.get(domain)
-        if len(path) <= MEMO_PATH_LENGTH:
-            if len(memo) >= MEMO_SIZE:
-                memo.clear()
-            memo[path] = breaker
-        return breaker
-
-
-_routes = Routes()
+    with _table_lock:
+        mapping = settings.get("BALDUR_DOMAIN_MAPPING")
+        default = settings.get("BALDUR_DOMAIN_DEFAULT")
+        ordered = sorted(enumerate(mapping.items()), key=lambda item: (-len(item[1][0]), item[0]))
+        table = (version, tuple(pair for _, pair in ordered), default, {})
+        _table = table
+        _alive[""] = True
+    return table
 
 
 def domain_for(path: str) -> str:
@@ -424,20 +384,136 @@ def domain_for(path: str) -> str:
     Raises:
         ConfigError: either setting is invalid.
     """
-    return _routes.domain(path)
+    _, entries, default, _ = _current()
+    for substring, domain in entries:
+        if substring in path:
+            return domain
+    return default
+
+
+def _breaker_of(path: str) -> CircuitBreaker:
+    _, entries, domain, memo = _current()
+    for substring, name in entries:
+        if substring in path:
+            domain = name
+            break
+    breaker = registry.get(domain)
+    assert breaker is not None
+    if len(path) <= MEMO_PATH_LENGTH:
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        memo[path] = breaker
+    return breaker
 
 
 def breaker_for(path: str) -> CircuitBreaker:
     """The breaker of a request path's domain (IN-1): ``registry.get(domain_for(path))``,
-    remembered per path.
+    remembered per path (a bounded memo, started over when a setting changes or the
+    registry is cleared).
 
     Args:
         path: the request path.
 
     Returns:
-        CircuitBreaker: the domain's breaker.
+        CircuitBreaker: the domain's breaker (created on first use; only names from the
+        settings, so no request can create a breaker of its own).
 
     Raises:
         ConfigError: ``BALDUR_DOMAIN_MAPPING`` or ``BALDUR_DOMAIN_DEFAULT`` is invalid.
     """
-    return _routes.breaker(path)
+    table = _table
+    if table[0] == settings.version and _alive:
+        found = table[3].get(path)
+        if found is not None:
+            return found
+    return _breaker_of(path)
+
+
+# ------------------------------------------------- frameworks with response objects
+def serve(path: str, handler: Callable[[Any], Any], request: Any) -> Any:
+    """Run one request through its domain's breaker: admit, call *handler*, record (IN-1..IN-3).
+
+    For frameworks whose handler returns a response object with ``status_code`` and
+    ``headers`` (Django). The same rules as :func:`admit`, :func:`record` and
+    :func:`record_exception`, in one frame (this runs on every request: the common
+    answer, admitted and plain, costs one admission and one recorded success).
+
+    Args:
+        path: the request path (names the domain, :func:`breaker_for`).
+        handler: ``handler(request) -> response``.
+        request: the request, passed to *handler* and read for its mark.
+
+    Returns:
+        The handler's response, or a :class:`ShedAnswer` to render instead (the handler
+        did not run).
+
+    Raises:
+        BaseException: whatever *handler* raises (an ``Exception`` counts once as a
+        failure, anything else gives the permit back).
+        ConfigError: an inbound setting is invalid.
+    """
+    table = _table
+    breaker = table[3].get(path) if table[0] == settings.version and _alive else None
+    if breaker is None:
+        breaker = _breaker_of(path)
+    try:
+        permit = breaker.acquire()
+    except CircuitOpenError as error:
+        answer = refused(error)
+        return handler(request) if answer is None else answer
+    try:
+        response = handler(request)
+    except BaseException as error:
+        record_exception(breaker, permit, error)
+        raise
+    status = response.status_code
+    if status.__class__ is int and status != 429 and status != 503:
+        config = breaker.config
+        if status not in config.failure_codes and status not in config.rate_limit_codes:
+            breaker.record_success(permit)
+            return response
+    record(breaker, permit, status, response.headers, request)
+    return response
+
+
+async def aserve(path: str, handler: Callable[[Any], Awaitable[Any]], request: Any) -> Any:
+    """:func:`serve` for an async handler: every store operation (a shared breaker's due
+    consult, a probe, a trial's outcome) runs in a worker thread, never on the loop (IN-7).
+
+    Args:
+        path: the request path.
+        handler: ``await handler(request) -> response``.
+        request: the request.
+
+    Returns:
+        As :func:`serve`.
+
+    Raises:
+        BaseException: as :func:`serve` (``CancelledError`` gives the permit back).
+        ConfigError: an inbound setting is invalid.
+    """
+    table = _table
+    breaker = table[3].get(path) if table[0] == settings.version and _alive else None
+    if breaker is None:
+        breaker = _breaker_of(path)
+    try:
+        permit = await aacquire(breaker)
+    except CircuitOpenError as error:
+        answer = refused(error)
+        return await handler(request) if answer is None else answer
+    try:
+        response = await handler(request)
+    except BaseException as error:  # CancelledError: the client went away
+        await arecord_exception(breaker, permit, error)
+        raise
+    status = response.status_code
+    if permit.trial:  # a shared store's write: off the loop
+        await asettle(breaker, permit, record, breaker, permit, status, response.headers, request)
+        return response
+    if status.__class__ is int and status != 429 and status != 503:
+        config = breaker.config
+        if status not in config.failure_codes and status not in config.rate_limit_codes:
+            breaker.record_success(permit)
+            return response
+    record(breaker, permit, status, response.headers, request)  # no I/O: a trip's write goes to the executor
+    return response

@@ -226,7 +226,7 @@ def test_in1_ten_thousand_random_paths_create_no_breaker(configure):
     for path in paths:
         middleware(factory.get(path))
     assert registry.names() == sorted({*MAPPING.values(), "default"})
-    memo = inbound_module._routes._table[3]
+    memo = inbound_module._table[3]
     assert 0 < len(memo) <= inbound_module.MEMO_SIZE  # the path memo stays bounded
     # the memo never changes an answer: check every path against a plain scan
     ordered = sorted(enumerate(MAPPING.items()), key=lambda item: (-len(item[1][0]), item[0]))
