@@ -172,16 +172,16 @@ class CircuitBreakerMiddleware:
             markcoroutinefunction(self)
 
     def __call__(self, request: Any) -> Any:
-        if self.async_mode:
-            return self.__acall__(request)
         # Django turns view exceptions into responses below us; whatever still escapes
         # is one failure (an Exception) or gives the permit back (anything else).
-        response = serve(request.path, self.get_response, request)
-        return shed_response(response) if response.__class__ is ShedAnswer else response
+        if self.async_mode:
+            return aserve(request.path, self.get_response, request, shed_response)  # Django awaits it
+        return serve(request.path, self.get_response, request, shed_response)
 
     async def __acall__(self, request: Any) -> Any:
-        response = await aserve(request.path, self.get_response, request)
-        return shed_response(response) if response.__class__ is ShedAnswer else response
+        """The async form (Django's naming, as ``MiddlewareMixin``); ``__call__`` returns
+        the same coroutine in async mode."""
+        return await aserve(request.path, self.get_response, request, shed_response)
 
 
 # ---------------------------------------------------------------------- limiter

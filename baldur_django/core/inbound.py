@@ -430,7 +430,9 @@ def breaker_for(path: str) -> CircuitBreaker:
 
 
 # ------------------------------------------------- frameworks with response objects
-def serve(path: str, handler: Callable[[Any], Any], request: Any) -> Any:
+def serve(
+    path: str, handler: Callable[[Any], Any], request: Any, render: Callable[[ShedAnswer], Any] | None = None
+) -> Any:
     """Run one request through its domain's breaker: admit, call *handler*, record (IN-1..IN-3).
 
     For frameworks whose handler returns a response object with ``status_code`` and
@@ -442,10 +444,12 @@ def serve(path: str, handler: Callable[[Any], Any], request: Any) -> Any:
         path: the request path (names the domain, :func:`breaker_for`).
         handler: ``handler(request) -> response``.
         request: the request, passed to *handler* and read for its mark.
+        render: turns a :class:`ShedAnswer` into the framework's response; None returns
+            the answer itself.
 
     Returns:
-        The handler's response, or a :class:`ShedAnswer` to render instead (the handler
-        did not run).
+        The handler's response, or the rendered :class:`ShedAnswer` (the handler did not
+        run).
 
     Raises:
         BaseException: whatever *handler* raises (an ``Exception`` counts once as a
@@ -460,7 +464,9 @@ def serve(path: str, handler: Callable[[Any], Any], request: Any) -> Any:
         permit = breaker.acquire()
     except CircuitOpenError as error:
         answer = refused(error)
-        return handler(request) if answer is None else answer
+        if answer is None:
+            return handler(request)
+        return answer if render is None else render(answer)
     try:
         response = handler(request)
     except BaseException as error:
@@ -476,7 +482,12 @@ def serve(path: str, handler: Callable[[Any], Any], request: Any) -> Any:
     return response
 
 
-async def aserve(path: str, handler: Callable[[Any], Awaitable[Any]], request: Any) -> Any:
+async def aserve(
+    path: str,
+    handler: Callable[[Any], Awaitable[Any]],
+    request: Any,
+    render: Callable[[ShedAnswer], Any] | None = None,
+) -> Any:
     """:func:`serve` for an async handler: every store operation (a shared breaker's due
     consult, a probe, a trial's outcome) runs in a worker thread, never on the loop (IN-7).
 
@@ -484,6 +495,7 @@ async def aserve(path: str, handler: Callable[[Any], Awaitable[Any]], request: A
         path: the request path.
         handler: ``await handler(request) -> response``.
         request: the request.
+        render: as for :func:`serve`.
 
     Returns:
         As :func:`serve`.
@@ -500,7 +512,9 @@ async def aserve(path: str, handler: Callable[[Any], Awaitable[Any]], request: A
         permit = await aacquire(breaker)
     except CircuitOpenError as error:
         answer = refused(error)
-        return await handler(request) if answer is None else answer
+        if answer is None:
+            return await handler(request)
+        return answer if render is None else render(answer)
     try:
         response = await handler(request)
     except BaseException as error:  # CancelledError: the client went away

@@ -238,6 +238,20 @@ def test_in1_ten_thousand_random_paths_create_no_breaker(configure):
             assert memo[path].name == expected
 
 
+def test_in1_path_memo_follows_a_registry_clear_and_a_settings_change(configure):
+    """IN-1, CFG-2: the path -> breaker memo never hands out a forgotten breaker: after
+    registry.clear() the path gets the registry's new breaker, after a mapping change the
+    newly mapped one."""
+    configure(BALDUR_DOMAIN_MAPPING=MAPPING)
+    first = inbound_module.breaker_for("/api/orders")
+    assert first is inbound_module.breaker_for("/api/orders") is registry.get("api")
+    registry.clear()
+    second = inbound_module.breaker_for("/api/orders")
+    assert second is not first and second is registry.get("api")
+    configure(BALDUR_DOMAIN_MAPPING={"/api/": "api-v2"})
+    assert inbound_module.breaker_for("/api/orders") is registry.get("api-v2")
+
+
 def test_in1_random_paths_through_the_client_stay_on_default(site):
     """IN-1: unknown URLs (404s) through the full stack all file against the default breaker."""
     rng = random.Random(99)
