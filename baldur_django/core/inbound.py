@@ -31,6 +31,11 @@ write) run in a worker thread (``asyncio.to_thread``, through ``core/hotpath``'s
 bookkeeping stay inline. A trip decided on the loop's thread is written to the store from
 the default executor (see ``core/hotpath``).
 
+For frameworks whose handler returns a response object (Django), :func:`serve` and
+:func:`aserve` do all of it in one frame: find the domain's breaker, admit, run the
+handler, record. They apply exactly the rules above (the plain-success lane inline, every
+other answer through :func:`record`) and exist because this runs on every request.
+
 Domains (IN-1): :func:`breaker_for` maps a request path to its breaker through
 ``BALDUR_DOMAIN_MAPPING`` (longest matching substring, ties by mapping order) or
 ``BALDUR_DOMAIN_DEFAULT``; only names from those settings can come back, so no request can

@@ -252,3 +252,25 @@ def test_in6_asgi_bad_service_name_is_a_config_error(bad):
     """IN-6: a service name must be a non-empty string (or None)."""
     with pytest.raises(ConfigError, match="service_name"):
         BaldurASGIMiddleware(Starlette(), service_name=bad)
+
+
+@pytest.mark.parametrize("build", [added, wrapped])
+def test_in3_in7_a_starlette_view_s_mark_reaches_the_middleware(build):
+    """IN-3, IN-7: a Starlette view that marks its request (mark_rate_limited) refuses with a
+    plain 429: the middleware, inside or outside Starlette's own stack, leaves it out; the
+    same 429 unmarked counts."""
+    from baldur_django import mark_rate_limited
+
+    async def refuse(request):
+        if request.query_params.get("mark"):
+            mark_rate_limited(request)
+        return PlainTextResponse("app said no", status_code=429)
+
+    app = build("api")
+    inner = app.app if isinstance(app, BaldurASGIMiddleware) else app
+    inner.router.routes.append(Route("/refuse", refuse))
+    c = TestClient(app)
+    assert c.get("/refuse?mark=1").status_code == 429
+    assert counts() == (0, 0, 0)
+    assert c.get("/refuse").status_code == 429
+    assert counts() == (1, 1, 1)
