@@ -13,22 +13,19 @@ Django's own middleware, then ``RateLimitMiddleware`` after ``AuthenticationMidd
 
 from __future__ import annotations
 
-import math
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 
-from .conf import baldur_settings
+from .core import inbound
 from .core.breaker import CircuitBreaker, Permit
-from .core.classify import RATE_LIMITED, SUCCESS, retry_after_of
+from .core.classify import RATE_LIMITED
 from .core.errors import CircuitOpenError
-from .core.hotpath import aacquire, asettle
-from .core.marks import is_marked, mark_rate_limited
-from .core.registry import registry
-from .core.runner import settle_status
-from .limiter import LIMIT_HEADER, MODE_HEADER, RateLimiter, rate_limited_response
+from .core.inbound import SHED_HEADER, ShedAnswer, aserve, record, serve
+from .core.inbound import domain_for as domain_for
+from .core.marks import mark_rate_limited
+from .limiter import RateLimiter, rate_limited_response
 
 __all__ = [
     "CircuitBreakerMiddleware",
@@ -41,112 +38,31 @@ __all__ = [
     "shed_response",
 ]
 
-#: Header on the 503 the circuit-breaker middleware answers with while shedding load;
-#: its value is the denial reason (``open``, ``half_open_full``, ``frozen``).
-SHED_HEADER = "X-Baldur-Shed"
-
-
-# ------------------------------------------------------------------ domain mapping
-#: Most paths remembered by :func:`domain_for` before its memo starts over.
-MEMO_SIZE = 4096
-#: Longer paths are matched every time, never remembered (bounds the memo's memory).
-MEMO_PATH_LENGTH = 200
-
-
-class _Routes:
-    """``BALDUR_DOMAIN_MAPPING`` sorted once per settings version (CFG-2), plus a bounded
-    memo of path -> domain (a memo entry holds a name from the settings, never a new one)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # (settings version, ((substring, domain), ...) longest first, default domain, memo)
-        self._table: tuple[int, tuple[tuple[str, str], ...], str, dict[str, str]] = (-1, (), "default", {})
-
-    def domain(self, path: str) -> str:
-        version, entries, default, memo = self._table
-        current = baldur_settings.version
-        if version != current:
-            with self._lock:
-                mapping = baldur_settings.get("BALDUR_DOMAIN_MAPPING")
-                default = baldur_settings.get("BALDUR_DOMAIN_DEFAULT")
-                ordered = sorted(enumerate(mapping.items()), key=lambda item: (-len(item[1][0]), item[0]))
-                entries = tuple(pair for _, pair in ordered)
-                memo = {}
-                self._table = (current, entries, default, memo)
-        found = memo.get(path)
-        if found is not None:
-            return found
-        found = default
-        for substring, domain in entries:
-            if substring in path:
-                found = domain
-                break
-        if len(path) <= MEMO_PATH_LENGTH:
-            if len(memo) >= MEMO_SIZE:
-                memo.clear()
-            memo[path] = found
-        return found
-
-
-_routes = _Routes()
-
-
-def domain_for(path: str) -> str:
-    """The domain (breaker name) of a request path (IN-1).
-
-    The longest ``BALDUR_DOMAIN_MAPPING`` key that occurs in *path* wins; among keys of
-    equal length the one listed first wins; no match gives ``BALDUR_DOMAIN_DEFAULT``.
-    Only names from those two settings can come back, so no request can make up a new
-    breaker name.
-
-    Args:
-        path: the request path (``request.path``).
-
-    Raises:
-        ConfigError: either setting is invalid.
-    """
-    return _routes.domain(path)
+# ``domain_for`` (IN-1) and ``SHED_HEADER`` live in the core inbound policy
+# (``baldur_django.core.inbound``), shared with the ASGI and Flask shells (IN-7).
 
 
 # ------------------------------------------------------------- recording outcomes
-def _header(response: Any, name: str) -> Any:
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    try:
-        return headers.get(name)
-    except Exception:
-        return None
-
-
-def own_rate_limit(request: Any, response: Any, *, mode_only: bool = False) -> bool:
-    """Whether a rate-limit answer came from the application itself. Implements IN-3, IN-6.
+def own_rate_limit(request: Any, response: Any) -> bool:
+    """Whether a rate-limit answer came from the application itself. Implements IN-3.
 
     Call it only for a response whose status is a rate-limit status; it does not look
-    at the status.
+    at the status. The same rule as every inbound shell's (``core.inbound.own_answer``).
 
     Args:
-        request: the request (None outside Django); a marked request counts as own
+        request: the request (or None); a marked request counts as own
             (:func:`baldur_django.mark_rate_limited`).
         response: any object with a ``headers`` mapping.
-        mode_only: look only at ``X-RateLimit-Mode`` (the Flask and ASGI middlewares),
-            not at ``X-RateLimit-Limit`` or the request mark.
 
     Returns:
-        bool: True when the answer carries ``X-RateLimit-Mode`` (or, unless *mode_only*,
-        ``X-RateLimit-Limit`` or the request is marked).
+        bool: True when the answer carries ``X-RateLimit-Mode`` or ``X-RateLimit-Limit``,
+        or the request is marked.
     """
-    if _header(response, MODE_HEADER) is not None:
-        return True
-    if mode_only:
-        return False
-    if _header(response, LIMIT_HEADER) is not None:
-        return True
-    return request is not None and is_marked(request)
+    return inbound.own_answer(RATE_LIMITED, 429, _headers(response), request)
 
 
 def is_shed(response: Any) -> bool:
-    """Whether *response* is the 503 this middleware answers with while shedding load (IN-1).
+    """Whether *response* is the 503 the package answers with while shedding load (IN-1).
 
     Args:
         response: any object with a ``headers`` mapping.
@@ -154,77 +70,89 @@ def is_shed(response: Any) -> bool:
     Returns:
         bool: True when it carries ``X-Baldur-Shed``.
     """
-    return _header(response, SHED_HEADER) is not None
+    return _headers(response).get(SHED_HEADER) is not None
+
+
+class _NoHeaders:
+    @staticmethod
+    def get(name: str) -> Any:
+        return None
+
+
+_NO_HEADERS = _NoHeaders()
+
+
+def _headers(response: Any) -> Any:
+    headers = getattr(response, "headers", None)
+    return _NO_HEADERS if headers is None else headers
 
 
 def record_response(breaker: CircuitBreaker, permit: Permit, request: Any, response: Any) -> str:
     """Classify *response* and record it on *breaker* against *permit* (IN-1..IN-3).
 
-    A status on ``BALDUR_MIDDLEWARE_RATE_LIMIT_CODES`` records a failure that also
-    feeds the 429 cascade and the cooldown (IN-2), unless the application produced it
-    itself (``X-RateLimit-Mode`` / ``X-RateLimit-Limit`` header, or a marked request;
-    IN-3): then nothing is recorded. A status on ``BALDUR_MIDDLEWARE_CB_STATUS_CODES``
-    records a failure; any other status a success. The package's own load-shedding 503
-    is never recorded. Only ``status_code`` and headers are read, never the body.
+    The rules are the inbound policy's (:func:`baldur_django.core.inbound.record`): a
+    status on ``BALDUR_MIDDLEWARE_RATE_LIMIT_CODES`` records a failure that also feeds the
+    429 cascade and the cooldown (IN-2), unless the application produced it itself
+    (``X-RateLimit-Mode`` / ``X-RateLimit-Limit`` header, or a marked request; IN-3); a
+    status on ``BALDUR_MIDDLEWARE_CB_STATUS_CODES`` records a failure; any other status a
+    success. The package's own load-shedding 503 is never recorded. Only
+    ``status_code`` and headers are read, never the body.
+
+    Args:
+        breaker: the domain's breaker.
+        permit: from ``breaker.acquire()``.
+        request: the request (for its mark), or None.
+        response: the response (``status_code`` and ``headers``).
 
     Returns:
-        ``"success"``, ``"failure"``, ``"rate_limited"`` or ``"ignored"``.
+        str: ``"success"``, ``"failure"``, ``"rate_limited"`` or ``"ignored"``.
     """
-
-    def own(kind: int, status: int | None) -> bool:
-        if (kind != SUCCESS or status == 503) and is_shed(response):
-            return True
-        return (kind == RATE_LIMITED or status == 429) and own_rate_limit(request, response)
-
-    status = getattr(response, "status_code", None)
-    # Fast lane for the common answer: a plain int status on neither list, and neither 429
-    # nor 503 (the two statuses whose own-answer headers are looked at), is a success.
-    # settle_status() reaches the same record_success() after classifying the status and
-    # asking own(); this skips that detour (and building its two closures) per request.
-    if status.__class__ is int and status != 429 and status != 503:
-        config = breaker.config
-        if status not in config.failure_codes and status not in config.rate_limit_codes:
-            breaker.record_success(permit)
-            return "success"
-    return settle_status(breaker, permit, status, lambda: retry_after_of(response), own)
+    return record(breaker, permit, getattr(response, "status_code", None), _headers(response), request)
 
 
-def shed_response(error: CircuitOpenError) -> Any:
+def shed_response(error: CircuitOpenError | ShedAnswer) -> Any:
     """The 503 answered instead of running the view while load shedding is on (IN-1).
 
     ``Retry-After`` is the breaker's own estimate rounded up to whole seconds, at least
     1 (1 when unknown); the ``X-Baldur-Shed`` header names the reason and marks the
     answer as the package's own, so no Baldur layer counts it.
+
+    Args:
+        error: the refusal, or the policy's :class:`~baldur_django.core.inbound.ShedAnswer`.
+
+    Returns:
+        django.http.HttpResponse: the 503.
     """
     from django.http import HttpResponse
 
-    wait = error.retry_after
-    seconds = 1 if wait is None or not math.isfinite(wait) else max(1, math.ceil(wait))
-    response = HttpResponse(
-        "Service temporarily unavailable: this part of the site is paused to let a failing dependency recover.\n",
-        status=503,
-        content_type="text/plain; charset=utf-8",
-    )
-    response.headers["Retry-After"] = str(seconds)
-    response.headers[SHED_HEADER] = str(error.reason)
+    answer = error if isinstance(error, ShedAnswer) else inbound.shed_answer(error)
+    response = HttpResponse(answer.body, status=answer.status)
+    for name, value in answer.headers:
+        response.headers[name] = value
     return response
 
 
 class CircuitBreakerMiddleware:
     """Files every response against the breaker of the request path's domain (IN-1..IN-3).
 
-    Before the view runs the domain's breaker is asked for admission. When it refuses
-    (OPEN, or HALF_OPEN with every trial taken) the request still goes through and its
-    response is not recorded, unless ``BALDUR_MIDDLEWARE_SHED_LOAD`` is on: then the view
-    is skipped and a 503 with ``Retry-After`` is answered, which is never counted.
+    A thin shell over the inbound policy (:mod:`baldur_django.core.inbound`, IN-7), the
+    one the ASGI and Flask shells use. Before the view runs the domain's breaker is
+    asked for admission. When it refuses (OPEN, or HALF_OPEN with every trial taken) the
+    request still goes through and its response is not recorded, unless
+    ``BALDUR_MIDDLEWARE_SHED_LOAD`` is on: then the view is skipped and a 503 with
+    ``Retry-After`` is answered, which is never counted.
 
     After the view, the response is classified by :func:`record_response`. A view
     exception arrives here as the 500 response Django's handler made of it, so it is
     counted once. Streaming responses are classified by status only; their content is
-    never read, buffered or wrapped.
+    never read, buffered or wrapped. In async mode every store operation (a due
+    consult, a probe, a trial's outcome) runs in a worker thread.
 
     Args:
         get_response: the next handler in Django's chain (sync or async).
+
+    Raises:
+        ValueError: *get_response* is None.
 
     Settings: ``BALDUR_DOMAIN_MAPPING``, ``BALDUR_DOMAIN_DEFAULT``,
     ``BALDUR_MIDDLEWARE_SHED_LOAD``, ``BALDUR_MIDDLEWARE_CB_STATUS_CODES``,
@@ -243,53 +171,17 @@ class CircuitBreakerMiddleware:
         if self.async_mode:
             markcoroutinefunction(self)
 
-    def _admit(self, request: Any) -> tuple[CircuitBreaker, Permit | None, Any]:
-        breaker = registry.get(domain_for(request.path))
-        assert breaker is not None
-        try:
-            return breaker, breaker.acquire(), None
-        except CircuitOpenError as exc:
-            return breaker, None, self._refused(exc)
-
-    @staticmethod
-    def _refused(error: CircuitOpenError) -> Any:
-        return shed_response(error) if baldur_settings.get("BALDUR_MIDDLEWARE_SHED_LOAD") else None
-
     def __call__(self, request: Any) -> Any:
+        # Django turns view exceptions into responses below us; whatever still escapes
+        # is one failure (an Exception) or gives the permit back (anything else).
         if self.async_mode:
-            return self.__acall__(request)
-        breaker, permit, early = self._admit(request)
-        if early is not None:
-            return early
-        if permit is None:
-            return self.get_response(request)
-        try:
-            response = self.get_response(request)
-        except BaseException:
-            # Django turns exceptions into responses below us; whatever still escapes
-            # (KeyboardInterrupt, a broken handler) gives a trial slot back uncounted.
-            breaker.record_ignored(permit)
-            raise
-        record_response(breaker, permit, request, response)
-        return response
+            return aserve(request.path, self.get_response, request, shed_response)  # Django awaits it
+        return serve(request.path, self.get_response, request, shed_response)
 
     async def __acall__(self, request: Any) -> Any:
-        # a shared store's round trips (a due consult, a probe, a trial's outcome) run in a
-        # worker thread: the event loop never waits on store I/O (ST-2)
-        breaker = registry.get(domain_for(request.path))
-        assert breaker is not None
-        try:
-            permit = await aacquire(breaker)
-        except CircuitOpenError as exc:
-            early = self._refused(exc)
-            return early if early is not None else await self.get_response(request)
-        try:
-            response = await self.get_response(request)
-        except BaseException:  # CancelledError: the client went away
-            await asettle(breaker, permit, breaker.record_ignored, permit)
-            raise
-        await asettle(breaker, permit, record_response, breaker, permit, request, response)
-        return response
+        """The async form (Django's naming, as ``MiddlewareMixin``); ``__call__`` returns
+        the same coroutine in async mode."""
+        return await aserve(request.path, self.get_response, request, shed_response)
 
 
 # ---------------------------------------------------------------------- limiter

@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from ..core import inbound
 from ..core.breaker import CircuitBreaker, Permit
-from ..core.classify import RATE_LIMITED
-from ..core.errors import CircuitOpenError, ConfigError
+from ..core.errors import ConfigError
+from ..core.inbound import ShedAnswer
 from ..core.registry import registry
-from ..core.runner import settle_status
 
-__all__ = ["BaldurASGIMiddleware", "record_status"]
+__all__ = ["BaldurASGIMiddleware", "RawHeaders", "record_status", "check_service_name"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,14 +34,24 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: Header on the package's own load-shedding 503 (see ``baldur_django.middleware``).
-SHED_HEADER = "x-baldur-shed"
-#: Header on the package's own 429s (see ``baldur_django.limiter``).
-MODE_HEADER = "x-ratelimit-mode"
+#: Header on the package's own load-shedding 503 (``core.inbound.SHED_HEADER``).
+SHED_HEADER = inbound.SHED_HEADER.lower()
+#: Header on the package's own 429s (``core.inbound.MODE_HEADER``).
+MODE_HEADER = inbound.MODE_HEADER.lower()
 
 
 def check_service_name(service_name: Any) -> str | None:
-    """Return *service_name* when it is None or a non-empty string; else raise ConfigError."""
+    """Return *service_name* when it is None or a non-empty string; else raise ConfigError.
+
+    Args:
+        service_name: the value given to the middleware or the extension.
+
+    Returns:
+        str | None: *service_name*.
+
+    Raises:
+        ConfigError: *service_name* is neither None nor a non-empty string.
+    """
     if service_name is None:
         return None
     if not isinstance(service_name, str) or not service_name.strip():
@@ -49,14 +59,43 @@ def check_service_name(service_name: Any) -> str | None:
     return service_name
 
 
-def record_status(breaker: CircuitBreaker, permit: Permit, status: Any, header: Callable[[str], Any]) -> str:
-    """Record one response, known by its status and headers, on *breaker* (IN-6).
+class RawHeaders:
+    """Case-insensitive ``get`` over an ASGI message's raw ``[(name, value), ...]`` bytes.
 
-    A status on the breaker's rate-limit list records a failure that also feeds the
-    cascade and the cooldown (``Retry-After`` is honoured), unless the response carries
-    ``X-RateLimit-Mode`` (the package's own 429): then nothing is recorded. A status on
-    the failure list records a failure, anything else a success. The package's own
-    load-shedding 503 (``X-Baldur-Shed``) is never recorded.
+    Args:
+        raw: the message's ``headers`` (an iterable of byte pairs), or None.
+    """
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The first value of header *name* (str, Latin-1 decoded), or *default*."""
+        wanted = name.lower().encode("latin-1")
+        for key, value in self.raw or ():
+            if bytes(key).lower() == wanted:
+                return bytes(value).decode("latin-1")
+        return default
+
+
+class _Getter:
+    __slots__ = ("get",)
+
+    def __init__(self, get: Callable[[str], Any]) -> None:
+        self.get = get
+
+
+def record_status(breaker: CircuitBreaker, permit: Permit, status: Any, header: Callable[[str], Any]) -> str:
+    """Record one response, known by its status and headers, on *breaker* (IN-6, IN-7).
+
+    The inbound policy's rules (:func:`baldur_django.core.inbound.record`): a status on
+    the rate-limit list records a failure that also feeds the cascade and the cooldown
+    (``Retry-After`` honoured), unless the response carries ``X-RateLimit-Mode`` or
+    ``X-RateLimit-Limit`` (the application's own 429); a status on the failure list
+    records a failure, anything else a success; the package's own load-shedding 503
+    (``X-Baldur-Shed``) is never recorded.
 
     Args:
         breaker: the service's breaker.
@@ -65,38 +104,36 @@ def record_status(breaker: CircuitBreaker, permit: Permit, status: Any, header: 
         header: ``name -> value or None``, case-insensitive.
 
     Returns:
-        ``"success"``, ``"failure"``, ``"rate_limited"`` or ``"ignored"``.
+        str: ``"success"``, ``"failure"``, ``"rate_limited"`` or ``"ignored"``.
     """
-
-    def own(kind: int, code: int | None) -> bool:
-        if header(SHED_HEADER) is not None:
-            return True
-        return (kind == RATE_LIMITED or code == 429) and header(MODE_HEADER) is not None
-
-    return settle_status(breaker, permit, status, lambda: header("retry-after"), own)
+    return inbound.record(breaker, permit, status, _Getter(header))
 
 
-def _asgi_header(raw: Any) -> Callable[[str], Any]:
-    def header(name: str) -> Any:
-        wanted = name.lower().encode("latin-1")
-        for key, value in raw or ():
-            if bytes(key).lower() == wanted:
-                return bytes(value).decode("latin-1")
-        return None
-
-    return header
+async def _send_shed(answer: ShedAnswer, send: Send) -> None:
+    headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers]
+    headers.append((b"content-length", str(len(answer.body)).encode("latin-1")))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body, "more_body": False})
 
 
 class BaldurASGIMiddleware:
-    """Record an ASGI app's HTTP responses against one breaker (IN-6).
+    """Record an ASGI app's HTTP responses against one breaker (IN-6, IN-7).
 
-    The breaker is asked for admission before the app runs. When it refuses (OPEN, or
-    HALF_OPEN with its trials taken) the request still runs and nothing is recorded.
-    The outcome is taken from the ``http.response.start`` message (status and
-    headers; the body is passed through untouched, so streaming is not affected). An
-    exception escaping the app before any response started counts as one failure (an
-    ``Exception``) or as nothing (``CancelledError`` and other ``BaseException``).
-    WebSocket and lifespan traffic passes through unrecorded.
+    A thin shell over the inbound policy (:mod:`baldur_django.core.inbound`), the one
+    Django's middleware and the Flask extension use. The breaker is asked for admission
+    before the app runs. When it refuses (OPEN, or HALF_OPEN with its trials taken) the
+    request still runs and nothing is recorded, unless ``BALDUR_MIDDLEWARE_SHED_LOAD`` is
+    on: then the app is skipped and a 503 with ``Retry-After`` and ``X-Baldur-Shed`` is
+    answered. The outcome is taken from the ``http.response.start`` message (status and
+    headers; the body is passed through untouched, so streaming is not affected). A 429
+    is left out when it carries ``X-RateLimit-Mode`` or ``X-RateLimit-Limit``, or when the
+    app marked the request (``baldur_django.mark_rate_limited(request)`` on a Starlette
+    request or on the scope). An exception escaping the app before any response started
+    counts as one failure (an ``Exception``) or as nothing (``CancelledError`` and other
+    ``BaseException``). WebSocket and lifespan traffic passes through unrecorded.
+
+    Every store operation (a shared breaker's consult, probe or trial outcome) runs in a
+    worker thread, never on the event loop: a hung store delays no other request.
 
     Args:
         app: the ASGI application to wrap.
@@ -116,31 +153,31 @@ class BaldurASGIMiddleware:
             return
         breaker = registry.get(self.service_name)
         assert breaker is not None
-        try:
-            permit = breaker.acquire()
-        except CircuitOpenError:
+        permit = await inbound.aadmit(breaker)
+        if permit is None:
             await self.app(scope, receive, send)
             return
+        if isinstance(permit, ShedAnswer):
+            await _send_shed(permit, send)
+            return
+        admitted: Permit = permit
         recorded = False
 
         async def send_and_record(message: Message) -> None:
             nonlocal recorded
             if not recorded and message.get("type") == "http.response.start":
                 recorded = True
-                record_status(breaker, permit, message.get("status"), _asgi_header(message.get("headers")))
+                await inbound.arecord(
+                    breaker, admitted, message.get("status"), RawHeaders(message.get("headers")), scope
+                )
             await send(message)
 
         try:
             await self.app(scope, receive, send_and_record)
-        except Exception:
+        except BaseException as error:
             if not recorded:
                 recorded = True
-                breaker.record_failure(permit)
-            raise
-        except BaseException:
-            if not recorded:
-                recorded = True
-                breaker.record_ignored(permit)
+                await inbound.arecord_exception(breaker, admitted, error)
             raise
         if not recorded:
-            breaker.record_ignored(permit)  # the app answered nothing
+            await inbound.arelease(breaker, admitted)  # the app answered nothing

@@ -23,17 +23,17 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from flask import Flask, g
+    from flask import Flask, Response, g, request
 except ImportError as exc:  # pragma: no cover - exercised only without Flask installed
     raise ImportError(
         "baldur_django.contrib.flask needs Flask; install it with pip install 'baldur-django[flask]'"
     ) from exc
 
-from ..core.errors import CircuitOpenError
+from ..core import inbound
+from ..core.breaker import Permit
+from ..core.inbound import ShedAnswer
 from ..core.registry import registry
-
-# the status rules are shared with the ASGI middleware (that module is pure Python)
-from .asgi import check_service_name, record_status
+from .asgi import check_service_name
 
 __all__ = ["BaldurFlask"]
 
@@ -41,15 +41,20 @@ _G_KEY = "_baldur_permit"
 
 
 class BaldurFlask:
-    """Record a Flask app's responses against one breaker (IN-6).
+    """Record a Flask app's responses against one breaker (IN-6, IN-7).
 
-    With a ``service_name``, each request asks the breaker for admission before the
-    view (a refusal lets the request run unrecorded) and its response is recorded
-    after it: a rate-limit status is a failure that feeds the cascade and the cooldown,
-    except a 429 carrying ``X-RateLimit-Mode``; a failure status is a failure; anything
-    else a success. A view exception counts once: through the 500 Flask answers, or,
-    when Flask propagates it (``TESTING``/``PROPAGATE_EXCEPTIONS``), in teardown.
-    Without a ``service_name`` nothing is recorded and no hook is installed.
+    A thin shell over the inbound policy (:mod:`baldur_django.core.inbound`), the one
+    Django's middleware and the ASGI middleware use. With a ``service_name``, each
+    request asks the breaker for admission before the view: a refusal lets the request
+    run unrecorded, or, with ``BALDUR_MIDDLEWARE_SHED_LOAD`` on, answers a 503 with
+    ``Retry-After`` and ``X-Baldur-Shed`` instead of running the view. The response is
+    recorded after the view: a rate-limit status is a failure that feeds the cascade
+    and the cooldown, except the application's own 429s (``X-RateLimit-Mode`` or
+    ``X-RateLimit-Limit``, or a request marked with ``baldur_django.mark_rate_limited``);
+    a failure status is a failure; anything else a success. A view exception counts
+    once: through the 500 Flask answers, or, when Flask propagates it
+    (``TESTING``/``PROPAGATE_EXCEPTIONS``), in teardown. Without a ``service_name``
+    nothing is recorded and no hook is installed.
 
     Args:
         app: a ``flask.Flask`` application, or None to call :meth:`init_app` later.
@@ -65,7 +70,11 @@ class BaldurFlask:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
-        """Install the request hooks on *app* (none when there is no service name)."""
+        """Install the request hooks on *app* (none when there is no service name).
+
+        Args:
+            app: the Flask application.
+        """
         app.extensions["baldur"] = self
         if self.service_name is None:
             return
@@ -73,21 +82,21 @@ class BaldurFlask:
         app.after_request(self._after)
         app.teardown_request(self._teardown)
 
-    def _before(self) -> None:
+    def _before(self) -> Response | None:
         breaker = registry.get(self.service_name)  # type: ignore[arg-type]
         assert breaker is not None
-        try:
-            permit = breaker.acquire()
-        except CircuitOpenError:
-            return None
-        setattr(g, _G_KEY, (breaker, permit))
+        permit = inbound.admit(breaker)
+        if isinstance(permit, Permit):
+            setattr(g, _G_KEY, (breaker, permit))
+        elif isinstance(permit, ShedAnswer):
+            return Response(permit.body, status=permit.status, headers=list(permit.headers))
         return None
 
     def _after(self, response: Any) -> Any:
         taken = g.pop(_G_KEY, None)
         if taken is not None:
             breaker, permit = taken
-            record_status(breaker, permit, response.status_code, response.headers.get)
+            inbound.record(breaker, permit, response.status_code, response.headers, request)
         return response
 
     def _teardown(self, exc: BaseException | None) -> None:
@@ -95,7 +104,7 @@ class BaldurFlask:
         if taken is None:
             return
         breaker, permit = taken
-        if isinstance(exc, Exception):
-            breaker.record_failure(permit)
+        if exc is None:
+            inbound.release(breaker, permit)
         else:
-            breaker.record_ignored(permit)
+            inbound.record_exception(breaker, permit, exc)

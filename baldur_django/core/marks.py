@@ -3,8 +3,9 @@
 An app-side limiter (the DRF throttle bridge, ``RateLimitMiddleware``, a hand-written
 check) marks the request it refused; the circuit-breaker middleware then leaves that
 request's 429 out of every count. Plain Python: a mark is one attribute on the request
-object, so this module imports nothing, and ``import baldur_django`` (which re-exports
-:func:`mark_rate_limited`) works in a process without Django.
+object (or one key of an ASGI scope), so this module imports nothing, and
+``import baldur_django`` (which re-exports :func:`mark_rate_limited`) works in a process
+without Django.
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ def _underlying(request: Any) -> Any:
     return inner if inner is not None else request
 
 
+def _scope_of(target: Any) -> Any:
+    # An ASGI scope (a dict), or the scope a Starlette/FastAPI Request wraps: the bare
+    # ASGI middleware sees the scope, never the framework's request object.
+    if isinstance(target, dict):
+        return target
+    scope = getattr(target, "scope", None)
+    return scope if isinstance(scope, dict) else None
+
+
 def mark_rate_limited(request: Any) -> None:
     """Mark *request* as refused by the application's own rate limiter. Implements IN-3.
 
@@ -31,8 +41,10 @@ def mark_rate_limited(request: Any) -> None:
 
     Args:
         request: a Django ``HttpRequest`` or a DRF ``Request`` (the mark is set on the
-            underlying ``HttpRequest``, the object middleware sees); any object that
-            accepts attributes.
+            underlying ``HttpRequest``, the object middleware sees); a Flask request; an
+            ASGI scope (a dict) or a Starlette/FastAPI ``Request`` (the mark is also
+            written into its scope, which the bare ASGI middleware sees); any object
+            that accepts attributes.
 
     Returns:
         None.
@@ -40,16 +52,26 @@ def mark_rate_limited(request: Any) -> None:
     Raises:
         AttributeError: *request* does not accept attributes (``__slots__``, a builtin).
     """
-    setattr(_underlying(request), MARK_ATTRIBUTE, True)
+    target = _underlying(request)
+    scope = _scope_of(target)
+    if scope is not None:
+        scope[MARK_ATTRIBUTE] = True
+    if scope is not target:
+        setattr(target, MARK_ATTRIBUTE, True)
 
 
 def is_marked(request: Any) -> bool:
     """Whether :func:`mark_rate_limited` was called for *request*. Implements IN-3.
 
     Args:
-        request: a Django ``HttpRequest`` or a DRF ``Request`` (or any object).
+        request: a Django ``HttpRequest`` or a DRF ``Request``, an ASGI scope, or any object.
 
     Returns:
-        bool: True only when the mark is set (on the request or its underlying ``HttpRequest``).
+        bool: True only when the mark is set (on the request, its underlying
+        ``HttpRequest``, or its ASGI scope).
     """
-    return getattr(_underlying(request), MARK_ATTRIBUTE, False) is True
+    target = _underlying(request)
+    if getattr(target, MARK_ATTRIBUTE, False) is True:
+        return True
+    scope = _scope_of(target)
+    return scope is not None and scope.get(MARK_ATTRIBUTE) is True

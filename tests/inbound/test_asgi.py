@@ -101,13 +101,15 @@ def test_in6_asgi_records_every_response_against_the_service(build, clock):
 
 
 def test_in6_asgi_leaves_out_only_the_package_s_own_answers():
-    """IN-6: a 429 with X-RateLimit-Mode and the shed 503 are not counted; X-RateLimit-Limit alone is."""
+    """IN-6, IN-3, IN-7: a 429 with X-RateLimit-Mode, one with X-RateLimit-Limit alone (the
+    Django middleware's rule, now shared) and the shed 503 are not counted; a relayed 429 is."""
     c = TestClient(added("api"))
     for _ in range(6):
         assert c.get("/own").status_code == 429
         assert c.get("/shed").status_code == 503
+        assert c.get("/limit-only").status_code == 429
     assert counts() == (0, 0, 0)
-    assert c.get("/limit-only").status_code == 429
+    assert c.get("/relay").status_code == 429
     assert counts() == (1, 1, 1)
 
 
@@ -250,3 +252,25 @@ def test_in6_asgi_bad_service_name_is_a_config_error(bad):
     """IN-6: a service name must be a non-empty string (or None)."""
     with pytest.raises(ConfigError, match="service_name"):
         BaldurASGIMiddleware(Starlette(), service_name=bad)
+
+
+@pytest.mark.parametrize("build", [added, wrapped])
+def test_in3_in7_a_starlette_view_s_mark_reaches_the_middleware(build):
+    """IN-3, IN-7: a Starlette view that marks its request (mark_rate_limited) refuses with a
+    plain 429: the middleware, inside or outside Starlette's own stack, leaves it out; the
+    same 429 unmarked counts."""
+    from baldur_django import mark_rate_limited
+
+    async def refuse(request):
+        if request.query_params.get("mark"):
+            mark_rate_limited(request)
+        return PlainTextResponse("app said no", status_code=429)
+
+    app = build("api")
+    inner = app.app if isinstance(app, BaldurASGIMiddleware) else app
+    inner.router.routes.append(Route("/refuse", refuse))
+    c = TestClient(app)
+    assert c.get("/refuse?mark=1").status_code == 429
+    assert counts() == (0, 0, 0)
+    assert c.get("/refuse").status_code == 429
+    assert counts() == (1, 1, 1)

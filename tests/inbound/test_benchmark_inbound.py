@@ -26,7 +26,8 @@ def test_inbound_benchmark_smoke():
     """IN-1, IN-4 (benchmark plumbing): the middlewares (sync and async) and the three rate
     limiters are measured; RateLimitMiddleware makes one round trip per admitted request (one
     EVALSHA), django-ratelimit two (SET NX, EVAL), DRF's throttle two (GET, SET); the report
-    prints both goal lines; the JSON is plain data; no key of the run is left on the server."""
+    prints its four goal lines (two of them issue 21's middleware cost, sync and async); the
+    JSON is plain data; no key of the run is left on the server."""
     need_server("Redis at 127.0.0.1:6379", reachable("127.0.0.1", 6379))
     pytest.importorskip("django_ratelimit")
     from benchmarks.inbound import (
@@ -67,9 +68,11 @@ def test_inbound_benchmark_smoke():
     assert result.counts[DRF_THROTTLE].client_names == {"get": 30, "set": 30}
     assert result.counts[BALDUR_LIMITER].server.get("evalsha", 0) >= 30  # server-wide: at least ours
     verdicts = evaluate_inbound(result)
-    assert len(verdicts) == 2 and verdicts[1].status == "PASS"
+    assert len(verdicts) == 4 and verdicts[3].status == "PASS"
+    assert "sync CircuitBreakerMiddleware/SecurityMiddleware <= 0.5" in verdicts[0].text
+    assert "async CircuitBreakerMiddleware/SecurityMiddleware's work <= 0.5" in verdicts[1].text
     text = format_inbound(result)
-    assert text.count("PASS") + text.count("MISS") + text.count("N/A") >= 2
+    assert text.count("PASS") + text.count("MISS") + text.count("N/A") >= 4
     data = json.loads(json.dumps(to_json(result)))
     assert data["limiters"][BALDUR_LIMITER]["round_trips_per_request"] == 1.0
     admin = redis.Redis.from_url(URL)

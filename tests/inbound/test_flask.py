@@ -74,13 +74,15 @@ def test_in6_flask_records_every_response_against_the_service(clock):
 
 
 def test_in6_flask_leaves_out_only_the_package_s_own_answers():
-    """IN-6: a 429 with X-RateLimit-Mode and the shed 503 are not counted; X-RateLimit-Limit alone is."""
+    """IN-6, IN-3, IN-7: a 429 with X-RateLimit-Mode, one with X-RateLimit-Limit alone (the
+    Django middleware's rule, now shared) and the shed 503 are not counted; a relayed 429 is."""
     c = make_app("shop").test_client()
     for _ in range(6):
         assert c.get("/own").status_code == 429
         assert c.get("/shed").status_code == 503
+        assert c.get("/limit-only").status_code == 429
     assert counts() == (0, 0, 0)
-    assert c.get("/limit-only").status_code == 429
+    assert c.get("/relay").status_code == 429
     assert counts() == (1, 1, 1)
 
 

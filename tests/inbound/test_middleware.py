@@ -14,7 +14,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
 import baldur_django as baldur
-from baldur_django import middleware as middleware_module
+from baldur_django.core import inbound as inbound_module
 from baldur_django.core.errors import CircuitOpenError
 from baldur_django.core.marks import is_marked
 from baldur_django.core.registry import registry
@@ -226,13 +226,30 @@ def test_in1_ten_thousand_random_paths_create_no_breaker(configure):
     for path in paths:
         middleware(factory.get(path))
     assert registry.names() == sorted({*MAPPING.values(), "default"})
-    memo = middleware_module._routes._table[3]
-    assert 0 < len(memo) <= middleware_module.MEMO_SIZE  # the path memo stays bounded
+    memo = inbound_module._table[3]
+    assert 0 < len(memo) <= inbound_module.MEMO_SIZE  # the path memo stays bounded
     # the memo never changes an answer: check every path against a plain scan
     ordered = sorted(enumerate(MAPPING.items()), key=lambda item: (-len(item[1][0]), item[0]))
     for path in [*list(paths)[:2000], "/api/" + "x" * 500]:
         expected = next((domain for _, (key, domain) in ordered if key in path), "default")
         assert domain_for(path) == expected
+        assert inbound_module.breaker_for(path).name == expected
+        if path in memo:
+            assert memo[path].name == expected
+
+
+def test_in1_path_memo_follows_a_registry_clear_and_a_settings_change(configure):
+    """IN-1, CFG-2: the path -> breaker memo never hands out a forgotten breaker: after
+    registry.clear() the path gets the registry's new breaker, after a mapping change the
+    newly mapped one."""
+    configure(BALDUR_DOMAIN_MAPPING=MAPPING)
+    first = inbound_module.breaker_for("/api/orders")
+    assert first is inbound_module.breaker_for("/api/orders") is registry.get("api")
+    registry.clear()
+    second = inbound_module.breaker_for("/api/orders")
+    assert second is not first and second is registry.get("api")
+    configure(BALDUR_DOMAIN_MAPPING={"/api/": "api-v2"})
+    assert inbound_module.breaker_for("/api/orders") is registry.get("api-v2")
 
 
 def test_in1_random_paths_through_the_client_stay_on_default(site):
