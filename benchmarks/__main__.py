@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--runs N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--runs N] [--cpu-time] [--json FILE] [--stores] [--scale [--counts N,M]] [--memory] [--inbound] [--propagation] [--metrics]``."""
 
 from __future__ import annotations
 
@@ -64,6 +64,24 @@ def _parser() -> argparse.ArgumentParser:
         help="run the cluster propagation benchmark instead (benchmarks/propagation.py: 4 worker processes; "
         "needs Redis)",
     )
+    # --- fleet-scale benchmark hook (benchmarks/scale.py) ---
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="run the fleet-scale benchmark instead (benchmarks/scale.py: 1,000 and 10,000 breakers; memory, "
+        "creation, recovery_sweep/sync_state on Redis, a /metrics scrape, baldur_status --json, the admin list; "
+        "needs Redis)",
+    )
+    parser.add_argument(
+        "--counts",
+        default=None,
+        help="with --scale: comma-separated breaker counts, smallest first (default 1000,10000)",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="print where a default breaker's memory goes instead (benchmarks/memory.py, tracemalloc by line)",
+    )
     # --- Prometheus metrics benchmark hook (benchmarks/metrics.py) ---
     parser.add_argument(
         "--metrics",
@@ -86,6 +104,17 @@ def main(argv: list[str] | None = None) -> int:
         from .propagation import main as propagation_main
 
         return propagation_main([], quick=args.quick, json_file=args.json, redis_url=args.redis_url)
+    if args.scale:  # --- fleet-scale benchmark hook ---
+        from .scale import main as scale_main
+
+        counts = tuple(int(c) for c in args.counts.split(",")) if args.counts else None
+        return scale_main(
+            [], quick=args.quick, json_file=args.json, redis_url=args.redis_url, runs=args.runs, counts=counts
+        )
+    if args.memory:
+        from .memory import main as memory_main
+
+        return memory_main([])
     if args.metrics:  # --- Prometheus metrics benchmark hook ---
         from .metrics import main as metrics_main
 

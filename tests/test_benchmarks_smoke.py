@@ -193,3 +193,44 @@ def test_bench_profile_ladder_rebuilds_the_hot_path():
     assert all(_finite(overhead) and _finite(step) for _, overhead, step in rows)
     assert "real circuit_breaker wrapper" in format_ladder(rows)
     assert "wrapper" in profile_closed(calls=200, warmup=10)
+
+
+@pytest.mark.django_db
+def test_bench_scale_tiny_run_reports_every_figure_and_cleans_up(fresh_registry, capsys):
+    """ST-5, EM-7, OP-6, OP-7 (exercised): ``--scale`` with 10 and 20 breakers measures every
+    figure (memory, creation, sweep, sync, scrape, ``baldur_status --json``, the admin's first
+    page), prints a goal and a linear-growth line for each, and leaves no key behind."""
+    from tests.conftest import need_server
+    from tests.stores.conftest import reachable
+
+    need_server("Redis at 127.0.0.1:6379", reachable("127.0.0.1", 6379))
+    from baldur_django.core.stores.redis import connect
+    from benchmarks import scale
+
+    settings = scale.ScaleSettings(counts=(10, 20), runs=1, redis_url="redis://127.0.0.1:6379/9")
+    runs = scale.run_scale(settings)
+    assert len(runs) == 1
+    for count in (10, 20):
+        figures = runs[0].figures[count]
+        assert set(figures) == set(scale.FIGURES)
+        assert all(isinstance(v, float) and v > 0 for v in figures.values()), figures
+    text = scale.format_scale(runs, settings, 0.0)
+    for goal in scale.SCALE_GOALS:
+        assert goal.limit is None or goal.text in text
+    assert text.count("grows at most linearly") == len(scale.FIGURES)
+    data = json.loads(json.dumps(scale.to_json(runs, settings)))
+    assert len(data["goals"]) == len([g for g in scale.SCALE_GOALS if g.limit is not None]) + len(scale.FIGURES)
+    client = connect(settings.redis_url)
+    try:
+        assert len(runs[0].prefixes) == 2
+        for prefix in runs[0].prefixes:
+            assert not list(client.scan_iter(f"{prefix}:*"))
+    finally:
+        client.close()
+    assert fresh_registry.store is None
+
+
+def test_bench_scale_cli_refuses_an_unreachable_redis(capsys):
+    """FAC-1 (exercised): ``--scale`` against a Redis that is not there exits 2 with a message."""
+    assert main(["--scale", "--counts", "2", "--runs", "1", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
+    assert "cannot reach Redis" in capsys.readouterr().err
