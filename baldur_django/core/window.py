@@ -298,6 +298,7 @@ def _count_of(counter: itertools.count[int]) -> int:
     return int(repr(counter)[6:-1])
 
 
+_NO_BUCKET = float("-inf")  # bucket_end while no second has been rolled to yet
 _Bucket = tuple[float, "itertools.count[int]", int]  # (end, calls, sightings) of a past second
 
 
@@ -343,12 +344,15 @@ class SecondBuckets:
                 self._seen = [now]
 
     def _roll(self, now: float) -> None:
-        bucket = (self.bucket_end, self.counter, self.sightings)
         old = self._old
-        if isinstance(old, list):
-            old.append(bucket)
-        else:
-            self._old = old = [bucket]
+        if self.bucket_end != _NO_BUCKET or _count_of(self.counter):
+            # (the placeholder before the first roll, or after a clear, is kept only if a
+            # healthy-lane step raced the clear into it: its count must reach total())
+            bucket = (self.bucket_end, self.counter, self.sightings)
+            if isinstance(old, list):
+                old.append(bucket)
+            else:
+                self._old = old = [bucket]
         self.bucket_end = float(int(now) + 1)
         self.counter = itertools.count()
         self.sightings = 0
@@ -359,7 +363,7 @@ class SecondBuckets:
                 break
             self.retired += _count_of(counter)
             gone += 1
-        if gone:
+        if gone and isinstance(old, list):
             del old[:gone]
         if self._gone:
             self._retire(now)
