@@ -9,7 +9,7 @@ runs a short version, ``--cpu-time`` times the latency loops with the thread's C
 ``--profile`` breaks the CLOSED hot path down. Results and method: ``docs/performance.md``.
 """
 
-from .report import GOALS, evaluate, format_report, to_json
+from .report import GOALS, evaluate, evaluate_runs, format_report, to_json
 from .scenarios import (
     CONTENDERS,
     DEFAULT,
@@ -35,6 +35,7 @@ __all__ = [
     "bench_open",
     "bench_threads",
     "evaluate",
+    "evaluate_runs",
     "format_report",
     "run_all",
     "to_json",

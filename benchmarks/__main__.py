@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--cpu-time] [--json FILE] [--stores] [--inbound] [--propagation] [--metrics] [--predicates] [--http]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--runs N] [--cpu-time] [--json FILE] [--stores] [--scale [--counts N,M]] [--memory] [--inbound] [--propagation] [--metrics] [--predicates] [--http]``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="override the rounds of the closed/open/async scenarios (and the profile ladder)",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="separate interleaved runs of the scenarios; each goal is decided by the median of its "
+        "figure over the runs, and every run's figure is shown (default 3)",
     )
     parser.add_argument("--json", metavar="FILE", default=None, help="also write every figure as JSON to FILE")
     parser.add_argument(
@@ -56,6 +63,24 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the cluster propagation benchmark instead (benchmarks/propagation.py: 4 worker processes; "
         "needs Redis)",
+    )
+    # --- fleet-scale benchmark hook (benchmarks/scale.py) ---
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="run the fleet-scale benchmark instead (benchmarks/scale.py: 1,000 and 10,000 breakers; memory, "
+        "creation, recovery_sweep/sync_state on Redis, a /metrics scrape, baldur_status --json, the admin list; "
+        "needs Redis)",
+    )
+    parser.add_argument(
+        "--counts",
+        default=None,
+        help="with --scale: comma-separated breaker counts, smallest first (default 1000,10000)",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="print where a default breaker's memory goes instead (benchmarks/memory.py, tracemalloc by line)",
     )
     # --- Prometheus metrics benchmark hook (benchmarks/metrics.py) ---
     parser.add_argument(
@@ -97,6 +122,17 @@ def main(argv: list[str] | None = None) -> int:
         from .propagation import main as propagation_main
 
         return propagation_main([], quick=args.quick, json_file=args.json, redis_url=args.redis_url)
+    if args.scale:  # --- fleet-scale benchmark hook ---
+        from .scale import main as scale_main
+
+        counts = tuple(int(c) for c in args.counts.split(",")) if args.counts else None
+        return scale_main(
+            [], quick=args.quick, json_file=args.json, redis_url=args.redis_url, runs=args.runs, counts=counts
+        )
+    if args.memory:
+        from .memory import main as memory_main
+
+        return memory_main([])
     if args.metrics:  # --- Prometheus metrics benchmark hook ---
         from .metrics import main as metrics_main
 
@@ -122,6 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         use_cpu_time(False)
 
 
+def _loadavg() -> tuple[float, float, float]:
+    import os
+
+    try:
+        return os.getloadavg()
+    except OSError:  # pragma: no cover
+        return (float("nan"),) * 3
+
+
 def _run(args: argparse.Namespace) -> int:
     settings = QUICK if args.quick else DEFAULT
     if args.rounds is not None:
@@ -139,6 +184,9 @@ def _run(args: argparse.Namespace) -> int:
         print(format_ladder(measure_ladder(settings, rounds=settings.rounds if args.quick else 2 * settings.rounds)))
         return 0
 
+    if args.runs < 1:
+        print("--runs must be at least 1", file=sys.stderr)
+        return 2
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in only if name not in SCENARIOS]
     if unknown:
@@ -146,13 +194,24 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     env = environment()
     started = time.monotonic()
-    results = run_all(
-        settings, only or None, progress=lambda key: print(f"measuring {key} ...", file=sys.stderr, flush=True)
-    )
-    print(format_report(results, env, settings, time.monotonic() - started))
+    runs = []
+    for index in range(args.runs):
+        # each run is a full interleaved run of its own, with its own shuffle of the contenders
+        chosen = dataclasses.replace(settings, seed=settings.seed + index)
+        runs.append(
+            run_all(
+                chosen,
+                only or None,
+                progress=lambda key, i=index: print(
+                    f"run {i + 1}/{args.runs}: measuring {key} ...", file=sys.stderr, flush=True
+                ),
+            )
+        )
+    env["loadavg_end"] = _loadavg()
+    print(format_report(runs, env, settings, time.monotonic() - started))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(to_json(results, env, settings), handle, indent=2)
+            json.dump(to_json(runs, env, settings), handle, indent=2)
     return 0
 
 

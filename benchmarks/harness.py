@@ -22,10 +22,13 @@ __all__ = [
     "Sample",
     "use_cpu_time",
     "clock_name",
+    "now_ns",
     "loop_calls",
     "loop_rejections",
     "loop_protect",
     "loop_protect_knob",
+    "loop_protect_knobs3",
+    "loop_protect_knobs5",
     "aloop_calls",
     "aloop_protect",
     "aloop_protect_knob",
@@ -48,6 +51,11 @@ def use_cpu_time(on: bool) -> None:
     always wall time."""
     global _now
     _now = time.thread_time_ns if on else time.perf_counter_ns
+
+
+def now_ns() -> int:
+    """The loops' clock right now (nanoseconds; wall or thread CPU, see :func:`use_cpu_time`)."""
+    return _now()
 
 
 def clock_name() -> str:
@@ -92,6 +100,32 @@ def loop_protect_knob(protect: Callable[..., Any], service: str, call: Callable[
     start = _now()
     for _ in repeat(None, n):
         protect(service, call, failure_threshold=3)
+    return _now() - start
+
+
+def loop_protect_knobs3(protect: Callable[..., Any], service: str, call: Callable[[], Any], n: int) -> int:
+    """Run ``protect(service, call, retry=False, failure_threshold=5, recovery_timeout=3600)``
+    *n* times (issue 21's three-knob row, written literally as a view writes it); return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        protect(service, call, retry=False, failure_threshold=5, recovery_timeout=3600)
+    return _now() - start
+
+
+def loop_protect_knobs5(protect: Callable[..., Any], service: str, call: Callable[[], Any], n: int) -> int:
+    """The five-knob row: the three knobs of :func:`loop_protect_knobs3` plus
+    ``failure_rate_threshold=50, minimum_calls=10``; return elapsed ns."""
+    start = _now()
+    for _ in repeat(None, n):
+        protect(
+            service,
+            call,
+            retry=False,
+            failure_threshold=5,
+            recovery_timeout=3600,
+            failure_rate_threshold=50,
+            minimum_calls=10,
+        )
     return _now() - start
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,25 +14,32 @@ from .scenarios import (
     CIRCUITBREAKER,
     CONTENDERS,
     PROTECT_KNOB_ROW,
+    PROTECT_KNOBS3_ROW,
+    PROTECT_KNOBS5_ROW,
     PROTECT_ROW,
     PROTECTED,
+    PYBREAKER,
     RESPONSE_ROW,
     RETRY_ROW,
     BenchSettings,
     ScenarioResult,
 )
 
-__all__ = ["Goal", "GOALS", "Verdict", "evaluate", "format_report", "to_json"]
+__all__ = ["Goal", "GOALS", "Verdict", "evaluate", "evaluate_runs", "format_report", "to_json"]
 
 
 @dataclass(frozen=True)
 class Goal:
-    """``subject / reference`` in *scenario* must be <= *limit* (or >= when higher is better)."""
+    """``subject / reference`` in *scenario* must be <= *limit* (or >= when higher is better).
+
+    A goal whose *reference* is ``None`` is absolute: the subject's own figure (in the
+    scenario's unit, e.g. bytes) must be <= *limit*.
+    """
 
     text: str
     scenario: str
     subject: str
-    reference: str
+    reference: str | None
     limit: float
     higher_is_better: bool = False
 
@@ -107,34 +116,94 @@ GOALS = (
         0.5,
         True,
     ),
+    # Issue 21's call-style rows ("decorator" is ``protected``, as for issue 12's rows).
+    Goal(
+        "protect(name, fn, retry=False, failure_threshold=5, recovery_timeout=3600) overhead <= 1.5 x protected's",
+        "closed",
+        PROTECT_KNOBS3_ROW,
+        PROTECTED,
+        1.5,
+    ),
+    Goal(
+        "protect(name, fn, five knobs) overhead <= 1.5 x protected's",
+        "closed",
+        PROTECT_KNOBS5_ROW,
+        PROTECTED,
+        1.5,
+    ),
+    Goal(
+        "flat in the knobs: protect(name, fn, five knobs) overhead <= 1.2 x protect(name, fn, one knob)'s",
+        "closed",
+        PROTECT_KNOBS5_ROW,
+        PROTECT_KNOB_ROW,
+        1.2,
+    ),
+    Goal(
+        "creating a breaker and its first call <= 2 x pybreaker's",
+        "create",
+        CIRCUIT_BREAKER,
+        PYBREAKER,
+        2.0,
+    ),
+    Goal("memory per breaker, default config (window of 100) <= 2048 bytes", "memory", CIRCUIT_BREAKER, None, 2048),
 )
 
 
 @dataclass(frozen=True)
 class Verdict:
     """One goal's outcome: ``status`` is ``PASS``, ``MISS`` or ``N/A`` (not measured or
-    the reference figure is not positive, so no ratio can be formed)."""
+    the reference figure is not positive, so no ratio can be formed).
+
+    ``ratio`` decides: with several runs it is the median of ``ratios``, the figure of
+    each run (``None`` where that run could not form it)."""
 
     goal: Goal
     ratio: float | None
     status: str
+    ratios: tuple[float | None, ...] = ()
+
+
+def _ratio(goal: Goal, result: ScenarioResult) -> float | None:
+    subject = result.value(goal.subject)
+    if goal.reference is None:
+        return subject
+    reference = result.value(goal.reference)
+    if subject is None or reference is None or reference <= 0:
+        return None
+    return subject / reference
+
+
+def _verdict(goal: Goal, ratios: list[float | None]) -> Verdict:
+    known = [r for r in ratios if r is not None]
+    if not known:
+        return Verdict(goal, None, "N/A", tuple(ratios))
+    ratio = statistics.median(known)
+    ok = ratio >= goal.limit if goal.higher_is_better else ratio <= goal.limit
+    return Verdict(goal, ratio, "PASS" if ok else "MISS", tuple(ratios))
 
 
 def evaluate(results: dict[str, ScenarioResult]) -> list[Verdict]:
-    """The verdict of every goal whose scenario is in *results*."""
+    """The verdict of every goal whose scenario is in *results* (one run)."""
+    return evaluate_runs([results])
+
+
+def evaluate_runs(runs: Sequence[dict[str, ScenarioResult]]) -> list[Verdict]:
+    """The verdict of every goal whose scenario is in the first run, decided by the median
+    of its ratio over *runs* (each a separate interleaved run of the same scenarios)."""
     verdicts = []
     for goal in GOALS:
-        result = results.get(goal.scenario)
-        if result is None:
+        if not runs or goal.scenario not in runs[0]:
             continue
-        subject, reference = result.value(goal.subject), result.value(goal.reference)
-        if subject is None or reference is None or reference <= 0:
-            verdicts.append(Verdict(goal, None, "N/A"))
-            continue
-        ratio = subject / reference
-        ok = ratio >= goal.limit if goal.higher_is_better else ratio <= goal.limit
-        verdicts.append(Verdict(goal, ratio, "PASS" if ok else "MISS"))
+        verdicts.append(
+            _verdict(goal, [_ratio(goal, run[goal.scenario]) if goal.scenario in run else None for run in runs])
+        )
     return verdicts
+
+
+def _figure(goal: Goal, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0f} B" if goal.reference is None else f"{value:.2f}"
 
 
 def _cell(result: ScenarioResult, name: str) -> str:
@@ -146,6 +215,8 @@ def _cell(result: ScenarioResult, name: str) -> str:
     if result.throughput:
         sample = result.samples[name]
         return f"{value / 1e6:.2f} M/s ({sample.overhead:.2f}x)"
+    if result.unit != "ns":
+        return f"{value:.0f} {result.unit}"
     return f"+{value:.0f} ns" if value >= 0 else f"{value:.0f} ns"
 
 
@@ -161,10 +232,48 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _runs(results: dict[str, ScenarioResult] | Sequence[dict[str, ScenarioResult]]) -> list[dict[str, ScenarioResult]]:
+    return [results] if isinstance(results, dict) else list(results)
+
+
+def _details(result: ScenarioResult) -> list[list[str]]:
+    rows = []
+    for name, sample in [*result.samples.items(), *result.extra.items()]:
+        low, high = sample.spread()
+        if result.throughput:
+            rows.append(
+                [
+                    f"{result.key} / {name}",
+                    f"{sample.median / 1e6:.3f} M/s",
+                    f"{sample.overhead:.3f}x",
+                    f"{low:.3f}..{high:.3f}x",
+                ]
+            )
+        elif result.unit != "ns":
+            rows.append([f"{result.key} / {name}", f"{sample.median:.0f} {result.unit}", "", ""])
+        else:
+            rows.append(
+                [
+                    f"{result.key} / {name}",
+                    f"{sample.median:.0f} ns",
+                    f"+{sample.overhead:.0f} ns",
+                    f"{low:.0f}..{high:.0f} ns",
+                ]
+            )
+    for name, why in result.missing.items():
+        rows.append([f"{result.key} / {name}", "n/a", why, ""])
+    return rows
+
+
 def format_report(
-    results: dict[str, ScenarioResult], env: dict[str, Any], settings: BenchSettings, elapsed: float
+    results: dict[str, ScenarioResult] | Sequence[dict[str, ScenarioResult]],
+    env: dict[str, Any],
+    settings: BenchSettings,
+    elapsed: float,
 ) -> str:
-    """The human-readable report: environment, headline table, details, goal verdicts."""
+    """The human-readable report: environment, headline table and details of each run, and
+    the goal verdicts (with several runs: every run's ratio, the median deciding)."""
+    runs = _runs(results)
     out = []
     out.append(
         f"Python {env['python']} ({env['implementation']}) on {env['platform']}; "
@@ -177,69 +286,67 @@ def format_report(
     )
     out.append(f"baldur state backend: {env['baldur_store']} (BALDUR_STATE_BACKEND); git {env['git']}")
     out.append(
-        f"{settings.rounds} interleaved rounds x {settings.calls} calls (closed), {settings.reject_calls} (open), "
-        f"{settings.async_calls} (async); {settings.thread_rounds} rounds x {settings.threads} threads x "
-        f"{settings.per_thread} calls; took {elapsed:.0f} s"
+        f"{len(runs)} run(s), each of {settings.rounds} interleaved rounds x {settings.calls} calls (closed), "
+        f"{settings.reject_calls} (open), {settings.async_calls} (async); {settings.thread_rounds} rounds x "
+        f"{settings.threads} threads x {settings.per_thread} calls; {settings.create_rounds} rounds x "
+        f"{settings.create_calls} new breakers (create); {settings.memory_breakers} breakers traced (memory); "
+        f"took {elapsed:.0f} s"
     )
-    out.append(f"clock of the closed/open/async loops: {env.get('clock', 'wall')} time (threads: wall time)")
-    out.append("")
-    out.append(
-        "Median overhead per call over a bare call (lower is better); thread rows: calls/s (x bare, higher is better)"
-    )
-    rows = [["scenario", "bare", *CONTENDERS]]
-    for result in results.values():
-        bare = f"{result.bare / 1e6:.2f} M/s" if result.throughput else f"{result.bare:.0f} ns"
-        rows.append([result.title, bare, *(_cell(result, name) for name in CONTENDERS)])
-    out.append(_table(rows))
-
-    out.append("")
-    out.append("Details: median per call, and the p25..p75 spread of the paired per-round figure")
-    rows = [["scenario / contender", "median", "over bare", "p25..p75"]]
-    for result in results.values():
-        for name, sample in [*result.samples.items(), *result.extra.items()]:
+    out.append(f"clock of the closed/open/async/create loops: {env.get('clock', 'wall')} time (threads: wall time)")
+    if "loadavg_end" in env:
+        out.append(f"load average at the end: {env['loadavg_end'][0]:.2f}")
+    for index, run in enumerate(runs, 1):
+        out.append("")
+        head = f"Run {index} of {len(runs)}: m" if len(runs) > 1 else "M"
+        out.append(
+            f"{head}edian overhead per call over a bare call (lower is better); thread rows: calls/s "
+            "(x bare, higher is better); memory: bytes per breaker"
+        )
+        rows = [["scenario", "bare", *CONTENDERS]]
+        for result in run.values():
             if result.throughput:
-                low, high = sample.spread()
-                rows.append(
-                    [
-                        f"{result.key} / {name}",
-                        f"{sample.median / 1e6:.3f} M/s",
-                        f"{sample.overhead:.3f}x",
-                        f"{low:.3f}..{high:.3f}x",
-                    ]
-                )
+                bare = f"{result.bare / 1e6:.2f} M/s"
+            elif result.unit != "ns":
+                bare = "-"
             else:
-                low, high = sample.spread()
-                rows.append(
-                    [
-                        f"{result.key} / {name}",
-                        f"{sample.median:.0f} ns",
-                        f"+{sample.overhead:.0f} ns",
-                        f"{low:.0f}..{high:.0f} ns",
-                    ]
-                )
-        for name, why in result.missing.items():
-            rows.append([f"{result.key} / {name}", "n/a", why, ""])
-    out.append(_table(rows))
+                bare = f"{result.bare:.0f} ns"
+            rows.append([result.title, bare, *(_cell(result, name) for name in CONTENDERS)])
+        out.append(_table(rows))
+        out.append("")
+        out.append("Details: median per call, and the p25..p75 spread of the paired per-round figure")
+        rows = [["scenario / contender", "median", "over bare", "p25..p75"]]
+        for result in run.values():
+            rows.extend(_details(result))
+        out.append(_table(rows))
 
-    verdicts = evaluate(results)
+    verdicts = evaluate_runs(runs)
     if verdicts:
         out.append("")
-        out.append("Goals")
+        out.append(
+            "Goals"
+            + (f" (the median of {len(runs)} runs decides; each run's figure in brackets)" if len(runs) > 1 else "")
+        )
         for verdict in verdicts:
-            ratio = (
-                "ratio n/a" if verdict.ratio is None else f"ratio {verdict.ratio:.2f} (limit {verdict.goal.limit:g})"
-            )
-            out.append(f"  {verdict.status:<4}  {verdict.goal.text}: {ratio}")
+            goal = verdict.goal
+            limit = f"{goal.limit:g} B" if goal.reference is None else f"{goal.limit:g}"
+            label = "value" if goal.reference is None else "ratio"
+            if verdict.ratio is None:
+                figure = f"{label} n/a"
+            else:
+                figure = f"{label} {_figure(goal, verdict.ratio)} (limit {limit})"
+            if len(runs) > 1:
+                figure += " [" + ", ".join(_figure(goal, r) for r in verdict.ratios) + "]"
+            out.append(f"  {verdict.status:<4}  {goal.text}: {figure}")
     return "\n".join(out)
 
 
-def to_json(results: dict[str, ScenarioResult], env: dict[str, Any], settings: BenchSettings) -> dict[str, Any]:
-    """A JSON-ready dict of every figure and verdict (for comparing runs)."""
+def _run_json(results: dict[str, ScenarioResult]) -> dict[str, Any]:
     scenarios = {}
     for key, result in results.items():
         scenarios[key] = {
             "title": result.title,
             "throughput": result.throughput,
+            "unit": result.unit,
             "bare": result.bare,
             "contenders": {
                 name: {"median": s.median, "over_bare": s.overhead, "spread": s.spread()}
@@ -247,9 +354,24 @@ def to_json(results: dict[str, ScenarioResult], env: dict[str, Any], settings: B
             },
             "missing": result.missing,
         }
+    return scenarios
+
+
+def to_json(
+    results: dict[str, ScenarioResult] | Sequence[dict[str, ScenarioResult]],
+    env: dict[str, Any],
+    settings: BenchSettings,
+) -> dict[str, Any]:
+    """A JSON-ready dict of every figure and verdict (for comparing runs). ``scenarios`` is
+    the first run's; ``runs`` holds every run's; each goal lists every run's ratio."""
+    runs = _runs(results)
     return {
         "environment": env,
         "settings": settings.__dict__,
-        "scenarios": scenarios,
-        "goals": [{"goal": v.goal.text, "ratio": v.ratio, "status": v.status} for v in evaluate(results)],
+        "scenarios": _run_json(runs[0]) if runs else {},
+        "runs": [_run_json(run) for run in runs],
+        "goals": [
+            {"goal": v.goal.text, "ratio": v.ratio, "status": v.status, "ratios": list(v.ratios)}
+            for v in evaluate_runs(runs)
+        ],
     }

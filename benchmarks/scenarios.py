@@ -47,7 +47,10 @@ from .harness import (
     loop_calls,
     loop_protect,
     loop_protect_knob,
+    loop_protect_knobs3,
+    loop_protect_knobs5,
     loop_rejections,
+    now_ns,
 )
 
 __all__ = [
@@ -63,6 +66,9 @@ __all__ = [
     "PROTECT_KNOB_ROW",
     "APROTECT_ROW",
     "APROTECT_KNOB_ROW",
+    "PROTECT_KNOBS3_ROW",
+    "PROTECT_KNOBS5_ROW",
+    "CREATE_PROTECT_ROW",
     "BenchSettings",
     "DEFAULT",
     "QUICK",
@@ -71,6 +77,8 @@ __all__ = [
     "bench_open",
     "bench_async",
     "bench_threads",
+    "bench_create",
+    "bench_memory",
     "run_all",
 ]
 
@@ -94,6 +102,12 @@ PROTECT_KNOB_ROW = "protect(name, fn, failure_threshold=3)"
 #: Rows of the async scenario: ``await baldur.aprotect(name, factory)``, with and without a knob.
 APROTECT_ROW = "aprotect(name, factory)"
 APROTECT_KNOB_ROW = "aprotect(name, factory, failure_threshold=3)"
+#: Issue 21's rows of the CLOSED scenario: ``protect`` with three and with five knobs
+#: passed literally on every call (the one-knob row is :data:`PROTECT_KNOB_ROW`).
+PROTECT_KNOBS3_ROW = "protect(name, fn, retry=False, failure_threshold=5, recovery_timeout=3600)"
+PROTECT_KNOBS5_ROW = "protect(name, fn, <those 3>, failure_rate_threshold=50, minimum_calls=10)"
+#: Row of the create scenario: a new breaker made by its first inline ``protect(name, fn)``.
+CREATE_PROTECT_ROW = "protect(new name, fn)"
 
 # Long enough that no breaker leaves OPEN while it is measured.
 _OPEN_FOR_SECONDS = 3600
@@ -114,6 +128,9 @@ class BenchSettings:
         warmup: calls made through every breaker before measuring; raised to at least
             twice baldur's window size so its steady-state path is what gets measured.
         seed: seeds the per-round shuffle of the contenders.
+        create_rounds: measured rounds of the create scenario.
+        create_calls: breakers each contender creates (and calls once) per round.
+        memory_breakers: breakers per library whose memory is traced (memory scenario).
     """
 
     rounds: int = 160
@@ -125,10 +142,23 @@ class BenchSettings:
     per_thread: int = 20_000
     warmup: int = 1_000
     seed: int = 1
+    create_rounds: int = 41
+    create_calls: int = 100
+    memory_breakers: int = 1_000
 
 
 DEFAULT = BenchSettings()
-QUICK = BenchSettings(rounds=25, calls=5_000, reject_calls=1_000, async_calls=3_000, thread_rounds=5, per_thread=6_000)
+QUICK = BenchSettings(
+    rounds=25,
+    calls=5_000,
+    reject_calls=1_000,
+    async_calls=3_000,
+    thread_rounds=5,
+    per_thread=6_000,
+    create_rounds=11,
+    create_calls=50,
+    memory_breakers=300,
+)
 
 
 @dataclass
@@ -145,6 +175,7 @@ class ScenarioResult:
         missing: contender -> why it could not be measured (shown as n/a).
         extra: rows of the other call styles (not contenders; the goals compare some of
             them with a contender) -> :class:`Sample`.
+        unit: ``"ns"`` (time over the bare call) or ``"B"`` (bytes, the memory scenario).
     """
 
     key: str
@@ -154,6 +185,7 @@ class ScenarioResult:
     samples: dict[str, Sample]
     missing: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Sample] = field(default_factory=dict)
+    unit: str = "ns"
 
     def value(self, contender: str) -> float | None:
         """The headline figure: median ns over bare, or median calls/second; None when n/a."""
@@ -269,6 +301,11 @@ def bench_closed(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     retried = baldur.protected(_service("closed", "retry"), retry=True)(_target)
     _warm_up_baldur(retried, settings.warmup)
     plain, knob = _protect_services("closed", settings.warmup)
+    knobs3, knobs5 = _service("closed", "protect_knobs3"), _service("closed", "protect_knobs5")
+    loop_protect_knobs3(baldur.protect, knobs3, _target, max(settings.warmup, 210))
+    loop_protect_knobs5(baldur.protect, knobs5, _target, max(settings.warmup, 210))
+    _check_steady(knobs3)
+    _check_steady(knobs5)
     protect = baldur.protect
     runners: dict[str, Callable[[int], int]] = {BARE: lambda n: loop_calls(_target, n)}
     for name, func in funcs.items():
@@ -277,11 +314,14 @@ def bench_closed(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     runners[RETRY_ROW] = lambda n: loop_calls(retried, n)
     runners[PROTECT_ROW] = lambda n: loop_protect(protect, plain, _target, n)
     runners[PROTECT_KNOB_ROW] = lambda n: loop_protect_knob(protect, knob, _target, n)
+    runners[PROTECT_KNOBS3_ROW] = lambda n: loop_protect_knobs3(protect, knobs3, _target, n)
+    runners[PROTECT_KNOBS5_ROW] = lambda n: loop_protect_knobs5(protect, knobs5, _target, n)
     samples = interleave(runners, baseline=BARE, rounds=settings.rounds, n=settings.calls, seed=settings.seed)
-    for service in (plain, knob):
+    for service in (plain, knob, knobs3, knobs5):
         _check_steady(service)
     bare = samples.pop(BARE)
-    extra = {row: samples.pop(row) for row in (RESPONSE_ROW, RETRY_ROW, PROTECT_ROW, PROTECT_KNOB_ROW)}
+    rows = (RESPONSE_ROW, RETRY_ROW, PROTECT_ROW, PROTECT_KNOB_ROW, PROTECT_KNOBS3_ROW, PROTECT_KNOBS5_ROW)
+    extra = {row: samples.pop(row) for row in rows}
     return ScenarioResult("closed", "CLOSED, successful call", False, bare.median, samples, extra=extra)
 
 
@@ -424,11 +464,123 @@ def bench_threads(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     )
 
 
+def _creators(settings: BenchSettings) -> dict[str, Callable[[str], Any]]:
+    """contender -> ``make(name)``: build a breaker of the default configuration around
+    ``_target`` and make its first (successful) call; returns what keeps the breaker alive."""
+
+    def make_baldur(name: str) -> Any:
+        func = baldur.circuit_breaker(name)(_target)
+        func()
+        return func
+
+    def make_pybreaker(name: str) -> Any:
+        func = pybreaker.CircuitBreaker(fail_max=5, reset_timeout=60, name=name)(_target)
+        func()
+        return func
+
+    def make_circuitbreaker(name: str) -> Any:
+        func = circuitbreaker.circuit(failure_threshold=5, recovery_timeout=60, name=name)(_target)
+        func()
+        return func
+
+    return {CIRCUIT_BREAKER: make_baldur, PYBREAKER: make_pybreaker, CIRCUITBREAKER: make_circuitbreaker}
+
+
+def bench_create(settings: BenchSettings = DEFAULT) -> ScenarioResult:
+    """(e) Creating a breaker (default configuration) and making its first call: median ns
+    per breaker over a bare call. Every creation uses a name never used before (made up
+    front, outside the timed loop); baldur's breakers go into its registry as in an app.
+    The extra row makes the breaker through its first inline ``protect(new name, fn)``."""
+    makers = _creators(settings)
+    protect = baldur.protect
+    per_round = settings.create_calls
+    pools: dict[str, list[list[str]]] = {}
+
+    def names_for(kind: str) -> list[list[str]]:
+        return [[_service("create", kind) for _ in range(per_round)] for _ in range(settings.create_rounds + 1)]
+
+    def timed(kind: str, make: Callable[[str], Any]) -> Callable[[int], int]:
+        pools[kind] = names_for(kind)
+        keep: list[Any] = []
+
+        def runner(n: int) -> int:
+            batch = pools[kind].pop()
+            start = now_ns()
+            for name in batch:
+                keep.append(make(name))
+            return now_ns() - start
+
+        return runner
+
+    def bare(name: str) -> Any:
+        return _target()
+
+    runners: dict[str, Callable[[int], int]] = {BARE: timed(BARE, bare)}
+    for name, make in makers.items():
+        runners[name] = timed(name, make)
+    runners[CREATE_PROTECT_ROW] = timed(CREATE_PROTECT_ROW, lambda name: protect(name, _target))
+    samples = interleave(runners, baseline=BARE, rounds=settings.create_rounds, n=per_round, seed=settings.seed)
+    bare_sample = samples.pop(BARE)
+    extra = {CREATE_PROTECT_ROW: samples.pop(CREATE_PROTECT_ROW)}
+    return ScenarioResult(
+        "create",
+        "a new breaker and its first call",
+        False,
+        bare_sample.median,
+        samples,
+        missing={PROTECTED: "same as circuit_breaker"},
+        extra=extra,
+    )
+
+
+def traced_bytes_per_breaker(make: Callable[[str], Any], names: list[str]) -> float:
+    """Bytes tracemalloc sees allocated, and still alive, per ``make(name)`` over *names*
+    (garbage collected before and after; what *make* returns is kept until the end)."""
+    import gc
+    import tracemalloc
+
+    keep: list[Any] = [None] * len(names)
+    make(names[0] + ".warm")  # first-use costs (imports, caches, interned strings) stay out
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i, name in enumerate(names):
+            keep[i] = make(name)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return (after - before) / len(names)
+
+
+def bench_memory(settings: BenchSettings = DEFAULT) -> ScenarioResult:
+    """(f) Memory per breaker at the default configuration (baldur: count window of 100),
+    decorated around a function and called once: bytes per breaker, traced with
+    ``tracemalloc`` over ``settings.memory_breakers`` breakers of each library."""
+    samples: dict[str, Sample] = {}
+    for name, make in _creators(settings).items():
+        names = [_service("memory", name) for _ in range(settings.memory_breakers)]
+        size = traced_bytes_per_breaker(make, names)
+        samples[name] = Sample([size], [size])
+    return ScenarioResult(
+        "memory",
+        "memory per breaker (bytes, tracemalloc)",
+        False,
+        0.0,
+        samples,
+        missing={PROTECTED: "same as circuit_breaker"},
+        unit="B",
+    )
+
+
 SCENARIOS = {
     "closed": bench_closed,
     "open": bench_open,
     "async": bench_async,
     "threads": bench_threads,
+    "create": bench_create,
+    "memory": bench_memory,
 }
 
 

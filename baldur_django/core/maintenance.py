@@ -25,7 +25,7 @@ Implements ST-5, EM-2 (the sweep), EM-4 (the job), EM-5.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -190,13 +190,49 @@ def _inspect(store: StateStore, report: RunReport, lock: FleetLock, name: str) -
     return answer
 
 
+#: Records a job reads or sweeps per round trip when the store offers bulk methods
+#: (``inspect_many``/``sweep_many``, e.g. the Redis store's pipelines).
+BATCH_SIZE = 500
+
+
+def _batches(names: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(names), BATCH_SIZE):
+        yield names[start : start + BATCH_SIZE]
+
+
+def _bulk(store: StateStore, op: str, names: list[str]) -> list[Answer]:
+    """``store.<op>_many(names)`` when the store has it, else ``store.<op>(name)`` per name
+    (a store without bulk methods, such as a third-party one, works unchanged)."""
+    frozen = emergency.frozen()
+    many = getattr(store, f"{op}_many", None)
+    if many is not None:
+        answers: list[Answer] = many(names, frozen=frozen)
+        return answers
+    one: Callable[..., Answer] = getattr(store, op)
+    return [one(name, frozen=frozen) for name in names]
+
+
+def _each(
+    store: StateStore, report: RunReport, lock: FleetLock, op: str, names: list[str]
+) -> Iterator[tuple[str, Answer]]:
+    """``(name, answer)`` of *op* (``"inspect"`` or ``"sweep"``) over *names*, in order, a
+    batch per round trip. Before each batch (a batch may write: a read lapses forces that
+    ran out, a sweep moves records) the run checks it still owns its lock; lapses are
+    announced as the answers come (ST-5, CB-14)."""
+    for batch in _batches(names):
+        lock.ensure()
+        for name, answer in zip(batch, _bulk(store, op, batch), strict=True):
+            _announce_lapse(report, name, answer)
+            yield name, answer
+
+
 # ------------------------------------------------------------------------------ sweep
 def _sweep(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     names = sorted(store.names())
     if emergency.refresh() >= emergency.FREEZE_LEVEL:
-        for name in names:
+        for _, answer in _each(store, report, lock, "inspect", names):
             report.breakers += 1
-            if _inspect(store, report, lock, name).record.state == "open":
+            if answer.record.state == "open":
                 report.held += 1
         log_event(
             logging.WARNING,
@@ -207,11 +243,8 @@ def _sweep(store: StateStore, report: RunReport, lock: FleetLock) -> None:
             held=report.held,
         )
         return
-    for name in names:
-        lock.ensure()
-        answer = store.sweep(name, frozen=emergency.frozen())
+    for name, answer in _each(store, report, lock, "sweep", names):
         report.breakers += 1
-        _announce_lapse(report, name, answer)
         if answer.result:
             report.moved.append(name)
             bus.publish(
@@ -235,8 +268,7 @@ def recovery_sweep() -> RunReport:
 # ------------------------------------------------------------------------------- sync
 def _sync(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     now = None
-    for name in sorted(store.names()):
-        answer = _inspect(store, report, lock, name)
+    for _, answer in _each(store, report, lock, "inspect", sorted(store.names())):
         now = answer.now
         report.breakers += 1
     if now is not None:
@@ -260,9 +292,9 @@ _memory_notice_given = False
 
 
 def _census(store: StateStore, report: RunReport, lock: FleetLock) -> None:
-    for name in store.names():
+    for _, answer in _each(store, report, lock, "inspect", list(store.names())):
         report.breakers += 1
-        if _inspect(store, report, lock, name).record.state == "open":
+        if answer.record.state == "open":
             report.open += 1
     log_event(
         logging.DEBUG, "circuit_breaker.emergency_check", None, "breakers=%d open=%d", report.breakers, report.open

@@ -17,19 +17,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
 
 __all__ = ["CountWindow", "TimeWindow", "SecondBuckets"]
 
 
 class CountWindow:
-    """The last ``size`` recorded outcomes, as a ring of flags (CB-3, CB-17).
+    """The last ``size`` recorded outcomes, as two rings of bits (CB-3, CB-17).
 
     ``calls`` is how many outcomes the window holds (at most ``size``), ``failures`` how
     many of them failed, ``slow`` how many were slow (a slow failure counts in both) and
-    ``marked`` how many were failed or slow. While no outcome is marked every slot is a
-    clean success, so a clean success only has to grow ``calls``: the common healthy case
-    touches no slot.
+    ``marked`` how many were failed or slow. Slot ``i`` of the ring is bit ``i`` of two
+    ints, one for "failed" and one for "slow" (resilience4j keeps a ring of bits the same
+    way): a window of clean successes holds two zeros, which cost no memory of their own,
+    whatever its size, and a marked window of 100 holds two ints of about 40 bytes each.
+    While no outcome is marked every slot is a clean success, so a clean success only has
+    to grow ``calls``: the common healthy case touches no slot.
 
     Args:
         size (int): outcomes the window holds, at least 1.
@@ -37,7 +39,7 @@ class CountWindow:
     Implements CB-3 (the count-based window), CB-17 (its slow-call count).
     """
 
-    __slots__ = ("size", "calls", "failures", "slow", "marked", "_ring", "_pos")
+    __slots__ = ("size", "calls", "failures", "slow", "marked", "_fails", "_slows", "_pos")
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -45,8 +47,9 @@ class CountWindow:
         self.failures = 0
         self.slow = 0
         self.marked = 0
-        self._ring = bytearray(size)
-        self._pos = 0
+        self._fails = 0  # bit i set: the outcome in slot i failed
+        self._slows = 0  # bit i set: the outcome in slot i was slow
+        self._pos = 0  # the slot the next outcome goes to (the oldest once the window is full)
 
     def add(self, failed: bool, slow: bool = False, now: float = 0.0) -> None:
         """Record one outcome, evicting the oldest when the window is full.
@@ -61,33 +64,37 @@ class CountWindow:
                 self.calls += 1
             return
         pos = self._pos
-        ring = self._ring
+        bit = 1 << pos
+        fails = self._fails
+        slows = self._slows
         if self.calls == self.size:
-            old = ring[pos]
-            if old:  # evict a marked outcome (flags: 1 failed, 2 slow, 3 both)
+            # evict the oldest outcome; while the window is filling, the slot is still clean
+            if fails & bit:
+                fails ^= bit
+                self.failures -= 1
                 self.marked -= 1
-                if old == 1:
-                    self.failures -= 1
-                else:
-                    if old == 3:
-                        self.failures -= 1
+                if slows & bit:
+                    slows ^= bit
                     self.slow -= 1
+            elif slows & bit:
+                slows ^= bit
+                self.slow -= 1
+                self.marked -= 1
         else:
             self.calls += 1
         if failed:
+            fails |= bit
             self.failures += 1
             self.marked += 1
             if slow:
-                ring[pos] = 3
+                slows |= bit
                 self.slow += 1
-            else:
-                ring[pos] = 1
         elif slow:
-            ring[pos] = 2
+            slows |= bit
             self.slow += 1
             self.marked += 1
-        else:
-            ring[pos] = 0
+        self._fails = fails
+        self._slows = slows
         pos += 1
         self._pos = 0 if pos == self.size else pos
 
@@ -96,8 +103,8 @@ class CountWindow:
 
     def clear(self) -> None:
         """Forget every outcome (CB-7)."""
-        if self.marked:
-            self._ring = bytearray(self.size)
+        self._fails = 0
+        self._slows = 0
         self.calls = 0
         self.failures = 0
         self.slow = 0
@@ -291,6 +298,10 @@ def _count_of(counter: itertools.count[int]) -> int:
     return int(repr(counter)[6:-1])
 
 
+_NO_BUCKET = float("-inf")  # bucket_end while no second has been rolled to yet
+_Bucket = tuple[float, "itertools.count[int]", int]  # (end, calls, sightings) of a past second
+
+
 class SecondBuckets:
     """Calls and 429 sightings in per-second buckets over a time window (RL-3).
 
@@ -313,9 +324,12 @@ class SecondBuckets:
         self.counter = itertools.count()
         self.sightings = 0
         self.retired = 0  # calls of the buckets that left the window or were cleared (EM-7)
-        self._old: deque[tuple[float, itertools.count[int], int]] = deque()  # (end, calls, sightings)
-        self._seen: deque[float] = deque()  # exact times of the sightings (rare: a deque is cheap)
-        self._gone: list[tuple[float, itertools.count[int]]] = []  # cleared buckets, not yet retired
+        # Plain lists, oldest first, made on first use: until then each is the shared empty
+        # tuple. An empty deque is about 760 bytes (its first 64-slot block) and an empty
+        # list 56; a breaker at rest needs neither. Each holds at most a window of seconds.
+        self._old: list[_Bucket] | tuple[()] = ()  # (end, calls, sightings)
+        self._seen: list[float] | tuple[()] = ()  # exact times of the sightings (rare)
+        self._gone: list[tuple[float, itertools.count[int]]] | tuple[()] = ()  # cleared, not yet retired
 
     def add(self, now: float, sighting: bool) -> None:
         """Count one call at monotonic time *now* (and a sighting when *sighting*). Caller holds the lock."""
@@ -324,17 +338,33 @@ class SecondBuckets:
         next(self.counter)
         if sighting:
             self.sightings += 1
-            self._seen.append(now)
+            if isinstance(self._seen, list):
+                self._seen.append(now)
+            else:
+                self._seen = [now]
 
     def _roll(self, now: float) -> None:
-        self._old.append((self.bucket_end, self.counter, self.sightings))
+        old = self._old
+        if self.bucket_end != _NO_BUCKET or _count_of(self.counter):
+            # (the placeholder before the first roll, or after a clear, is kept only if a
+            # healthy-lane step raced the clear into it: its count must reach total())
+            bucket = (self.bucket_end, self.counter, self.sightings)
+            if isinstance(old, list):
+                old.append(bucket)
+            else:
+                self._old = old = [bucket]
         self.bucket_end = float(int(now) + 1)
         self.counter = itertools.count()
         self.sightings = 0
         horizon = now - self.span
-        old = self._old
-        while old and old[0][0] <= horizon:
-            self.retired += _count_of(old.popleft()[1])
+        gone = 0
+        for end, counter, _ in old:
+            if end > horizon:
+                break
+            self.retired += _count_of(counter)
+            gone += 1
+        if gone and isinstance(old, list):
+            del old[:gone]
         if self._gone:
             self._retire(now)
 
@@ -354,8 +384,11 @@ class SecondBuckets:
         per-second buckets that overlap the window (up to one second more)."""
         horizon = now - self.span
         seen = self._seen
-        while seen and seen[0] <= horizon:
-            seen.popleft()
+        if isinstance(seen, list) and seen and seen[0] <= horizon:
+            gone = 1
+            while gone < len(seen) and seen[gone] <= horizon:
+                gone += 1
+            del seen[:gone]
         calls = _count_of(self.counter) if self.bucket_end > horizon else 0
         for end, counter, _ in self._old:
             if end > horizon:
@@ -375,11 +408,12 @@ class SecondBuckets:
     def clear(self) -> None:
         """Forget the window (a trip, a reset); the calls stay in :meth:`total`."""
         end = self.bucket_end
-        gone = self._gone
+        gone = self._gone if isinstance(self._gone, list) else []
         gone.append((end, self.counter))
         gone.extend((end, counter) for _, counter, _ in self._old)
-        self._old.clear()
-        self._seen.clear()
+        self._gone = gone
+        self._old = ()
+        self._seen = ()
         self.bucket_end = float("-inf")
         self.counter = itertools.count()
         self.sightings = 0

@@ -31,9 +31,9 @@ def test_cb3_clean_success_in_a_clean_window_touches_no_slot():
     w = CountWindow(4)
     for _ in range(10):
         w.add(False)
-    ring, pos = bytes(w._ring), w._pos
+    ring, pos = (w._fails, w._slows), w._pos
     w.add(False)
-    assert (bytes(w._ring), w._pos, w.calls, w.marked) == (ring, pos, 4, 0)
+    assert ((w._fails, w._slows), w._pos, w.calls, w.marked) == (ring, pos, 4, 0)
 
 
 def test_cb17_count_window_counts_slow_outcomes_and_evicts_them():
@@ -113,6 +113,49 @@ def test_cb3_cb17_count_window_matches_a_deque_of_the_last_outcomes(size, ops):
             assert w.rate_reached(threshold, minimum) is expected
             expected_slow = calls >= minimum and slow * 100.0 >= threshold * calls
             assert w.slow_rate_reached(threshold, minimum) is expected_slow
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size=st.sampled_from([1, 2, 63, 64, 65, 100]),
+    ops=st.lists(
+        st.one_of(st.tuples(st.booleans(), st.booleans()), st.just("clear"), st.just("clean-run")), max_size=400
+    ),
+)
+def test_cb3_cb17_bit_ring_matches_a_deque_reference_at_real_sizes(size, ops):
+    """CB-3, CB-17: the compact window (two int bit rings and counters) answers exactly like a
+    plain deque of the last `size` (failed, slow) outcomes, at the default size of 100 and
+    around the 64-bit word edge; its rings never hold a bit outside the window and their
+    population counts are the counters."""
+    w = CountWindow(size)
+    model: deque[tuple[bool, bool]] = deque(maxlen=size)
+    for op in ops:
+        if op == "clear":
+            w.clear()
+            model.clear()
+            continue
+        batch = [(False, False)] * size if op == "clean-run" else [op]
+        for failed, slow in batch:
+            w.add(failed, slow)
+            model.append((failed, slow))
+        assert w.calls == len(model)
+        assert w.failures == sum(f for f, _ in model) == w._fails.bit_count()
+        assert w.slow == sum(s for _, s in model) == w._slows.bit_count()
+        assert w.marked == sum(1 for f, s in model if f or s) == (w._fails | w._slows).bit_count()
+        assert (w._fails | w._slows) >> size == 0
+
+
+def test_cb3_a_clean_window_of_100_holds_no_object_per_outcome():
+    """CB-3: a full window of 100 clean successes is its counters and two zero ints: nothing
+    is allocated per outcome (the memory goal of issue 21)."""
+    import sys
+
+    w = CountWindow(100)
+    for _ in range(250):
+        w.add(False)
+    assert (w._fails, w._slows) == (0, 0)
+    w.add(True)
+    assert sys.getsizeof(w._fails) <= 40  # 100 bits in one int, not 100 slots
 
 
 # ---------------------------------------------------------------- TimeWindow
