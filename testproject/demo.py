@@ -1731,7 +1731,10 @@ class Demo:
         for mark in self.band_marks:  # Emergency Mode: the span the server held the breaker frozen
             states.append({"t": mark["t"] - origin, "state": mark["state"], "note": mark["note"]})
         commands = [dict(c, start=c["start"] - origin, end=c["end"] - origin) for c in self.commands]
-        requests = [{"t": r["t"] - origin, "outcome": r["outcome"]} for r in self.requests]
+        requests = [
+            {"t": r["t"] - origin, "outcome": r["outcome"], **({"host": r["host"]} if "host" in r else {})}
+            for r in self.requests
+        ]
         by_key = {r.key: r for r in self.results}
         config = self.config
         notes = []
