@@ -3,11 +3,12 @@
 ``python -m testproject.demo [--short] [--no-color] [--no-plot] [--json-summary PATH]
 [--out-dir DIR]`` (what ``./dev demo`` runs).
 
-It starts three processes on free loopback ports: the payments stand-in
-(``testproject.upstream``) and two instances of the test project's Django server
-(``testproject.serve``, Django's threaded development server), shop A and shop B, which
-share the breaker's state through the project's SQLite database. It waits until all
-answer, and drives them over HTTP through ten phases (the first nine on shop A):
+It starts five processes on free loopback ports: the payments stand-in
+(``testproject.upstream``), two more of them as the shop's shipping carriers (one host
+each), and two instances of the test project's Django server (``testproject.serve``,
+Django's threaded development server), shop A and shop B, which share the breaker's state
+through the project's SQLite database. It waits until all answer, and drives them over
+HTTP through eleven phases (all but the tenth on shop A alone):
 
 1. healthy traffic;
 2. the payments service answers 503: the ``payments`` breaker trips CLOSED -> OPEN and
@@ -29,7 +30,11 @@ answer, and drives them over HTTP through ten phases (the first nine on shop A):
    requests at once; the upstream's own counter shows the fleet sent exactly
    ``half_open_max_calls`` trial calls between them (the shared store admits them
    atomically), not that many per server. The upstream holds those trial calls until
-   every other request has been answered, so the count is exact, not a matter of timing.
+   every other request has been answered, so the count is exact, not a matter of timing;
+11. per-host breakers: shop A asks both carriers for shipping quotes through one requests
+   adapter with a breaker per host (``BreakerAdapter()``); one carrier answers 503 and its
+   host's breaker opens, the other's stays CLOSED. The carriers' own counters show the
+   failing host spared once its breaker is OPEN and every call to the healthy host answered.
 
 Each run uses a throwaway SQLite database in the output directory (``demo-out/`` by
 default, beside the servers' logs), so the breaker always starts CLOSED even though the
@@ -71,6 +76,10 @@ REPO = Path(__file__).resolve().parent.parent
 EXPECTED = [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
 #: The shop's view protected by the ``payments`` breaker (the other one calls the service bare).
 PROTECTED_PATH = "/orders/{id}/charge/"
+#: The shop's view asking every carrier for a quote, one breaker per host.
+QUOTES_PATH = "/orders/{id}/shipping-quotes/"
+#: The shop's two carriers, as the demo runs them: the first fails in the per-host phase.
+CARRIERS = ("parcelpost", "swiftship")
 
 
 # ----------------------------------------------------------------------------- output
@@ -297,6 +306,7 @@ class PhasePlan:
     # frozen wanted, then `extra` requests once the upstream is healthy again) or
     # "step_down" (Demo.run_step_down: like the release phase, after a step-down)
     emergency: str | None = None
+    per_host: bool = False  # the per-host breakers phase (Demo.run_per_host), on the carriers
 
 
 @dataclass
@@ -319,6 +329,7 @@ class PhaseResult:
     fleet: dict[str, Any] = field(default_factory=dict)  # the fleet phase's own figures
     emergency: dict[str, Any] = field(default_factory=dict)  # the Emergency Mode phases' own figures
     reasons: dict[str, int] = field(default_factory=dict)  # the server's rejections by reason
+    per_host: dict[str, Any] = field(default_factory=dict)  # the per-host phase's own figures
 
     @property
     def median_ms(self) -> float | None:
@@ -341,11 +352,12 @@ class PhaseResult:
             "transitions": [f"{t['from']}->{t['to']}" for t in self.transitions],
             **({"fleet": self.fleet} if self.fleet else {}),
             **({"emergency": self.emergency} if self.emergency else {}),
+            **({"per_host": self.per_host} if self.per_host else {}),
         }
 
 
 def plans(short: bool) -> list[PhasePlan]:
-    """The ten phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
+    """The eleven phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
     protected = PROTECTED_PATH
     unprotected = "/orders/{id}/charge-unprotected/"
     hang_count = 16 if short else 32
@@ -463,6 +475,18 @@ def plans(short: bool) -> list[PhasePlan]:
             label="2 shop servers,\nupstream recovers",
             fleet=True,
         ),
+        # a second dependency behind one adapter with a breaker per host: one carrier fails,
+        # its host's breaker opens, the other carrier keeps quoting (HC-1)
+        PhasePlan(
+            "per_host",
+            "one carrier down: a breaker per host",
+            QUOTES_PATH,
+            "fail",
+            12 if short else 20,
+            pace=0.05,
+            label="one carrier down,\nbreaker per host",
+            per_host=True,
+        ),
     ]
 
 
@@ -564,6 +588,9 @@ class Demo:
         # for the picture: each operator command's run, {"start": s, "end": s, "text": str}
         # in seconds since t0 (the demo sends no request meanwhile)
         self.commands: list[dict[str, Any]] = []
+        # the shop's carriers, {name: base URL}, in CARRIERS order (the first fails in the
+        # per-host phase)
+        self.carriers: dict[str, str] = {}
 
     # -- setup ---------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
@@ -606,8 +633,23 @@ class Demo:
             self.env(),
         )
         self.children.append(upstream)
+        # the shop's shipping carriers: the same stand-in, one process (one host) each
+        carriers = {}
+        for name in CARRIERS:
+            carriers[name] = Child(
+                f"carrier {name}",
+                [sys.executable, "-m", "testproject.upstream", "--port", "0", "--exit-with-parent"],
+                self.out_dir / f"carrier-{name}.log",
+                self.env(),
+            )
+            self.children.append(carriers[name])
         self.upstream = upstream.wait_url(20)
         wait_ready(self.upstream + "/health", upstream, 20)
+        self.carriers = {}
+        for name, child in carriers.items():
+            self.carriers[name] = child.wait_url(20)
+            wait_ready(self.carriers[name] + "/health", child, 20)
+        shipping = ",".join(f"{name}={url}" for name, url in self.carriers.items())
         # shop A carries phases 1-9; shop B joins it for the fleet phase. Both start now,
         # side by side, on the same database (so the same breaker store).
         # Shop B waits up to 10 s for payments (A: the project's 1.5 s, which the hang phases
@@ -619,7 +661,12 @@ class Demo:
                 name,
                 [sys.executable, "-m", "testproject.serve", "--port", "0", "--exit-with-parent"],
                 self.out_dir / log,
-                self.env(PAYMENTS_URL=self.upstream, BALDUR_CB_SYNC_INTERVAL_SECONDS="0.5", **extra),
+                self.env(
+                    PAYMENTS_URL=self.upstream,
+                    SHIPPING_CARRIERS=shipping,
+                    BALDUR_CB_SYNC_INTERVAL_SECONDS="0.5",
+                    **extra,
+                ),
             )
             self.children.append(shop)
             shops.append(shop)
@@ -790,6 +837,8 @@ class Demo:
         self.current, self.current_index, self.current_total = result, index, total
         if plan.fleet:
             return self.run_fleet(index, plan, result)
+        if plan.per_host:
+            return self.run_per_host(index, plan, result)
         if plan.emergency == "freeze":
             return self.run_freeze(index, plan, result)
         if plan.emergency == "step_down":
@@ -1202,6 +1251,128 @@ class Demo:
         self.current = None
         return result
 
+    # -- per-host breakers ----------------------------------------------------------------
+    def carrier_stats(self, name: str) -> dict[str, Any]:
+        reply = http_call("GET", self.carriers[name] + "/control/stats", timeout=5)
+        if reply.status != 200:
+            raise SetupError(f"carrier {name} stats failed: {reply.error or reply.status}")
+        return reply.data
+
+    def run_per_host(self, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseResult:
+        """Phase 11: shipping quotes from two carriers, one breaker per host (HC-1).
+
+        Shop A's ``/orders/<id>/shipping-quotes/`` asks each carrier (its own stand-in
+        process, its own port) through one ``BreakerAdapter()`` with no service name, so
+        each host gets a breaker named after it (``"127.0.0.1:PORT"``, package defaults:
+        5 failures in a row open it, 60 s before a trial call). The first carrier answers
+        503, the second stays healthy; ``plan.count`` requests go one at a time. The
+        figures come from the carriers' own counters: the failing host counts no call
+        once its breaker is OPEN, and the healthy host answered every call it got.
+        """
+        d = self.display
+        failing, healthy = list(self.carriers)
+        hosts = {name: urlsplit(url).netloc.lower() for name, url in self.carriers.items()}
+        d.line(
+            d.bold(f"Phase {index}/{self.phase_count}: {plan.title}")
+            + f"  (carrier {failing} at {hosts[failing]} answers 503, {healthy} at {hosts[healthy]} stays healthy)"
+        )
+        for name, mode in ((failing, "fail"), (healthy, "ok")):
+            reply = http_call("POST", self.carriers[name] + "/control/mode", {"mode": mode}, timeout=5)
+            if reply.status != 200:
+                raise SetupError(f"could not switch carrier {name} to {mode!r}: {reply.error or reply.data}")
+        monitors = {name: Monitor(self.base, hosts[name], self.on_transition, label="A") for name in self.carriers}
+        for monitor in monitors.values():
+            monitor.poll()
+            monitor.start()
+        before = {name: self.carrier_stats(name)["quote_requests"] for name in self.carriers}
+        started = time.monotonic()
+        calls = {name: {"quoted": 0, "failed": 0, "rejected": 0, "error": 0} for name in self.carriers}
+        states: dict[str, list[str]] = {name: [] for name in self.carriers}
+        reported: set[str] = set()  # the breaker names the shop's answers carried
+        at_open: int | None = None  # the failing carrier's count when its breaker was first seen OPEN
+        sent_after_open = 0
+        for _ in range(plan.count or 0):
+            order = self.next_order()
+            sent = self.now()
+            reply = http_call("GET", self.base + plan.path.format(id=order), timeout=20)
+            data = reply.data if isinstance(reply.data, dict) else {}
+            quotes = data.get("quotes") if isinstance(data.get("quotes"), dict) else {}
+            with self.record_lock:
+                result.sent += 1
+                result.latencies.append(reply.seconds)
+                if reply.status == 200 and data.get("best"):
+                    result.ok += 1
+                else:
+                    result.errors += 1
+                for name in self.carriers:
+                    answer = quotes.get(name) if isinstance(quotes.get(name), dict) else {}
+                    if answer.get("status") == "quoted":
+                        outcome = "quoted"
+                    elif answer.get("status") == "unavailable":
+                        outcome = "rejected" if answer.get("rejected") else "failed"
+                    else:
+                        outcome = "error"
+                    calls[name][outcome] += 1
+                    result.rejected += outcome == "rejected"
+                    states[name].append(answer.get("breaker_state", "?"))
+                    if answer.get("breaker"):
+                        reported.add(answer["breaker"])
+                    self.requests.append({"t": round(sent, 3), "server": "A", "host": hosts[name], "outcome": outcome})
+            if at_open is not None:
+                sent_after_open += 1
+            elif states[failing][-1] == "open":
+                at_open = self.carrier_stats(failing)["quote_requests"] - before[failing]
+            self.refresh()
+            time.sleep(plan.pace)  # pacing the load generator, not synchronisation
+        result.seconds = time.monotonic() - started
+        counted = {name: self.carrier_stats(name)["quote_requests"] - before[name] for name in self.carriers}
+        for monitor in monitors.values():
+            monitor.stopping.set()
+            monitor.poll()
+        snapshot = http_call("GET", self.base + "/breakers/", timeout=5)
+        listed = snapshot.data.get("breakers", {}) if snapshot.status == 200 and isinstance(snapshot.data, dict) else {}
+        result.upstream_counted = sum(counted.values())
+        result.server_rejections = sum(m.rejections for m in monitors.values())
+        result.reasons = {}
+        for monitor in monitors.values():
+            for reason, n in monitor.rejections_by_reason.items():
+                result.reasons[reason] = result.reasons.get(reason, 0) + n
+        result.per_host = {
+            "failing": failing,
+            "healthy": healthy,
+            "breakers": {name: hosts[name] for name in self.carriers},
+            "breakers_reported": sorted(reported),
+            "states_after": {name: listed.get(hosts[name], {}).get("state") for name in self.carriers},
+            "config": listed.get(hosts[failing], {}).get("config", {}),
+            "calls": calls,
+            "upstream_counted": counted,
+            "failing_counted_when_open": at_open,
+            "failing_counted_while_open": None if at_open is None else counted[failing] - at_open,
+            "sent_while_open": sent_after_open,
+            "transitions": {
+                name: [
+                    {"from": t["from"], "to": t["to"], "trigger": t.get("trigger"), "t": t.get("t")}
+                    for t in monitors[name].log
+                ]
+                for name in self.carriers
+            },
+        }
+        figures = result.per_host
+        d.line(
+            f"    {self.stamp()}  shop A's /breakers/ lists one breaker per host: "
+            + ", ".join(f"{hosts[n]} ({n}) {d.state(figures['states_after'][n])}" for n in self.carriers)
+        )
+        d.line(
+            f"    {self.stamp()}  {failing} counted {counted[failing]} quote requests for {result.sent} sent "
+            f"({figures['failing_counted_while_open']} after its breaker opened, {sent_after_open} requests later); "
+            f"{healthy} counted {counted[healthy]} and answered {calls[healthy]['quoted']}"
+        )
+        result.ended = self.now()
+        self.refresh()
+        d.end_progress()
+        self.current = None
+        return result
+
     def wait_state(self, monitor: Monitor, wanted: set[str], timeout: float) -> str:
         """Poll *monitor* until its server reports a state in *wanted* (bounded); returns the last state."""
         deadline = time.monotonic() + timeout
@@ -1226,7 +1397,13 @@ class Demo:
         breaker = http_call("GET", self.base + "/breakers/").data["breakers"]["payments"]
         config = self.config = breaker["config"]
         d.line(f"  shop A {self.base}  ->  payments {self.upstream}   (breaker state store: {breaker['backend']})")
-        d.line(f"  shop B {self.base_b}  (same database: joins in phase {len(plans(self.args.short))})")
+        fleet_phase = next(i for i, p in enumerate(plans(self.args.short), 1) if p.fleet)
+        d.line(f"  shop B {self.base_b}  (same database: joins in phase {fleet_phase})")
+        d.line(
+            "  shipping carriers "
+            + ", ".join(f"{name} {url}" for name, url in self.carriers.items())
+            + "  (one breaker per host: BreakerAdapter() with no service name)"
+        )
         d.line(
             f"  breaker 'payments': opens after {config['failure_threshold']} failures in a row, waits "
             f"{config['recovery_timeout']:g} s, closes after {config['half_open_max_calls']} successful probes"
@@ -1318,19 +1495,20 @@ class Demo:
                 f"fleet phase: after the close the shops reported {fleet['states_after']} and "
                 f"{fleet['after_paid']} of {fleet['after_sent']} requests were paid"
             )
+        problems += self.per_host_problems(by_key["per_host"])
         log_lines = self.breaker_log_lines()
         if not any("circuit_breaker.opened" in line for line in log_lines):
             problems.append("no 'circuit_breaker.opened' line on the server's stderr")
 
         d.line()
         d.line(d.bold("Summary"))
-        header = f"  {'phase':<37}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
+        header = f"  {'phase':<41}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
         d.line(header)
         d.line("  " + "-" * (len(header) - 2))
         for i, r in enumerate(results, 1):
             median = "-" if r.median_ms is None else f"{r.median_ms:.0f} ms"
             d.line(
-                f"  {f'{i}. {r.title}':<37}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
+                f"  {f'{i}. {r.title}':<41}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
             )
         total = {
             k: sum(getattr(r, k) for r in results)
@@ -1338,7 +1516,7 @@ class Demo:
         }
         d.line("  " + "-" * (len(header) - 2))
         d.line(
-            f"  {'total':<37}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
+            f"  {'total':<41}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
         )
         d.line()
         chain = " -> ".join(d.state(s) for s in ([pairs[0][0]] + [b for _, b in pairs])) if pairs else "(none)"
@@ -1352,13 +1530,25 @@ class Demo:
             f"  requests rejected fast by the open breaker: {total['rejected']} (server-side count: {sum(r.server_rejections for r in results)})"
         )
         d.line(
-            f"  fallbacks served: {total['fallback']}; upstream counted {total['upstream_counted']} charge requests for {total['sent']} sent"
+            f"  fallbacks served: {total['fallback']}; the upstreams counted {total['upstream_counted']} calls "
+            f"(charges, and the carriers' quotes in phase {len(results)}) for {total['sent']} requests sent"
         )
         d.line(
             f"  fleet of two shops, breaker HALF_OPEN: {fleet['burst_sent']} requests, the upstream counted "
             f"{fleet['burst_upstream']} trial calls (half_open_max_calls = {fleet['half_open_max_calls']} for the whole fleet, "
             f"not per server: shop A sent {fleet['trial_calls_by_server']['A']}, shop B {fleet['trial_calls_by_server']['B']})"
         )
+        per_host = by_key["per_host"].per_host
+        if per_host:
+            bad, good = per_host["failing"], per_host["healthy"]
+            d.line(
+                f"  one carrier down, a breaker per host (BreakerAdapter() with no service name): "
+                f"{per_host['breakers'][bad]} ({bad}, answering 503) {d.state(per_host['states_after'][bad])} after "
+                f"{per_host['failing_counted_when_open']} calls, then no call for {per_host['sent_while_open']} more requests "
+                f"(its counter: {per_host['failing_counted_while_open']} more); {per_host['breakers'][good]} ({good}) "
+                f"{d.state(per_host['states_after'][good])}, {per_host['calls'][good]['quoted']} of "
+                f"{by_key['per_host'].sent} quotes answered"
+            )
         freeze = by_key["emergency"].emergency
         if freeze.get("frozen_rejections"):
             d.line(
@@ -1389,7 +1579,8 @@ class Demo:
                 d.paint("RESULT: OK", "32;1")
                 + " - the breaker tripped, served fallbacks, recovered, obeyed an operator's force,"
                 " held OPEN under Emergency Level 3 and recovered after the step-down, kept latency low while the upstream"
-                " hung, and two servers shared one round of trial calls"
+                " hung, two servers shared one round of trial calls, and a failing carrier tripped only its own"
+                " host's breaker"
             )
         summary = {
             "ok": not problems,
@@ -1467,32 +1658,83 @@ class Demo:
             )
         return problems
 
+    @staticmethod
+    def per_host_problems(phase: PhaseResult) -> list[str]:
+        """What went wrong in the per-host phase (HC-1), as report lines."""
+        f = phase.per_host
+        if not f:
+            return ["per-host phase: it did not run"]
+        bad, good = f["failing"], f["healthy"]
+        problems = []
+        if set(f["breakers_reported"]) != set(f["breakers"].values()):
+            problems.append(
+                f"per-host phase: the shop reported breakers {f['breakers_reported']}, "
+                f"expected one per host {sorted(f['breakers'].values())}"
+            )
+        if f["states_after"] != {bad: "open", good: "closed"}:
+            problems.append(
+                f"per-host phase: the host breakers ended {f['states_after']}, expected {bad} OPEN, {good} CLOSED"
+            )
+        if f["failing_counted_when_open"] is None or not f["sent_while_open"]:
+            problems.append(f"per-host phase: no request was sent while {bad}'s breaker was OPEN")
+        elif f["failing_counted_while_open"] != 0:
+            problems.append(
+                f"per-host phase: {bad} counted {f['failing_counted_while_open']} calls while its breaker was OPEN, expected none"
+            )
+        if f["calls"][good]["quoted"] != phase.sent or f["upstream_counted"][good] != phase.sent:
+            problems.append(
+                f"per-host phase: {good} answered {f['calls'][good]['quoted']} and counted {f['upstream_counted'][good]} "
+                f"of {phase.sent} quote requests, expected all"
+            )
+        if phase.errors:
+            problems.append(f"per-host phase: {phase.errors} requests got no quote at all")
+        return problems
+
     def timeline_data(self) -> dict[str, Any]:
         """What :func:`testproject.timeline.draw` needs, from what this run recorded.
 
         Every time is in seconds since the demo started, the clock of the console's
         timestamps (:meth:`stamp`), so an event printed at 19.2 s is drawn at 19.2 s. A
         phase whose view has no breaker (the unprotected hang phase) is marked
-        ``"breaker": False`` and gets no state band."""
+        ``"breaker": False`` and gets no state band. The per-host phase uses the carriers'
+        breakers, not ``payments``: its phase carries ``"bands"``, one per host breaker,
+        and its requests are the shop's calls to each carrier (``"host"``)."""
         origin = 0.0  # the demo's own t0: the console's clock
-        phases = [
-            {
+        phases = []
+        for plan, r in zip(self.plans, self.results, strict=False):
+            phase = {
                 "key": plan.key,
                 "label": plan.label or plan.title,
                 "title": plan.title,
                 "start": r.started - origin,
                 "end": r.ended - origin,
-                "breaker": plan.path == PROTECTED_PATH,
+                "breaker": plan.path in (PROTECTED_PATH, QUOTES_PATH),
             }
-            for plan, r in zip(self.plans, self.results, strict=False)
-        ]
+            if plan.per_host:
+                phase["bands"] = [
+                    {
+                        "name": f"{host} ({carrier})",
+                        # a breaker made by the adapter on the phase's first call: CLOSED
+                        "states": [{"t": r.started - origin, "state": "closed"}]
+                        + [
+                            {"t": t["t"] - origin, "state": t["to"], "note": t.get("trigger") or ""}
+                            for t in r.per_host.get("transitions", {}).get(carrier, [])
+                            if isinstance(t.get("t"), (int, float))
+                        ],
+                    }
+                    for carrier, host in r.per_host.get("breakers", {}).items()
+                ]
+            phases.append(phase)
         states = [{"t": 0.0, "state": "closed"}]  # a fresh database: the breaker starts CLOSED
         for t in self.transitions:
             states.append({"t": t["t"] - origin, "state": t.get("band", t["to"]), "note": t.get("trigger", "")})
         for mark in self.band_marks:  # Emergency Mode: the span the server held the breaker frozen
             states.append({"t": mark["t"] - origin, "state": mark["state"], "note": mark["note"]})
         commands = [dict(c, start=c["start"] - origin, end=c["end"] - origin) for c in self.commands]
-        requests = [{"t": r["t"] - origin, "outcome": r["outcome"]} for r in self.requests]
+        requests = [
+            {"t": r["t"] - origin, "outcome": r["outcome"], **({"host": r["host"]} if "host" in r else {})}
+            for r in self.requests
+        ]
         by_key = {r.key: r for r in self.results}
         config = self.config
         notes = []
@@ -1552,6 +1794,20 @@ class Demo:
         closed = next((t for t in by_key["emergency_step_down"].transitions if t["to"] == "closed"), None)
         if closed is not None:
             notes.append({"t": closed["t"] - origin, "text": "step-down to level 2:\ntrial calls, CLOSED"})
+        per_host = by_key["per_host"].per_host if "per_host" in by_key else {}
+        if per_host:
+            bad, good = per_host["failing"], per_host["healthy"]
+            opened = next((t for t in per_host["transitions"][bad] if t["to"] == "open"), None)
+            if opened is not None and isinstance(opened.get("t"), (int, float)):
+                notes.append(
+                    {
+                        "t": opened["t"] - origin,
+                        "text": f"{per_host['failing_counted_when_open']} failures in a row at {bad}: only the "
+                        f"{per_host['breakers'][bad]} breaker opens; {bad} counts {per_host['failing_counted_while_open']} "
+                        f"more calls, {good} ({per_host['breakers'][good]}) answers all "
+                        f"{per_host['calls'][good]['quoted']}",
+                    }
+                )
         return {
             "title": "baldur_django demo: the 'payments' breaker over one run",
             "subtitle": (
@@ -1559,7 +1815,8 @@ class Demo:
                 f"declare Emergency Level 3. Breaker: opens after "
                 f"{config['failure_threshold']} failures in a row, waits {config['recovery_timeout']:g} s, then closes after "
                 f"{config['half_open_max_calls']} successful trial calls. State shared in the database "
-                f"(phase {len(self.plans)}: by two servers)."
+                f"(phase {next((i for i, p in enumerate(self.plans, 1) if p.fleet), len(self.plans))}: by two servers). "
+                f"Last, shipping quotes from two carriers through one adapter with a breaker per host."
             ),
             "phases": phases,
             "states": states,

@@ -79,6 +79,23 @@ PAYMENTS_URL = os.environ.get("PAYMENTS_URL", "http://127.0.0.1:8765")
 #: Seconds the shop waits for the payments service before giving up (requests timeout).
 PAYMENTS_TIMEOUT = float(os.environ.get("PAYMENTS_TIMEOUT", "1.5"))
 
+
+# --- the shipping carriers ------------------------------------------------------------
+def _carriers(raw: str) -> dict[str, str]:
+    """``"name=URL,name=URL"`` as ``{name: URL}`` (the demo passes its own ports)."""
+    pairs = (item.partition("=") for item in raw.split(",") if item.strip())
+    return {name.strip(): url.strip() for name, _, url in pairs}
+
+
+#: The carriers the shop asks for shipping quotes, ``{name: base URL}``; the shop GETs
+#: ``URL + "/quote"`` from each, through one requests adapter with a breaker per host
+#: (``testproject.shop.shipping``). Override with ``SHIPPING_CARRIERS="a=http://...,b=..."``.
+SHIPPING_CARRIERS = _carriers(
+    os.environ.get("SHIPPING_CARRIERS", "parcelpost=http://127.0.0.1:8766,swiftship=http://127.0.0.1:8767")
+)
+#: Seconds the shop waits for one carrier's quote.
+SHIPPING_TIMEOUT = float(os.environ.get("SHIPPING_TIMEOUT", "1.0"))
+
 # --- baldur_django ------------------------------------------------------------------------
 # Breaker state lives in the project's own database (the "database" store), so the admin,
 # the management commands and every server process on this host see the same breakers.

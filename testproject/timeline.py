@@ -6,12 +6,16 @@ figure for tests to inspect):
 
 * ``phases``: ``[{"label": str, "title": str, "start": s, "end": s, "breaker": bool}, ...]``
   in order (``title``: the phase's name in words, drawn over its panel; ``breaker``: False
-  for a phase whose requests go to a view without a breaker, which gets no state band);
+  for a phase whose requests go to a view without a breaker, which gets no state band;
+  optional ``bands``: ``[{"name": str, "states": [...]}, ...]`` for a phase that uses
+  other breakers than the shared one (the per-host phase: one breaker per carrier's host),
+  drawn as one strip per breaker, named, in place of the shared breaker's band);
 * ``states``: ``[{"t": s, "state": str, "note": str}, ...]``: from ``t`` on, the breaker's
   shared state is ``state`` (a key of :data:`BAND_STATES`); ``note`` (optional) is what
   made it move;
 * ``requests``: ``[{"t": s, "outcome": str}, ...]``: when each request was sent and what
-  became of it (a key of :data:`OUTCOMES`);
+  became of it (a key of :data:`OUTCOMES`); in the per-host phase, each call the shop made
+  to a carrier (``"host"`` names it), two per request to the shop;
 * ``notes``: ``[{"t": s, "text": str}, ...]``: what to look at, marked in the panel of the
   phase they fall in and spelled out under it;
 * ``commands``: ``[{"start": s, "end": s, "text": str}, ...]``: an operator's
@@ -58,6 +62,7 @@ COMMAND = ("an operator's manage.py command runs in another process (no request 
 #: What became of a request, bottom to top in the stacked bars: ``outcome -> (label, colour)``.
 OUTCOMES: dict[str, tuple[str, str]] = {
     "paid": ("reached the upstream: paid", "#2b8a9e"),
+    "quoted": ("reached a carrier: quoted (the per-host phase)", "#7cc6d6"),
     "failed": ("reached the upstream: failed (503 or timeout)", "#e8743b"),
     "rejected": ("rejected fast by the breaker (fallback, upstream untouched)", "#9aa3b5"),
     "error": ("no answer", "#333333"),
@@ -66,7 +71,7 @@ OUTCOMES: dict[str, tuple[str, str]] = {
 #: Width of one bar, seconds.
 BIN = 0.5
 #: Phases per row of panels.
-PER_ROW = 5
+PER_ROW = 6
 #: No panel is narrower than this share of its row's mean width.
 MIN_SHARE = 0.6
 
@@ -110,6 +115,48 @@ def panels(fig: Any) -> dict[int, dict[str, Any]]:
         if kind in ("band", "bars", "caption") and number.isdigit():
             found.setdefault(int(number), {})[kind] = ax
     return found
+
+
+def _draw_runs(
+    band: Any,
+    renderer: Any,
+    runs: list[tuple[float, float, str, str]],
+    start: float,
+    stop: float,
+    y0: float,
+    height: float,
+    name: str,
+    shown_states: list[str],
+) -> None:
+    """Draw the state *runs* inside ``[start, stop]`` as a strip of *band* from *y0* to
+    ``y0 + height`` (axes units 0..1), each run labelled with its state (after *name*, the
+    strip's breaker, where that fits), and note the states drawn in *shown_states*."""
+    for run_start, run_stop, state, _ in runs:
+        lo, hi = max(run_start, start), min(run_stop, stop)
+        if hi <= lo:
+            continue
+        colour = BAND_STATES.get(state, UNKNOWN_STATE)[1]
+        band.broken_barh([(lo, hi - lo)], (y0, height), facecolors=colour, edgecolor="white", linewidth=0.6)
+        if state not in shown_states:
+            shown_states.append(state)
+        label_text = state.replace("forced_", "forced ").upper()
+        span = band.transData.transform([(lo, 0), (hi, 0)])
+        tries = [f"{name}: {label_text}", label_text] if name else [label_text, label_text.replace(" ", "\n")]
+        for text in tries:  # its name, where it fits inside
+            label = band.text(
+                (lo + hi) / 2,
+                y0 + height / 2,
+                text,
+                ha="center",
+                va="center",
+                fontsize=8 if height == 1 else 7.5,
+                color="white",
+                fontweight="bold",
+                linespacing=1.0,
+            )
+            if label.get_window_extent(renderer).width + 6 <= span[1][0] - span[0][0]:
+                break
+            label.remove()
 
 
 def _widths(phases: list[dict[str, Any]]) -> list[float]:
@@ -203,35 +250,28 @@ def build(data: dict[str, Any]) -> Any:
                 pad=4,
             )
 
-            # --- the breaker's state as a band, only where a breaker is in use
+            # --- the breaker's state as a band, only where a breaker is in use: the shared
+            # breaker's, or one strip per breaker the phase names in "bands"
             band.set_xlim(start, stop)
             band.set_ylim(0, 1)
-            if phase.get("breaker", True):
-                for run_start, run_stop, state, _ in runs:
-                    lo, hi = max(run_start, start), min(run_stop, stop)
-                    if hi <= lo:
-                        continue
-                    colour = BAND_STATES.get(state, UNKNOWN_STATE)[1]
-                    band.broken_barh([(lo, hi - lo)], (0, 1), facecolors=colour, edgecolor="white", linewidth=0.6)
-                    if state not in shown_states:
-                        shown_states.append(state)
-                    name = state.replace("forced_", "forced ").upper()
-                    span = band.transData.transform([(lo, 0), (hi, 0)])
-                    for text in (name, name.replace(" ", "\n")):  # its name, where it fits inside
-                        label = band.text(
-                            (lo + hi) / 2,
-                            0.5,
-                            text,
-                            ha="center",
-                            va="center",
-                            fontsize=8,
-                            color="white",
-                            fontweight="bold",
-                            linespacing=1.0,
-                        )
-                        if label.get_window_extent(renderer).width + 6 <= span[1][0] - span[0][0]:
-                            break
-                        label.remove()
+            strips = phase.get("bands")
+            if strips:
+                height = 1 / len(strips)
+                for i, strip in enumerate(strips):
+                    y0 = 1 - (i + 1) * height
+                    _draw_runs(
+                        band,
+                        renderer,
+                        segments(strip["states"], end),
+                        start,
+                        stop,
+                        y0,
+                        height,
+                        strip["name"],
+                        shown_states,
+                    )
+            elif phase.get("breaker", True):
+                _draw_runs(band, renderer, runs, start, stop, 0.0, 1.0, "", shown_states)
             else:
                 any_unprotected = True
                 _, face, edge = NO_BREAKER

@@ -12,6 +12,11 @@ connections. Endpoints:
     Mode ``fail``: 503 ``{"error": ...}``. Mode ``hang``: no answer until the client
     gives up (closes its connection), the hang limit passes (then 504), or the server
     shuts down.
+``GET /quote?order=ID&amount_cents=N``
+    A shipping quote (the shop's carriers), counted apart from the charges
+    (``quote_requests``) and answered as the mode says, like ``/charge``: 200
+    ``{"quote_id": "q_<n>", "price_cents": int, "days": int, ...}``, 503 or a hang. The demo
+    runs two of these servers as the shop's two carriers, one host each.
 ``POST /control/mode``
     Body ``{"mode": "ok" | "fail" | "hang" | "recover", "hang_seconds": float}`` (or the
     bare mode as text). ``recover`` is ``ok`` after trouble; it is counted in the stats.
@@ -46,6 +51,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 MODES = ("ok", "fail", "hang", "recover")
 DEFAULT_HANG_SECONDS = 10.0
@@ -79,6 +85,7 @@ class UpstreamState:
         with self.lock:
             self.requests = 0
             self.charge_requests = 0
+            self.quote_requests = 0
             self.recoveries = 0
             self.by_outcome = {"ok": 0, "fail": 0, "hang_abandoned": 0, "hang_timeout": 0, "hang_shutdown": 0}
 
@@ -127,6 +134,7 @@ class UpstreamState:
         with self.lock:
             return {
                 "charge_requests": self.charge_requests,
+                "quote_requests": self.quote_requests,
                 "requests": self.requests,
                 "by_outcome": dict(self.by_outcome),
                 "mode": self.mode,
@@ -137,7 +145,8 @@ class UpstreamState:
             }
 
     def outcome(self, name: str) -> None:
-        """Count one finished ``/charge`` request under *name* (a key of ``by_outcome``)."""
+        """Count one finished ``/charge`` or ``/quote`` request under *name* (a key of
+        ``by_outcome``)."""
         with self.lock:
             self.by_outcome[name] += 1
             self.changed.notify_all()
@@ -224,6 +233,8 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             self._json(200, self.state.stats())
         elif self.path == "/health":
             self._json(200, {"ok": True})
+        elif self.path.partition("?")[0] == "/quote":
+            self._charge(self.path.partition("?")[2].encode(), kind="quote")
         else:
             self._json(404, {"error": f"no GET route {self.path}"})
 
@@ -252,12 +263,18 @@ class UpstreamHandler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": f"no POST route {self.path}"})
 
-    def _charge(self, body: bytes) -> None:
+    def _charge(self, body: bytes, kind: str = "charge") -> None:
+        """Answer a ``/charge`` (JSON *body*) or, *kind* ``"quote"``, a ``/quote`` (*body*:
+        its query string) as the mode and the hold say."""
         state = self.state
         with state.changed:
-            state.charge_requests += 1
+            if kind == "quote":
+                state.quote_requests += 1
+                number = state.quote_requests
+            else:
+                state.charge_requests += 1
+                number = state.charge_requests
             state.changed.notify_all()
-            number = state.charge_requests
             released = not state.holding or state.wait_release(state.hang_seconds)
             mode = state.mode
             hang_seconds = state.hang_seconds
@@ -270,10 +287,26 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             return
         if mode == "fail":
             state.outcome("fail")
-            self._json(503, {"error": "payments temporarily unavailable"})
+            self._json(
+                503, {"error": f"{'shipping quotes' if kind == 'quote' else 'payments'} temporarily unavailable"}
+            )
             return
         if mode == "hang":
             self._hang(hang_seconds)
+            return
+        if kind == "quote":
+            query = {k: v[-1] for k, v in parse_qs(body.decode(errors="replace")).items()}
+            state.outcome("ok")
+            amount = int(query["amount_cents"]) if query.get("amount_cents", "").isdigit() else 0
+            self._json(
+                200,
+                {
+                    "quote_id": f"q_{number}",
+                    "order": query.get("order"),
+                    "price_cents": 490 + amount // 50,
+                    "days": 2,
+                },
+            )
             return
         try:
             request = json.loads(body or b"{}")

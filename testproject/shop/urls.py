@@ -11,6 +11,7 @@ urlpatterns = [
     path("orders/", views.orders, name="orders"),
     path("orders/<int:order_id>/charge/", views.charge, name="charge"),
     path("orders/<int:order_id>/charge-unprotected/", views.charge_unprotected, name="charge-unprotected"),
+    path("orders/<int:order_id>/shipping-quotes/", views.shipping_quotes, name="shipping-quotes"),
     path("breakers/", views.breakers, name="breakers"),
     path("emergency/", views.emergency, name="emergency"),
 ]

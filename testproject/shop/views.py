@@ -2,6 +2,7 @@
 
 ``/orders/<id>/charge/`` charges through the ``payments`` breaker (fallback: queue the
 order); ``/orders/<id>/charge-unprotected/`` makes the same call with no breaker;
+``/orders/<id>/shipping-quotes/`` asks every carrier for a quote, one breaker per host;
 ``/breakers/`` is a JSON view of every known breaker plus the transition log;
 ``/emergency/`` is the Emergency Mode level as this process sees it; ``/`` is a page
 listing what to visit. The JSON endpoints are CSRF-exempt: they are a demo
@@ -23,7 +24,7 @@ import baldur_django as baldur
 from baldur_django import emergency as baldur_emergency
 from baldur_django.core.registry import registry
 
-from . import breaker_log, payments
+from . import breaker_log, payments, shipping
 from .models import Order
 
 MAX_ORDERS_PER_REQUEST = 1000
@@ -140,6 +141,24 @@ def charge_unprotected(request: HttpRequest, order_id: int) -> HttpResponse:
             status=502,
         )
     return JsonResponse({"order": order.pk, **result}, status=200)
+
+
+@require_GET
+def shipping_quotes(request: HttpRequest, order_id: int) -> HttpResponse:
+    """Shipping quotes for an order from every carrier (``SHIPPING_CARRIERS``), each
+    through its host's own breaker (``shipping.session``: ``BreakerAdapter()`` with no
+    service name).
+
+    Answers 200 ``{"order": id, "quotes": {carrier: {"status": "quoted" | "unavailable",
+    "rejected": bool, "breaker": "host:port", "breaker_state": str, ...}}, "best": carrier}``
+    when at least one carrier quoted, 503 with the same body (``best`` None) when none
+    did; 404 for an unknown order. A failing carrier only costs its own quote.
+    """
+    order = Order.objects.filter(pk=order_id).first()
+    if order is None:
+        return _error(404, f"no order with id {order_id}")
+    result = shipping.quotes(order)
+    return JsonResponse({"order": order.pk, **result}, status=200 if result["best"] else 503)
 
 
 @require_GET

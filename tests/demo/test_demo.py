@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -48,7 +49,7 @@ def demo_run(tmp_path_factory):
         env=env,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=240,  # a bound for a loaded machine; the run itself takes about 45 s
     )
     assert summary_path.exists(), f"no summary written; rc={result.returncode}\n{result.stdout}\n{result.stderr}"
     summary = json.loads(summary_path.read_text())
@@ -209,7 +210,7 @@ def test_timeline_picture_is_written_and_shows_the_run(demo_run):
     for outcome in ("paid", "failed", "rejected"):
         assert pixels[rgb(OUTCOMES[outcome][1])] > 200, f"no {outcome} bars"
     timeline = summary["timeline"]
-    assert len(timeline["phases"]) == 10
+    assert len(timeline["phases"]) == 11
     states = sorted(timeline["states"], key=lambda s: s["t"])
     assert [s["state"] for s in states][:2] == ["closed", "open"]
     assert "forced_open" in [s["state"] for s in states]
@@ -220,7 +221,10 @@ def test_timeline_picture_is_written_and_shows_the_run(demo_run):
     level3, step_down = timeline["phases"][5], timeline["phases"][6]
     assert "Level 3" in level3["title"] and "steps the level down" in step_down["title"]
     assert level3["start"] < states[frozen]["t"] < level3["end"] < states[frozen + 1]["t"] < step_down["end"]
-    assert len(timeline["requests"]) == summary["totals"]["sent"]
+    # every request to a shop, but in the per-host phase each call the shop made to a carrier
+    per_host = summary["phases"]["per_host"]["sent"]
+    assert len([r for r in timeline["requests"] if "host" not in r]) == summary["totals"]["sent"] - per_host
+    assert len([r for r in timeline["requests"] if "host" in r]) == 2 * per_host
     # one clock with the console (phase 1 starts once the servers answer, not at 0), no band
     # for the view without a breaker, and the five operator commands drawn where they ran
     assert timeline["phases"][0]["start"] > 0.5
@@ -262,3 +266,43 @@ def test_em2_em3_level_3_from_another_process_holds_the_breaker_then_step_down_r
     assert "open->half_open" in step_down["transitions"] and "half_open->closed" in step_down["transitions"]
     assert "frozen" not in step_down["server_rejections_by_reason"]
     assert step_down["ok"] > 0 and step_down["errors"] == 0
+
+
+def test_hc1_one_failing_carrier_trips_only_its_own_host_breaker(demo_run):
+    """HC-1: the shop reaches its two carriers (two stand-in servers, two ports) through one
+    ``BreakerAdapter()`` with no service name. The shop's answers and its ``/breakers/``
+    name two breakers after the hosts ("127.0.0.1:PORT"): the failing carrier's is OPEN,
+    the healthy one's CLOSED. The failing carrier's own counter stops at the failures that
+    opened its breaker (no call reached it while OPEN, though requests kept coming), and the
+    healthy carrier counted and answered every quote request. The phase is in the summary,
+    the console and the picture (its own panel, one strip per host breaker)."""
+    result, summary = demo_run
+    phase = summary["phases"]["per_host"]
+    f = phase["per_host"]
+    bad, good = f["failing"], f["healthy"]
+    hosts = f["breakers"]
+    assert len(set(hosts.values())) == 2
+    assert all(re.fullmatch(r"127\.0\.0\.1:\d+", host) for host in hosts.values()), hosts
+    assert sorted(f["breakers_reported"]) == sorted(hosts.values())
+    assert f["states_after"] == {bad: "open", good: "closed"}
+    assert f["config"]["failure_threshold"] == 5  # the package default: nothing configured per host
+    # the failing host: bounded by its breaker
+    assert f["failing_counted_when_open"] == f["config"]["failure_threshold"]
+    assert f["sent_while_open"] > 0 and f["failing_counted_while_open"] == 0
+    assert f["upstream_counted"][bad] == f["config"]["failure_threshold"] < phase["sent"]
+    assert f["calls"][bad]["rejected"] == phase["sent"] - f["upstream_counted"][bad] == phase["rejected_fast"]
+    assert [t["to"] for t in f["transitions"][bad]][:1] == ["open"] and not f["transitions"][good]
+    # the healthy host: every call went through and was answered
+    assert f["calls"][good] == {"quoted": phase["sent"], "failed": 0, "rejected": 0, "error": 0}
+    assert f["upstream_counted"][good] == phase["sent"]
+    assert phase["ok"] == phase["sent"] and phase["errors"] == 0
+    assert phase["server_rejections"] == phase["rejected_fast"]
+    # the console names both breakers by host, with their states
+    line = next(line for line in result.stdout.splitlines() if "lists one breaker per host" in line)
+    assert f"{hosts[bad]} ({bad}) OPEN" in line and f"{hosts[good]} ({good}) CLOSED" in line
+    assert f"breaker {hosts[bad]}: CLOSED -> OPEN  (consecutive_failures)" in result.stdout
+    # the picture: its own panel, named in words, one band per host breaker
+    shown = summary["timeline"]["phases"][-1]
+    assert shown["key"] == "per_host" and "breaker per host" in shown["title"]
+    assert [b["name"] for b in shown["bands"]] == [f"{hosts[bad]} ({bad})", f"{hosts[good]} ({good})"]
+    assert phase["seconds"] < 10

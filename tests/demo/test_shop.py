@@ -296,3 +296,68 @@ def test_em2_em3_level_3_holds_the_open_breaker_and_step_down_lets_it_probe(shop
         ("open", "half_open"),
         ("half_open", "closed"),
     ]
+
+
+@pytest.fixture
+def carriers(shop, settings):
+    """Two carriers, each its own real stand-in server (its own port, so its own host
+    breaker), and a freshly imported ``shipping`` module (a fresh per-host adapter)."""
+    import importlib
+
+    from testproject import upstream as upstream_module
+    from testproject.shop import shipping
+
+    servers = {name: upstream_module.start_in_thread() for name in ("parcelpost", "swiftship")}
+    settings.SHIPPING_CARRIERS = {name: server.url for name, server in servers.items()}
+    settings.SHIPPING_TIMEOUT = 5.0
+    importlib.reload(shipping)
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+def test_hc1_shipping_quotes_get_one_breaker_per_host_and_a_failing_carrier_trips_only_its_own(
+    shop, shop_app, client, carriers
+):
+    """HC-1: the quotes view reaches each carrier through ``BreakerAdapter()`` with no
+    service name, so each host has a breaker named "127.0.0.1:PORT". One carrier answering
+    503 opens its host's breaker after 5 failures in a row (the package default); from then
+    on that carrier's server counts no request, while the other host's breaker stays CLOSED
+    and every one of its quotes comes back."""
+    bad, good = carriers["parcelpost"], carriers["swiftship"]
+    bad.state.set_mode("fail")
+    hosts = {name: server.url.removeprefix("http://") for name, server in carriers.items()}
+    order = make_order(shop_app, amount_cents=5000)
+    replies = [client.get(f"/orders/{order.pk}/shipping-quotes/") for _ in range(8)]
+    assert {r.status_code for r in replies} == {200}
+    bodies = [r.json() for r in replies]
+    assert all(b["best"] == "swiftship" for b in bodies)
+    failing = [b["quotes"]["parcelpost"] for b in bodies]
+    healthy = [b["quotes"]["swiftship"] for b in bodies]
+    assert {q["breaker"] for q in failing} == {hosts["parcelpost"]}
+    assert {q["breaker"] for q in healthy} == {hosts["swiftship"]}
+    assert [q["breaker_state"] for q in failing] == ["closed"] * 4 + ["open"] * 4
+    assert [q["rejected"] for q in failing] == [False] * 5 + [True] * 3
+    assert failing[0]["reason"] == "parcelpost answered HTTP 503"
+    assert bad.state.stats()["quote_requests"] == 5  # none after the breaker opened
+    assert [q["status"] for q in healthy] == ["quoted"] * 8 and {q["breaker_state"] for q in healthy} == {"closed"}
+    assert healthy[0]["price_cents"] == 490 + 5000 // 50
+    assert good.state.stats()["quote_requests"] == 8
+    snapshots = breakers(client)["breakers"]
+    assert snapshots[hosts["parcelpost"]]["state"] == "open"
+    assert snapshots[hosts["swiftship"]]["state"] == "closed"
+    assert snapshots["payments"]["state"] == "closed"  # the payments breaker is another one
+
+
+def test_shipping_quotes_with_every_carrier_down_answer_503_and_unknown_order_404(shop, shop_app, client, carriers):
+    """With no carrier answering, the view says so with 503 (``best`` None); an unknown
+    order is 404 and calls no carrier."""
+    for server in carriers.values():
+        server.state.set_mode("fail")
+    order = make_order(shop_app)
+    response = client.get(f"/orders/{order.pk}/shipping-quotes/")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["best"] is None and {q["status"] for q in body["quotes"].values()} == {"unavailable"}
+    assert client.get("/orders/999999/shipping-quotes/").status_code == 404
+    assert sum(server.state.stats()["quote_requests"] for server in carriers.values()) == 2

@@ -116,8 +116,8 @@ STATE_COLOURS = {colour for _label, colour in timeline.BAND_STATES.values()} | {
 
 
 def recorded_demo(tmp_path, first_phase_at: float = 7.0):
-    """A :class:`testproject.demo.Demo` that "ran" without servers: the ten short phases one
-    after the other from *first_phase_at* seconds (the servers' start-up before), each
+    """A :class:`testproject.demo.Demo` that "ran" without servers: the eleven short phases
+    one after the other from *first_phase_at* seconds (the servers' start-up before), each
     1.2 s long but the fleet's (0.8 s), and a console that writes to a buffer."""
     console = io.StringIO()
     run = demo.Demo(argparse.Namespace(out_dir=tmp_path, short=True), demo.Display(False, False, console))
@@ -199,7 +199,7 @@ def test_no_state_band_where_no_breaker_is_in_use(tmp_path, figures):
 
 
 def test_every_phase_has_a_readable_panel_named_in_words(tmp_path, figures):
-    """Each of the ten phases gets its own panel (band and bars) spanning exactly the phase,
+    """Each of the eleven phases gets its own panel (band and bars) spanning exactly the phase,
     titled with its number and its name in words; the title fits its panel; and no panel
     is a sliver, the fleet's 0.8 s of a 12 s run included (each at least 8 % of the figure's
     width, at least half the mean)."""
@@ -208,7 +208,7 @@ def test_every_phase_has_a_readable_panel_named_in_words(tmp_path, figures):
     fig = figures(data)
     renderer = fig.canvas.get_renderer()
     panels = timeline.panels(fig)
-    assert sorted(panels) == list(range(1, 11))
+    assert sorted(panels) == list(range(1, 12))
     widths = []
     for number, phase in enumerate(data["phases"], 1):
         band, bars = panels[number]["band"], panels[number]["bars"]
@@ -219,8 +219,8 @@ def test_every_phase_has_a_readable_panel_named_in_words(tmp_path, figures):
         assert band.title.get_window_extent(renderer).width <= band.get_window_extent(renderer).width + 1
         widths.append(bars.get_position().width)
     assert min(widths) >= 0.08
-    row_mean = sum(widths[5:]) / 5
-    assert widths[-1] >= 0.5 * row_mean
+    last_row = widths[timeline.PER_ROW :]
+    assert widths[-2] >= 0.5 * sum(last_row) / len(last_row)  # the fleet's
 
 
 def test_quiet_spans_and_gaps_are_explained(tmp_path, figures):
@@ -248,3 +248,56 @@ def test_quiet_spans_and_gaps_are_explained(tmp_path, figures):
     assert timeline.COMMAND[0] in legend_texts
     footer = " ".join(t.get_text() for t in fig.texts)
     assert "first 7.0 s" in footer and "0.05 s between two phases" in footer
+
+
+def test_hc1_the_per_host_phase_draws_one_named_strip_per_host_breaker(tmp_path, figures):
+    """HC-1: the per-host phase uses the carriers' breakers, not the shared ``payments``
+    one: its band is one strip per host breaker, named after the host, each in its own
+    states (the failing host CLOSED then OPEN, the healthy host CLOSED throughout), and the
+    shared breaker's state (HALF_OPEN here) is not drawn there; the carriers' quotes are
+    bars of their own colour."""
+    run, _ = recorded_demo(tmp_path)
+    keys = [p.key for p in run.plans]
+    phase = run.results[keys.index("per_host")]
+    opened_at = phase.started + 0.4
+    phase.per_host = {
+        "failing": "parcelpost",
+        "healthy": "swiftship",
+        "breakers": {"parcelpost": "127.0.0.1:8766", "swiftship": "127.0.0.1:8767"},
+        "transitions": {
+            "parcelpost": [{"from": "closed", "to": "open", "trigger": "consecutive_failures", "t": opened_at}],
+            "swiftship": [],
+        },
+        "failing_counted_when_open": 5,
+        "failing_counted_while_open": 0,
+        "calls": {"parcelpost": {"quoted": 0}, "swiftship": {"quoted": 7}},
+    }
+    run.requests = [r for r in run.requests if not phase.started <= r["t"] <= phase.ended]
+    run.requests += [{"t": phase.started + 0.1 * i, "host": "127.0.0.1:8767", "outcome": "quoted"} for i in range(1, 8)]
+    data = run.timeline_data()
+    data["states"].append({"t": phase.started - 0.5, "state": "half_open"})  # payments, all through it
+    shown = data["phases"][keys.index("per_host")]
+    assert shown["breaker"] is True and [b["name"] for b in shown["bands"]] == [
+        "127.0.0.1:8766 (parcelpost)",
+        "127.0.0.1:8767 (swiftship)",
+    ]
+    assert any("only the 127.0.0.1:8766 breaker opens" in n["text"] for n in data["notes"])
+
+    fig = figures(data)
+    band = timeline.panels(fig)[keys.index("per_host") + 1]["band"]
+    green, red = timeline.BAND_STATES["closed"][1], timeline.BAND_STATES["open"][1]
+    strips: dict[float, list[tuple[float, float, str]]] = {}
+    for collection in band.collections:
+        for path in collection.get_paths():
+            ys, xs = path.vertices[:, 1], path.vertices[:, 0]
+            strip = strips.setdefault(round(float(ys.min()), 3), [])
+            strip.append((round(float(xs.min()), 3), round(float(xs.max()), 3), to_hex(collection.get_facecolor()[0])))
+    assert sorted(strips) == [0.0, 0.5]  # two strips, the failing host's on top
+    top, bottom = sorted(strips[0.5]), sorted(strips[0.0])
+    assert [c for _s, _e, c in top] == [green, red] and top[1][0] == pytest.approx(opened_at, abs=0.001)
+    assert [c for _s, _e, c in bottom] == [green]
+    assert timeline.BAND_STATES["half_open"][1] not in {c for _s, _e, c in top + bottom}
+    labels = [t.get_text() for t in band.texts]
+    assert labels and all(label.split(": ")[-1] in {"CLOSED", "OPEN"} for label in labels)
+    bars = timeline.panels(fig)[keys.index("per_host") + 1]["bars"]
+    assert {to_hex(p.get_facecolor()) for p in bars.patches} == {timeline.OUTCOMES["quoted"][1]}

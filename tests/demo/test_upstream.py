@@ -213,3 +213,15 @@ def test_hold_is_bounded_by_the_hang_limit_and_ends_on_shutdown():
     assert not thread.is_alive()
     assert srv.state.by_outcome["hang_shutdown"] == 1
     assert errors and isinstance(errors[0], (http.client.RemoteDisconnected, ConnectionError))
+
+
+def test_quote_endpoint_counts_apart_from_charges_and_follows_the_mode(server):
+    """``GET /quote`` answers a quote in mode ok and 503 in mode fail, counted under
+    ``quote_requests`` (not ``charge_requests``)."""
+    status, body = call(server, "GET", "/quote?order=7&amount_cents=1000")
+    assert status == 200 and body["quote_id"] == "q_1" and body["order"] == "7" and body["price_cents"] == 510
+    call(server, "POST", "/control/mode", {"mode": "fail"})
+    assert call(server, "GET", "/quote")[0] == 503
+    stats = call(server, "GET", "/control/stats")[1]
+    assert (stats["quote_requests"], stats["charge_requests"]) == (2, 0)
+    assert stats["by_outcome"]["ok"] == 1 and stats["by_outcome"]["fail"] == 1
