@@ -18,14 +18,14 @@ While an Emergency Mode level is in force the page shows it with its expiry; hol
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -35,6 +35,12 @@ from .core.errors import BaldurError, ConfigError
 from .core.registry import registry
 from .forms import EmergencyLevelForm, ForceForm, ReleaseForm, StepDownForm
 from .models import FORCE_PERMISSION, Breaker, BreakerAudit
+
+if TYPE_CHECKING:  # django-stubs makes ModelAdmin generic; at run time it takes no subscript
+    _BreakerModelAdmin = admin.ModelAdmin[Breaker]
+    _AuditModelAdmin = admin.ModelAdmin[BreakerAudit]
+else:
+    _BreakerModelAdmin = _AuditModelAdmin = admin.ModelAdmin
 
 __all__ = ["BreakerAdmin", "BreakerAuditAdmin", "BREAKER_ACTIONS"]
 
@@ -92,7 +98,7 @@ class ReadOnlyAdminMixin:
 
 
 @admin.register(Breaker)
-class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
     """The breaker list and its force/release actions (OP-6). See the module docstring."""
 
     actions = None  # the three actions are handled by this admin's own views
@@ -102,7 +108,9 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     # ------------------------------------------------------------------ permissions
     def has_force_circuit_permission(self, request: HttpRequest) -> bool:
         """True when the user may force and release breakers (``baldur_django.force_circuit``)."""
-        return request.user.is_active and request.user.has_perm(FORCE_PERMISSION)
+        user: Any = request.user  # AUTH_USER_MODEL, whatever it is (the admin needs has_perm)
+        allowed: bool = user.is_active and user.has_perm(FORCE_PERMISSION)
+        return allowed
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return super().has_view_permission(request, obj) or self.has_force_circuit_permission(request)
@@ -111,7 +119,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return super().has_module_permission(request) or self.has_force_circuit_permission(request)
 
     # ------------------------------------------------------------------------- urls
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
         return [
             path(
@@ -347,7 +355,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(BreakerAudit)
-class BreakerAuditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class BreakerAuditAdmin(ReadOnlyAdminMixin, _AuditModelAdmin):
     """Read-only audit of every force and release (OP-6)."""
 
     actions = None

@@ -4,6 +4,7 @@ the Emergency Mode level (EM-1, EM-3)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -40,7 +41,7 @@ class ForceForm(ReleaseForm):
     )
     field_order = ["ttl_minutes", "reason"]
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not self.is_bound:
             default = services.default_ttl_minutes()
@@ -83,7 +84,7 @@ class EmergencyLevelForm(forms.Form):
     )
     reason = ReleaseForm.base_fields["reason"]
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not self.is_bound:
             default = services.default_ttl_minutes()

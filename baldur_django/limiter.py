@@ -163,7 +163,7 @@ def _import_key(setting: str, dotted: str) -> Callable[[Any], Any]:
     except ImportError as exc:
         raise ConfigError(f"{setting}={dotted!r}: cannot import module {module_path!r} ({exc})") from exc
     try:
-        func = getattr(module, name)
+        func: Callable[[Any], Any] = getattr(module, name)
     except AttributeError:
         raise ConfigError(f"{setting}={dotted!r}: module {module_path!r} has no attribute {name!r}") from None
     if not callable(func):

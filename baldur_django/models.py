@@ -11,11 +11,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .backends.models import BreakerLock, BreakerRecord  # tables of the database backend (ST-2)
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 __all__ = ["Breaker", "BreakerAudit", "BreakerRecord", "BreakerLock", "FORCE_PERMISSION"]
 
@@ -31,7 +36,7 @@ class Breaker(models.Model):
     closed") and only a ``view`` default permission. Implements OP-6.
     """
 
-    service = models.CharField(_("service"), max_length=255, primary_key=True)
+    service: models.CharField[str, str] = models.CharField(_("service"), max_length=255, primary_key=True)
 
     class Meta:
         managed = False
@@ -77,23 +82,33 @@ class BreakerAudit(models.Model):
         API = "api", _("API")
         TASK = "task", _("background task")
 
-    at = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
-    actor = models.CharField(_("who"), max_length=150, blank=True, default="")
-    action = models.CharField(_("action"), max_length=16, choices=Action.choices)
-    service = models.TextField(_("service"))
-    ttl_minutes = models.FloatField(_("lifetime (minutes)"), null=True, blank=True)
-    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
-    reason = models.TextField(_("reason"), blank=True, default="")
-    source = models.CharField(_("source"), max_length=16, choices=Source.choices, default=Source.API)
-    from_state = models.CharField(_("state before"), max_length=16, blank=True, default="")
-    to_state = models.CharField(_("state after"), max_length=16, blank=True, default="")
-    dry_run = models.BooleanField(_("dry-run"), default=False)
+    at: models.DateTimeField[datetime, datetime] = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
+    actor: models.CharField[str, str] = models.CharField(_("who"), max_length=150, blank=True, default="")
+    action: models.CharField[str, str] = models.CharField(_("action"), max_length=16, choices=Action.choices)
+    service: models.TextField[str, str] = models.TextField(_("service"))
+    ttl_minutes: models.FloatField[float | None, float | None] = models.FloatField(
+        _("lifetime (minutes)"), null=True, blank=True
+    )
+    expires_at: models.DateTimeField[datetime | None, datetime | None] = models.DateTimeField(
+        _("expires at"), null=True, blank=True
+    )
+    reason: models.TextField[str, str] = models.TextField(_("reason"), blank=True, default="")
+    source: models.CharField[str, str] = models.CharField(
+        _("source"), max_length=16, choices=Source.choices, default=Source.API
+    )
+    from_state: models.CharField[str, str] = models.CharField(_("state before"), max_length=16, blank=True, default="")
+    to_state: models.CharField[str, str] = models.CharField(_("state after"), max_length=16, blank=True, default="")
+    dry_run: models.BooleanField[bool, bool] = models.BooleanField(_("dry-run"), default=False)
 
     class Meta:
         verbose_name = _("breaker audit entry")
         verbose_name_plural = _("breaker audit entries")
         ordering = ("-at", "-id")
         default_permissions = ("view",)
+
+    if TYPE_CHECKING:  # Django adds it for a field with choices
+
+        def get_action_display(self) -> str: ...
 
     def __str__(self) -> str:
         who = self.actor or "?"

@@ -29,7 +29,7 @@ from . import emergency as emergency_facade
 from .core import emergency as emergency_core
 from .core import registry as registry_module
 from .core.breaker import validate_ttl
-from .core.config import settings
+from .core.config import settings as settings  # re-exported: the commands read it
 from .core.errors import BaldurError, ConfigError
 from .core.events import EmergencyLevelChanged, Event, Forced, Released, bus
 from .core.knobs import SECRETS
@@ -289,7 +289,7 @@ def status_rows(service: str | None = None) -> list[dict[str, Any]]:
             raise UnknownServiceError(str(service))
         return [breaker.snapshot()]
     names = set(registry.names()) | set(_store_names())
-    return [registry.get(name).snapshot() for name in sorted(names)]
+    return [registry.get(name).snapshot() for name in sorted(names)]  # type: ignore[union-attr]  # create=True
 
 
 # ------------------------------------------------------------------------- emergency

@@ -236,7 +236,7 @@ class DatabaseStore:
         def work() -> bool:
             with transaction.atomic(using=self.alias):
                 now = db_now(self.alias)
-                updated = (
+                updated: int = (
                     BreakerLock.objects.using(self.alias)
                     .filter(name=name, token=token, expires_at__gt=now)
                     .update(expires_at=now + ttl_seconds)
@@ -249,7 +249,8 @@ class DatabaseStore:
         from .models import BreakerLock
 
         def work() -> bool:
-            return BreakerLock.objects.using(self.alias).filter(name=name, token=token).delete()[0] > 0
+            deleted: int = BreakerLock.objects.using(self.alias).filter(name=name, token=token).delete()[0]
+            return deleted > 0
 
         return self._guarded("unlock", work)
 

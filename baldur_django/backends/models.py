@@ -14,10 +14,10 @@ class BreakerRecord(models.Model):
     names never collide (CB-12); ``last_seen`` is the database clock's Unix time.
     """
 
-    key = models.CharField(max_length=80, unique=True)
-    name = models.TextField()
-    record = models.TextField(default="")
-    last_seen = models.FloatField(default=0.0, db_index=True)
+    key: models.CharField[str, str] = models.CharField(max_length=80, unique=True)
+    name: models.TextField[str, str] = models.TextField()
+    record: models.TextField[str, str] = models.TextField(default="")
+    last_seen: models.FloatField[float, float] = models.FloatField(default=0.0, db_index=True)
 
     class Meta:
         verbose_name = "shared breaker record"
@@ -30,9 +30,9 @@ class BreakerRecord(models.Model):
 class BreakerLock(models.Model):
     """An expiring fleet-wide lock (Celery tasks, ST-5)."""
 
-    name = models.CharField(max_length=120, unique=True)
-    token = models.CharField(max_length=64)
-    expires_at = models.FloatField()
+    name: models.CharField[str, str] = models.CharField(max_length=120, unique=True)
+    token: models.CharField[str, str] = models.CharField(max_length=64)
+    expires_at: models.FloatField[float, float] = models.FloatField()
 
     class Meta:
         verbose_name = "fleet lock"

@@ -51,7 +51,7 @@ class BaldurThrottleMixin:
 
     def allow_request(self, request: Any, view: Any) -> bool:
         """Ask the wrapped throttle; on refusal mark the request. Returns True to admit."""
-        allowed = super().allow_request(request, view)  # type: ignore[misc]
+        allowed: bool = super().allow_request(request, view)  # type: ignore[misc]
         if not allowed:
             mark_rate_limited(request)
         return allowed

@@ -120,7 +120,8 @@ class SlackNotifier:
         if self._fixed_url is not None:
             return self._fixed_url or None
         try:
-            return self._source.get(SETTING)
+            url: str | None = self._source.get(SETTING)
+            return url
         except ConfigError:
             if not self._bad_setting_logged:
                 self._bad_setting_logged = True

@@ -20,7 +20,7 @@ import json
 import math
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
@@ -67,7 +67,7 @@ class Command(Utf8OutputMixin, BaseCommand):
         "automatic decisions). status [--json] | set LEVEL [--minutes M] [--reason TEXT] | step-down"
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", metavar="{status,set,step-down}", required=True)
         status = sub.add_parser("status", help="show the level in force")
         status.add_argument("--json", action="store_true", dest="as_json", help="print one JSON document on stdout")

@@ -19,7 +19,7 @@ import math
 import os
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
@@ -68,7 +68,7 @@ class Command(Utf8OutputMixin, BaseCommand):
         "automatic judgement. Needs a shared state backend (database or redis)."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["open", "close", "release"], help="force open, force closed, or release")
         parser.add_argument("service", metavar="SERVICE", help="the breaker's name")
         parser.add_argument(

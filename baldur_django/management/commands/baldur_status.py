@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import ConfigError
@@ -157,7 +157,7 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
         "effective BALDUR_* setting and its source. --json prints only JSON on stdout."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", dest="as_json", help="print one JSON document on stdout")
         group = parser.add_mutually_exclusive_group()
         group.add_argument("--service", metavar="NAME", help="show only this breaker (error if unknown)")
