@@ -15,6 +15,16 @@ from baldur_django.core.testing import FakeClock, RecordingListener
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+pytest_plugins = ["tests.budgets"]
+
+
+def pytest_report_header(config):
+    """Name the Django under test at the top of every run (tox envs pin one each)."""
+    import django
+
+    expected = os.environ.get("BALDUR_EXPECT_DJANGO")
+    return f"django: {django.get_version()}" + (f" (the env names {expected})" if expected else "")
+
 
 def pytest_report_header(config):
     """Name the Django under test at the top of every run (tox envs pin one each)."""

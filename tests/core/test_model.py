@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
@@ -316,3 +317,5 @@ BreakerVersusModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestBreakerVersusModel = BreakerVersusModel.TestCase
+# a stateful machine's TestCase gets no marker from hypothesis' plugin: name its budget group
+pytestmark = pytest.mark.hypothesis
