@@ -26,14 +26,6 @@ def pytest_report_header(config):
     return f"django: {django.get_version()}" + (f" (the env names {expected})" if expected else "")
 
 
-def pytest_report_header(config):
-    """Name the Django under test at the top of every run (tox envs pin one each)."""
-    import django
-
-    expected = os.environ.get("BALDUR_EXPECT_DJANGO")
-    return f"django: {django.get_version()}" + (f" (the env names {expected})" if expected else "")
-
-
 def need_server(what: str, reachable: bool, detail: str = "") -> None:
     """Skip locally, fail in CI (CI=true), when a real server is unreachable."""
     if reachable:

@@ -17,9 +17,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from baldur_django.core.stores.base import Answer, decode
-
 from baldur_django.core.rules import prunable, run
+from baldur_django.core.stores.base import Answer, decode
 
 
 class DictStore:
