@@ -85,6 +85,24 @@ def events():
 
 
 @pytest.fixture(autouse=True)
+def baldur_loggers_as_configured_by_default():
+    """Every test starts with the package's loggers as a fresh process has them: no level
+    of their own, propagating to the root logger (where caplog listens), not disabled. A
+    Django ``LOGGING`` dictConfig in an earlier test (a command test, say) can leave them
+    otherwise, which made log assertions depend on test order."""
+    import logging
+
+    def reset() -> None:
+        for name in [n for n in logging.root.manager.loggerDict if n == "baldur" or n.startswith("baldur.")]:
+            logger = logging.getLogger(name)
+            logger.setLevel(logging.NOTSET)
+            logger.propagate, logger.disabled = True, False
+
+    reset()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def emergency_state_file(tmp_path_factory, monkeypatch):
     """Every test gets its own Emergency Mode state file (EM-1), also inherited by the
     processes it starts, and a process cache that has read nothing yet."""

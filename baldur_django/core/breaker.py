@@ -1103,6 +1103,16 @@ class CircuitBreaker:
         ``Exception``, or never reached the dependency: neither success nor failure. A trial
         gives its slot back (CB-10); with a shared store, to the fleet's round."""
         next(self._m_ignored)  # EM-7
+        self.give_back(permit)
+
+    def give_back(self, permit: Permit) -> None:
+        """Return the trial slot *permit* holds without recording an outcome (CB-10, CB-19).
+
+        For a trial whose call ended without its outcome reaching the locked path (a success
+        taken by the healthy lane after a state change counted itself there): the slot comes
+        back, with a shared store to the fleet's round, and no outcome is counted twice. A
+        permit that is not a trial is left alone.
+        """
         if not permit.trial:
             return
         with self._lock:

@@ -151,7 +151,7 @@ def _trial(
     finally:
         leave_trial(token)
         if not recorded_since(breaker, mark):
-            breaker.record_ignored(permit)
+            breaker.give_back(permit)  # its outcome, if any, was counted where it landed
 
 
 async def _atrial(
@@ -169,7 +169,7 @@ async def _atrial(
     finally:
         leave_trial(token)
         if not recorded_since(breaker, mark):
-            await off_loop(breaker, breaker.record_ignored, permit)
+            await off_loop(breaker, breaker.give_back, permit)
 
 
 def _trial_policy(policy: RetryPolicy | None) -> RetryPolicy:

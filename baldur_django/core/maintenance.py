@@ -200,28 +200,30 @@ def _batches(names: list[str]) -> Iterator[list[str]]:
         yield names[start : start + BATCH_SIZE]
 
 
-def _bulk(store: StateStore, op: str, names: list[str]) -> list[Answer]:
-    """``store.<op>_many(names)`` when the store has it, else ``store.<op>(name)`` per name
-    (a store without bulk methods, such as a third-party one, works unchanged)."""
-    frozen = emergency.frozen()
-    many = getattr(store, f"{op}_many", None)
-    if many is not None:
-        answers: list[Answer] = many(names, frozen=frozen)
-        return answers
-    one: Callable[..., Answer] = getattr(store, op)
-    return [one(name, frozen=frozen) for name in names]
-
-
 def _each(
     store: StateStore, report: RunReport, lock: FleetLock, op: str, names: list[str]
 ) -> Iterator[tuple[str, Answer]]:
-    """``(name, answer)`` of *op* (``"inspect"`` or ``"sweep"``) over *names*, in order, a
-    batch per round trip. Before each batch (a batch may write: a read lapses forces that
-    ran out, a sweep moves records) the run checks it still owns its lock; lapses are
-    announced as the answers come (ST-5, CB-14)."""
+    """``(name, answer)`` of *op* (``"inspect"`` or ``"sweep"``) over *names*, in order.
+
+    A store with the bulk method (``inspect_many``/``sweep_many``, e.g. the Redis store's
+    pipelines) answers a batch of :data:`BATCH_SIZE` per round trip; any other store, such as
+    a third-party one, is asked one name at a time. Either way the run checks it still owns
+    its lock before each store call (a read lapses forces that ran out, a sweep moves
+    records: both may write), and lapses are announced as the answers come (ST-5, CB-14).
+    """
+    frozen = emergency.frozen()
+    many: Callable[..., list[Answer]] | None = getattr(store, f"{op}_many", None)
+    if many is None:
+        one: Callable[..., Answer] = getattr(store, op)
+        for name in names:
+            lock.ensure()
+            answer = one(name, frozen=frozen)
+            _announce_lapse(report, name, answer)
+            yield name, answer
+        return
     for batch in _batches(names):
         lock.ensure()
-        for name, answer in zip(batch, _bulk(store, op, batch), strict=True):
+        for name, answer in zip(batch, many(batch, frozen=frozen), strict=True):
             _announce_lapse(report, name, answer)
             yield name, answer
 

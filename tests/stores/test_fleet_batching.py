@@ -24,21 +24,21 @@ class CountingRedisStore(RedisStore):
         super().__init__(*args, **kwargs)
         self.calls = {"inspect": 0, "sweep": 0, "inspect_many": 0, "sweep_many": 0}
 
-    def inspect(self, name):
+    def inspect(self, name, *, frozen=False):
         self.calls["inspect"] += 1
-        return super().inspect(name)
+        return super().inspect(name, frozen=frozen)
 
-    def sweep(self, name):
+    def sweep(self, name, *, frozen=False):
         self.calls["sweep"] += 1
-        return super().sweep(name)
+        return super().sweep(name, frozen=frozen)
 
-    def inspect_many(self, names):
+    def inspect_many(self, names, *, frozen=False):
         self.calls["inspect_many"] += 1
-        return super().inspect_many(names)
+        return super().inspect_many(names, frozen=frozen)
 
-    def sweep_many(self, names):
+    def sweep_many(self, names, *, frozen=False):
         self.calls["sweep_many"] += 1
-        return super().sweep_many(names)
+        return super().sweep_many(names, frozen=frozen)
 
 
 @pytest.fixture
@@ -61,9 +61,9 @@ def test_st5_sweep_and_sync_batch_their_round_trips_on_redis(redis_client, fresh
         pipe.execute()
         due = [f"svc-{i:04d}" for i in range(0, COUNT, 7)]
         for name in due:
-            store.trip(name, "consecutive_failures", 0.0)  # due at once
-        store.trip("svc-0001", "consecutive_failures", 3600.0)  # not due
-        store.force("svc-0002", "open", 600.0, "maintenance", None)  # forced: left alone
+            store.trip(name, trigger="consecutive_failures", recovery_timeout=0.0)  # due at once
+        store.trip("svc-0001", trigger="consecutive_failures", recovery_timeout=3600.0)  # not due
+        store.force("svc-0002", mode="open", ttl_seconds=600.0, reason="maintenance")  # forced: left alone
         report = maintenance.recovery_sweep()
         batches = math.ceil(COUNT / maintenance.BATCH_SIZE)
         assert store.calls == {"inspect": 0, "sweep": 0, "inspect_many": 0, "sweep_many": batches}
@@ -84,8 +84,8 @@ def test_st5_sweep_and_sync_batch_their_round_trips_on_redis(redis_client, fresh
 def test_st5_inspect_many_answers_like_inspect(redis_client):
     """ST-5: the bulk read gives, name by name and in order, what the per-name read gives."""
     store = RedisStore(redis_client, prefix=redis_client.test_prefix)
-    store.trip("b", "failure_rate", 60.0)
-    store.force("c", "closed", 60.0, "why", "me")
+    store.trip("b", trigger="failure_rate", recovery_timeout=60.0)
+    store.force("c", mode="closed", ttl_seconds=60.0, reason="why", actor="me")
     names = ["a", "b", "c", "a"]
     bulk = store.inspect_many(names)
     one = [store.inspect(name) for name in names]
@@ -104,7 +104,7 @@ def test_st5_a_store_without_bulk_methods_is_read_one_name_at_a_time(fresh_regis
     try:
         names = [f"m-{i:04d}" for i in range(maintenance.BATCH_SIZE + 3)]
         for name in names:
-            store.trip(name, "consecutive_failures", 10.0)
+            store.trip(name, trigger="consecutive_failures", recovery_timeout=10.0)
         clock.advance(11.0)
         report = maintenance.recovery_sweep()
         assert report.moved == names
