@@ -23,6 +23,7 @@ __all__ = [
     "TripBlocked",
     "RateLimitStorm",
     "StoreProblem",
+    "RecordAdopted",
     "EmergencyLevelChanged",
     "EventBus",
     "bus",
@@ -124,6 +125,19 @@ class StoreProblem(Event):
     recovered: bool = False
     error: str = ""
     kind: str = field(init=False, default="store_problem")
+
+
+@dataclass(frozen=True)
+class RecordAdopted(Event):
+    """This worker took the shared record again after the store had not answered it (ST-4):
+    what it adopted. ``state`` is the record's state; ``forced`` ``"open"``, ``"closed"`` or
+    ``""``; ``version`` the record's version; ``local_state`` the worker's state before."""
+
+    state: str = ""
+    forced: str = ""
+    version: int = 0
+    local_state: str = ""
+    kind: str = field(init=False, default="record_adopted")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from .events import (
     Forced,
     ForceLapsed,
     RateLimitStorm,
+    RecordAdopted,
     Released,
     StateChanged,
     StoreProblem,
@@ -137,6 +138,19 @@ class LoggingListener:
                 event.reason,
                 event.state,
                 reason=event.reason,
+            )
+        elif isinstance(event, RecordAdopted):
+            log_event(
+                logging.INFO,
+                "circuit_breaker.store_adopted",
+                event.service,
+                "state=%s forced=%s version=%d was=%s",
+                event.state,
+                event.forced or "-",
+                event.version,
+                event.local_state,
+                to_state=event.state,
+                from_state=event.local_state,
             )
         elif isinstance(event, StoreProblem):
             name = "circuit_breaker.store_recovered" if event.recovered else "circuit_breaker.store_unavailable"

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from .emergency import frozen
 from .errors import StoreError
-from .events import Event, StoreProblem, TripBlocked
+from .events import Event, RecordAdopted, StoreProblem, TripBlocked
 from .states import CircuitState
 from .stores.base import BLOCKED, TRIPPED, Answer, StateStore
 
@@ -239,6 +239,7 @@ class StoreSync:
         self._held: list[Event] = []  # that trip's events, published if the store says we decided it
         self._unpushed: str | None = None  # a trip decided while the store was down
         self._probe_versions: dict[str, int] = {}
+        self._outage = False  # a store call for this breaker went unanswered since the last adoption
         # Serialises this process's store round trips for one breaker, so answers are
         # adopted in the order the store produced them (never a stale one over a newer).
         # Never held across the user's call; the state lock is taken inside it, never around it.
@@ -250,6 +251,33 @@ class StoreSync:
     def serial(self) -> contextlib.AbstractContextManager[bool]:
         """Hold while a store operation and its adoption must not interleave with another's."""
         return self._io
+
+    def _call(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer | None:
+        """Store I/O through the guard; an unanswered call marks an outage for this breaker."""
+        answer = self.guard.call(breaker.name, op, **kwargs)
+        if answer is None:
+            self._outage = True
+        return answer
+
+    def _rejoined(self, breaker: CircuitBreaker, answer: Answer, was: CircuitState) -> None:
+        """After an adoption: the first one since an outage is announced with what was
+        adopted (ST-4; logged as ``circuit_breaker.store_adopted``)."""
+        if not self._outage:
+            return
+        self._outage = False
+        record = answer.record
+        breaker.publish(
+            [
+                RecordAdopted(
+                    breaker.name,
+                    breaker.clock.wall(),
+                    state=record.state,
+                    forced=record.forced or "",
+                    version=record.version,
+                    local_state=was.value,
+                )
+            ]
+        )
 
     # ----------------------------------------------------------- judgement
     def local_judgement(self) -> bool:
@@ -290,11 +318,13 @@ class StoreSync:
                     self._schedule(breaker, retry_at)
                 return
         with self._io:
-            answer = self.guard.call(breaker.name, "load", frozen=frozen())
+            was = breaker.view().state
+            answer = self._call(breaker, "load", frozen=frozen())
             if answer is None:
                 breaker.schedule(retry_at, refresh=True)  # try again later
             elif not self._forgot(breaker, answer, now):
                 breaker.apply(answer)
+                self._rejoined(breaker, answer, was)
 
     def _forgot(self, breaker: CircuitBreaker, answer: Answer, now: float) -> bool:
         """ST-4: the store answered with a CLOSED, unforced record older than the one this
@@ -328,9 +358,11 @@ class StoreSync:
     def _run(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer | None:
         """Store I/O: one guarded operation, adopted by the breaker; events delivered."""
         with self._io:
-            answer = self.guard.call(breaker.name, op, **kwargs)
+            was = breaker.view().state
+            answer = self._call(breaker, op, **kwargs)
             if answer is not None:
                 breaker.apply(answer)
+                self._rejoined(breaker, answer, was)
         return answer
 
     # ----------------------------------------------------------------- trips
@@ -369,7 +401,8 @@ class StoreSync:
     def _write_trip(self, breaker: CircuitBreaker, trigger: str, held: list[Event]) -> bool:
         events: list[Event] = []
         with self._io:
-            answer = self.guard.call(breaker.name, "trip", trigger=trigger, **_timing(breaker), frozen=frozen())
+            was = breaker.view().state
+            answer = self._call(breaker, "trip", trigger=trigger, **_timing(breaker), frozen=frozen())
             if answer is None:
                 return False
             self._unpushed = None
@@ -380,6 +413,7 @@ class StoreSync:
                     TripBlocked(breaker.name, breaker.clock.wall(), forced=answer.record.forced or "", trigger=trigger)
                 )
             breaker.apply(answer, force=True, first=events)
+            self._rejoined(breaker, answer, was)
         return True
 
     # ---------------------------------------------------------------- probes
@@ -394,8 +428,9 @@ class StoreSync:
         cfg = breaker.config
         permit: Permit | None = None
         with self._io:
-            answer = self.guard.call(
-                breaker.name,
+            was = breaker.view().state
+            answer = self._call(
+                breaker,
                 "acquire_probe",
                 token=token,
                 max_calls=cfg.half_open_max_calls,
@@ -406,6 +441,7 @@ class StoreSync:
                 if answer.result:  # the adopted round will count this probe
                     self._probe_versions[token] = answer.record.version
                 permit = breaker.apply_probe(answer, token, now)
+                self._rejoined(breaker, answer, was)
                 if permit is None:
                     self.next_probe = now + min(1.0, cfg.probe_lease)
         return permit

@@ -135,6 +135,10 @@ def test_st4_failed_local_trial_reopen_is_written_back_to_an_empty_store(outage,
         "circuit_breaker.opened service=reopen-empty from=closed trigger=consecutive_failures",
         "circuit_breaker.opened service=reopen-empty from=half_open trigger=half_open_failure",
     ]
+    adopted = [r for r in caplog.records if getattr(r, "event", None) == "circuit_breaker.store_adopted"]
+    assert len(adopted) == 1, [r.getMessage() for r in adopted]  # ST-4: the rejoin says what it adopted
+    assert adopted[0].getMessage().startswith("circuit_breaker.store_adopted service=reopen-empty state=open forced=-")
+    assert adopted[0].to_state == "open" and adopted[0].from_state == "open"
     metrics = dependency.breaker.metrics()["transitions"]
     assert all(trigger != "unknown" for (_f, _t, trigger) in metrics), metrics
     assert all(t[2] for t in events.transitions())
@@ -157,3 +161,33 @@ def test_st4_open_adopted_before_the_outage_survives_an_empty_store(outage, cloc
             dependency()
     assert len(calls) == 1
     assert outage.state("adopted-empty") == "open"
+
+
+def test_st4_a_peers_force_made_during_the_outage_is_adopted_and_logged(fresh_registry, clock, caplog, monkeypatch):
+    """ST-4: while the store did not answer a worker, a peer forced the breaker open; when
+    the store answers again the worker adopts the force, and the adoption is logged once
+    with what was adopted (state, force, version) and the state it replaced."""
+    monkeypatch.setenv("BALDUR_CB_SYNC_INTERVAL_SECONDS", "2")
+    baldur_settings.reset()
+    store = SwitchedStore(clock)
+    fresh_registry.set_store(store)
+    dependency, calls = dependency_counting("peer-forced")
+    assert dependency() == "ok"  # first use: the record is read and adopted (no outage yet)
+    store.down = True
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        clock.advance(2.5)
+        assert dependency() == "ok"  # the consult fails: the worker judges alone, CLOSED
+        store.inner.force("peer-forced", mode="open", ttl_seconds=600.0, reason="maintenance", actor="peer")
+        store.down = False
+        clock.advance(2.5)
+        with pytest.raises(baldur.CircuitOpenError):
+            dependency()  # the consult adopts the peer's force
+        clock.advance(2.5)
+        with pytest.raises(baldur.CircuitOpenError):
+            dependency()  # a later consult is a plain one: not announced again
+    assert len(calls) == 2
+    version = store.inner.raw("peer-forced").version
+    adopted = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "circuit_breaker.store_adopted"]
+    assert adopted == [
+        f"circuit_breaker.store_adopted service=peer-forced state=open forced=open version={version} was=closed"
+    ]
