@@ -1844,7 +1844,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m testproject.demo", description="Circuit-breaker demo against a real, misbehaving HTTP upstream."
     )
-    parser.add_argument("--short", action="store_true", help="fewer requests and short hang phases (about 40 s)")
+    parser.add_argument(
+        "--short",
+        action="store_true",
+        help="fewer requests and short hang phases (about 35 s; the full run takes about 45 s)",
+    )
     parser.add_argument("--no-color", action="store_true", help="no ANSI colours")
     parser.add_argument("--no-plot", action="store_true", help="do not draw timeline.png (needs matplotlib)")
     parser.add_argument("--json-summary", type=Path, metavar="PATH", help="also write the summary as JSON to PATH")
