@@ -877,7 +877,9 @@ class CircuitBreaker:
             self._sync_due = deadline
             self._refresh_fast()
 
-    def apply(self, answer: Answer, *, force: bool = False, first: Collection[Event] = ()) -> None:
+    def apply(
+        self, answer: Answer, *, force: bool = False, first: Collection[Event] = (), announced: bool = False
+    ) -> None:
         """Make the local state follow a store *answer* (state lock taken here, not held by the
         caller), then deliver *first* and what the adoption published (CB-14, ST-2).
 
@@ -886,10 +888,13 @@ class CircuitBreaker:
             force (bool): adopt it even when its version is the one already adopted (the
                 answer to this worker's own write: a trip, a force, a release).
             first (Collection[Event]): events to deliver before the adoption's own.
+            announced (bool): the transition the answer records was already announced by
+                this worker (a trip's own events, in *first* or published when it was
+                decided): the adoption moves the local state without a second event.
         """
         events: list[Event] = list(first)
         with self._lock:
-            self._adopt(answer, self._mono(), events, force=force)
+            self._adopt(answer, self._mono(), events, force=force, announced=announced)
             self._refresh_fast()
         self._publish(events)
 
@@ -1476,7 +1481,15 @@ class CircuitBreaker:
         self._force_actor = None
 
     # ------------------------------------------------------------------ adoption
-    def _adopt(self, answer: Answer, now: float, events: MutableSequence[Event], *, force: bool = False) -> None:
+    def _adopt(
+        self,
+        answer: Answer,
+        now: float,
+        events: MutableSequence[Event],
+        *,
+        force: bool = False,
+        announced: bool = False,
+    ) -> None:
         """Make the local state follow the shared record of a store *answer* (lock held).
 
         Publishes only what this worker's own store operation decided (``answer.moved``,
@@ -1502,6 +1515,8 @@ class CircuitBreaker:
             if record.version == sync.version and not force and (same or sync.pending is not None):
                 self._count_round(record)
                 return
+            if not force and sync.pending is not None and record.state == "closed" and record.forced is None:
+                return  # a local trip waits for its push (read before it): the push settles it
             sync.version = record.version
             sync.next_probe = float("-inf")
         offset = now - answer.now  # store time -> this process's monotonic time
@@ -1516,7 +1531,7 @@ class CircuitBreaker:
         else:
             self._clear_force()
         target = _STATES[record.state]
-        announce = answer.moved and answer.lapsed is None and target is not before
+        announce = answer.moved and answer.lapsed is None and target is not before and not announced
         trigger = record.trigger or Trigger.ADOPTED
         if target is not before or target is not CLOSED:
             self._enter(target, trigger, events if announce else None, adopted=True)

@@ -390,13 +390,18 @@ class StoreSync:
             loop.run_in_executor(None, self._push_now, breaker)
 
     def _push_now(self, breaker: CircuitBreaker) -> None:
-        with self._mutex:
-            trigger, self.pending = self.pending, None
-            held, self._held = self._held, []
-        if trigger is not None and not self._write_trip(breaker, trigger, held):
+        # The pending trip is taken with the store round trips held (_io): until its write
+        # is answered, a consult running in another thread still sees it pending and keeps
+        # the local OPEN rather than adopting the older CLOSED record (whose adoption, undone
+        # by the trip's own answer, announced the same open a second time).
+        with self._io:
             with self._mutex:
-                self._unpushed = trigger
-            breaker.publish(held)
+                trigger, self.pending = self.pending, None
+                held, self._held = self._held, []
+            if trigger is not None and not self._write_trip(breaker, trigger, held):
+                with self._mutex:
+                    self._unpushed = trigger
+                breaker.publish(held)
 
     def _write_trip(self, breaker: CircuitBreaker, trigger: str, held: list[Event]) -> bool:
         events: list[Event] = []
@@ -412,7 +417,9 @@ class StoreSync:
                 events.append(
                     TripBlocked(breaker.name, breaker.clock.wall(), forced=answer.record.forced or "", trigger=trigger)
                 )
-            breaker.apply(answer, force=True, first=events)
+            # the trip's events (held now, or published when the store did not answer)
+            # announce it: the adoption of the record it made announces nothing more (CB-14)
+            breaker.apply(answer, force=True, first=events, announced=True)
             self._rejoined(breaker, answer, was)
         return True
 
