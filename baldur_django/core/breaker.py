@@ -828,6 +828,18 @@ class CircuitBreaker:
 
         return admit, succeeded, failed
 
+    def ready_permit(self) -> Permit | None:
+        """The CLOSED lock-free permit when it may be used now, else None (no lock, no I/O).
+
+        For an async caller that wants to skip awaiting :meth:`aacquire` on the hot path:
+        a permit returned here is the one :meth:`aacquire` would return at once; None means
+        "await :meth:`aacquire`" (it decides, off the loop where the store may be reached).
+        """
+        permit = self._fast_permit
+        if permit is not None and not (self._timed and self._mono() >= self._sync_due):
+            return permit
+        return None
+
     async def aacquire(self) -> Permit:
         """:meth:`acquire` for coroutines: the lock-free paths run inline; a shared breaker's
         admission that may reach its store runs in a worker thread, so the event loop never

@@ -513,13 +513,15 @@ async def aserve(
     breaker = table[3].get(path) if table[0] == settings.version and _alive else None
     if breaker is None:
         breaker = _breaker_of(path)
-    try:
-        permit = await aacquire(breaker)
-    except CircuitOpenError as error:
-        answer = refused(error)
-        if answer is None:
-            return await handler(request)
-        return answer if render is None else render(answer)
+    permit = breaker.ready_permit()  # the CLOSED lock-free permit: no coroutine to await
+    if permit is None:
+        try:
+            permit = await breaker.aacquire()
+        except CircuitOpenError as error:
+            answer = refused(error)
+            if answer is None:
+                return await handler(request)
+            return answer if render is None else render(answer)
     try:
         response = await handler(request)
     except BaseException as error:  # CancelledError: the client went away
