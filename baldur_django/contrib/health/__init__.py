@@ -143,22 +143,34 @@ def health_view(request: HttpRequest) -> JsonResponse:
     return response
 
 
-try:  # django-health-check 3.21+ / 4.x (untyped: imported as modules); without it only health_view
-    _base: Any = importlib.import_module("health_check.base")
-    _errors: Any = importlib.import_module("health_check.exceptions")
-except ImportError:  # pragma: no cover - the [health] extra is not installed
-    _base = None
+def _health_check_base() -> tuple[Any, Any, bool]:
+    """django-health-check's base class, its exceptions module, and whether the base is the
+    4.x one (``health_check.base.HealthCheck``, a ``run()`` method) rather than the 3.x one
+    (``health_check.backends.HealthCheck``, a ``check_status()`` method). ``(None, None,
+    False)`` when the package is not installed (untyped: imported as modules)."""
+    try:
+        errors: Any = importlib.import_module("health_check.exceptions")
+    except ImportError:  # pragma: no cover - the [health] extra is not installed
+        return None, None, False
+    try:
+        return importlib.import_module("health_check.base").HealthCheck, errors, True
+    except ImportError:  # django-health-check 3.x
+        return importlib.import_module("health_check.backends").HealthCheck, errors, False
 
 
-if _base is not None:
+_Base, _errors, _V4 = _health_check_base()
+
+
+if _Base is not None:
 
     @dataclasses.dataclass
-    class BreakerHealthCheck(_base.HealthCheck):  # type: ignore[misc]  # an untyped base class
+    class BreakerHealthCheck(_Base):  # type: ignore[misc,valid-type]  # an untyped base class
         """A django-health-check check that reports :func:`judge`'s verdict (HC-5).
 
         ``"down"`` raises ``ServiceUnavailable`` (the page answers 500, as for any failing
         check); ``"degraded"`` passes unless *warn_when_degraded*, then it raises
-        ``ServiceWarning``, which django-health-check also counts as an error.
+        ``ServiceWarning``, which django-health-check also counts as an error. Works with
+        django-health-check 3.21+ (``check_status``) and 4.x (``run``).
 
         Args:
             critical_services (tuple[str, ...] | None): overrides
@@ -176,6 +188,12 @@ if _base is not None:
                 raise _errors.ServiceUnavailable("; ".join(verdict.reasons))
             if verdict.status == DEGRADED and self.warn_when_degraded:
                 raise _errors.ServiceWarning("; ".join(verdict.reasons))
+
+        if not _V4:
+
+            def check_status(self) -> None:
+                """django-health-check 3.x calls this: the same as :meth:`run`."""
+                self.run()
 
 else:  # pragma: no cover
     BreakerHealthCheck = None  # type: ignore[assignment,misc]
