@@ -45,7 +45,8 @@ class ForceForm(ReleaseForm):
         super().__init__(*args, **kwargs)
         if not self.is_bound:
             default = services.default_ttl_minutes()
-            self.initial.setdefault("ttl_minutes", int(default) if float(default).is_integer() else default)
+            # a new dict (not setdefault): django-stubs types ``initial`` as read-only for Django 4.2
+            self.initial = {"ttl_minutes": int(default) if float(default).is_integer() else default, **self.initial}
 
     def clean_ttl_minutes(self) -> float:
         value = self.cleaned_data["ttl_minutes"]
@@ -88,7 +89,7 @@ class EmergencyLevelForm(forms.Form):
         super().__init__(*args, **kwargs)
         if not self.is_bound:
             default = services.default_ttl_minutes()
-            self.initial.setdefault("minutes", int(default) if float(default).is_integer() else default)
+            self.initial = {"minutes": int(default) if float(default).is_integer() else default, **self.initial}
 
     def clean_minutes(self) -> float | None:
         value = self.cleaned_data.get("minutes")
