@@ -42,7 +42,8 @@ ratio needs the usual ``(failures or calls * 0) / calls`` form).
 **Multi-process servers.** With prometheus_client's multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR`` set before ``prometheus_client`` is first imported), each
 process runs a daemon thread that writes what its breakers counted since the last pass
-into the shared directory every :data:`FLUSH_SECONDS` (and once more at a clean exit), as
+into the shared directory every :data:`FLUSH_SECONDS` (less often when a pass is long:
+:func:`flush_pause`; and once more at a clean exit), as
 multiprocess-mode counters (a series reaches the files with its first count) and gauges
 (the state gauge ``liveall``, the level gauge ``livemax``); prometheus_client names each
 file after the writing process's pid.
@@ -93,6 +94,8 @@ __all__ = [
     "flush",
     "multiprocess_dir",
     "FLUSH_SECONDS",
+    "FLUSH_SHARE",
+    "flush_pause",
     "CALLS",
     "BLOCKED",
     "TRANSITIONS",
@@ -102,8 +105,27 @@ __all__ = [
 
 log = logging.getLogger("baldur.metrics")
 
-#: How often a process's counts reach the multiprocess directory (seconds).
+#: How often a process's counts reach the multiprocess directory (seconds); less often
+#: when a pass takes long (thousands of breakers), see :func:`flush_pause`.
 FLUSH_SECONDS = 0.5
+#: The flusher thread's share of the time in passes, at most (the rest it sleeps).
+FLUSH_SHARE = 0.1
+
+
+def flush_pause(took: float) -> float:
+    """The flusher thread's sleep after a pass: at least :data:`FLUSH_SECONDS`, and long
+    enough that passes fill at most :data:`FLUSH_SHARE` of the thread's time (a pass over
+    10,000 breakers takes about 0.1 s of CPU: then about one pass a second).
+
+    Args:
+        took: how long the last pass took, in seconds (0 before the first).
+
+    Returns:
+        float: seconds to sleep before the next pass.
+
+    Implements EM-7."""
+    return max(FLUSH_SECONDS, took * (1.0 - FLUSH_SHARE) / FLUSH_SHARE)
+
 
 # Names as a scrape shows them (the counters without their ``_total`` suffix, as
 # prometheus_client names counter families), with help texts and label names.
@@ -341,9 +363,10 @@ class BaldurCollector:
 class _Flusher:
     """This process's writer into the multiprocess directory (one per process).
 
-    Counters get ``inc(delta)`` with what the process counted since the last pass; gauges
-    are set when they change. A pass runs every :data:`FLUSH_SECONDS` in a daemon thread,
-    from :func:`metrics_view` before it reads the directory, and once at a clean exit.
+    Counters get ``inc(delta)`` with what the process counted since the last pass (a
+    series with its first count); gauges are set when they change. A pass runs in a daemon
+    thread every :data:`FLUSH_SECONDS` or more (:func:`flush_pause`), from
+    :func:`metrics_view` before it reads the directory, and once at a clean exit.
     Passes hold ``lock`` from the first breaker read to the last file write, and a fork
     waits for it: a child never inherits a breaker lock (or prometheus_client's) taken
     by the flusher thread, which does not exist in the child.
@@ -395,14 +418,17 @@ class _Flusher:
                 self.thread.start()
 
     def _run(self) -> None:
+        took = 0.0
         while True:
-            time.sleep(FLUSH_SECONDS)
+            time.sleep(flush_pause(took))
             if self.pid != os.getpid():  # pragma: no cover - a thread never survives a fork
                 return
+            started = time.perf_counter()
             try:
                 self.flush()
             except Exception:
                 _warnings.warn("metrics.flush_failed: the counts will be written at the next pass")
+            took = time.perf_counter() - started
 
     def flush(self) -> None:
         """Write what this process counted since the last pass (no-op unless started)."""

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 import baldur_django as baldur
+from baldur_django.contrib import prometheus
 from baldur_django.core import registry as registry_module
 from baldur_django.core.breaker import METRIC_COUNTS
 from baldur_django.core.registry import registry
@@ -154,3 +155,14 @@ def test_em7_multiprocess_files_hold_only_what_occurred(tmp_path):
         (CALLS, "failure"): 2,
     }
     assert {k[0] for k in exported(samples, "idle")} == {STATE}  # one per process (liveall), nothing else
+
+
+def test_em7_the_flusher_pauses_longer_after_a_long_pass(monkeypatch):
+    """EM-7: the flusher thread sleeps FLUSH_SECONDS after a short pass, and after a long
+    one (thousands of breakers) long enough that passes take FLUSH_SHARE of its time."""
+    monkeypatch.setattr(prometheus, "FLUSH_SECONDS", 0.5)
+    monkeypatch.setattr(prometheus, "FLUSH_SHARE", 0.1)
+    assert prometheus.flush_pause(0.0) == 0.5
+    assert prometheus.flush_pause(0.05) == 0.5
+    assert prometheus.flush_pause(0.2) == pytest.approx(1.8)
+    assert 0.2 / (0.2 + prometheus.flush_pause(0.2)) == pytest.approx(0.1)
