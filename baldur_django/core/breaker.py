@@ -469,7 +469,7 @@ class CircuitBreaker:
 
     def metric_values(self) -> tuple[CircuitState, tuple[int, ...], tuple[tuple[tuple[str, str, str], int], ...]]:
         """:meth:`metrics` as tuples, for a scrape over thousands of breakers (EM-7): the
-        same counts, read the same way, with no dict made per breaker.
+        same counts, read the same way, returned without the nested dicts.
 
         Returns:
             tuple: ``(state, counts, transitions)``. ``state``: a :class:`CircuitState`, as
@@ -483,22 +483,23 @@ class CircuitBreaker:
         Implements EM-7 (the counts).
         """
         events = self._outbox
-        blocked = self._blocked
         with self._lock:
             self._evaluate(self._mono(), events)
             state = self._state
-            counts = (
-                self._cascade.total() - self._m_noted + _count_of(self._m_uncounted),
-                _count_of(self._m_failure),
-                _count_of(self._m_ignored),
-                _count_of(self._m_rate_limited),
-                _count_of(blocked[Reason.OPEN]),
-                _count_of(blocked[Reason.HALF_OPEN_FULL]),
-                _count_of(blocked[Reason.FROZEN]),
-            )
-            transitions = tuple(self._transitions.items()) if self._transitions else ()
+            raw = self._metric_counts()
         if events:
             self._publish(events)
+        calls, blocked, moved = raw["calls"], raw["blocked"], raw["transitions"]
+        counts = (
+            calls["success"],
+            calls["failure"],
+            calls["ignored"],
+            calls["rate_limited"],
+            blocked[Reason.OPEN],
+            blocked[Reason.HALF_OPEN_FULL],
+            blocked[Reason.FROZEN],
+        )
+        transitions = tuple(moved.items()) if moved else ()
         inherited = self._inherited
         if inherited is not None:  # a forked child: what the parent counted is the parent's
             base = [inherited[group].get(key, 0) for group, key in METRIC_COUNTS]
