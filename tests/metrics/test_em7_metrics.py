@@ -26,6 +26,7 @@ BLOCKED = "baldur_circuit_breaker_blocked_requests_total"
 TRANSITIONS = "baldur_circuit_breaker_transitions_total"
 STATE = "baldur_circuit_breaker_state"
 LEVEL = "baldur_emergency_level"
+NOT_EXPORTED = {"open": None, "half_open_full": None, "frozen": None}  # blocked(): no series
 
 
 class RateLimitError(Exception):
@@ -127,8 +128,8 @@ def test_em7_dry_run_calls_are_counted_and_never_blocked(clock, scraper, monkeyp
     assert call(False) == 1  # let through by dry-run
     with pytest.raises(ValueError):
         call(True)
-    assert calls(scraper, service) == {"success": 1, "failure": 3, "ignored": 0, "rate_limited": 0}
-    assert blocked(scraper, service) == {"open": 0, "half_open_full": 0, "frozen": 0}
+    assert calls(scraper, service) == {"success": 1, "failure": 3, "ignored": None, "rate_limited": None}
+    assert blocked(scraper, service) == NOT_EXPORTED  # nothing blocked: no series at all
     assert baldur.get_breaker(service).dry_run_rejections == 2
 
 
@@ -182,8 +183,8 @@ def test_em7_a_429_report_looking_for_a_probe_slot_is_not_a_blocked_request(cloc
     breaker.record_failure(breaker.acquire())
     baldur.record_rate_limit(service)
     assert breaker.state is baldur.CircuitState.OPEN
-    assert blocked(scraper, service) == {"open": 0, "half_open_full": 0, "frozen": 0}
-    assert calls(scraper, service) == {"success": 0, "failure": 1, "ignored": 0, "rate_limited": 1}
+    assert blocked(scraper, service) == NOT_EXPORTED
+    assert calls(scraper, service) == {"success": None, "failure": 1, "ignored": None, "rate_limited": 1}
 
 
 def test_em7_a_429_report_finding_the_fleets_round_full_is_not_a_blocked_request(clock, scraper, fresh_registry):
@@ -197,8 +198,8 @@ def test_em7_a_429_report_finding_the_fleets_round_full_is_not_a_blocked_request
     probe = breaker.acquire()  # the round's only slot
     assert probe.trial
     baldur.record_rate_limit(service)
-    assert blocked(scraper, service) == {"open": 0, "half_open_full": 0, "frozen": 0}
-    assert calls(scraper, service) == {"success": 0, "failure": 1, "ignored": 0, "rate_limited": 1}
+    assert blocked(scraper, service) == NOT_EXPORTED
+    assert calls(scraper, service) == {"success": None, "failure": 1, "ignored": None, "rate_limited": 1}
     with pytest.raises(baldur.CircuitOpenError):
         breaker.acquire()  # a request, by contrast, is blocked
     assert blocked(scraper, service)["half_open_full"] == 1
@@ -281,15 +282,15 @@ def test_em7_counters_never_go_down_when_readings_fold_out_of_order(scraper):
     order they were taken: a series keeps the highest value seen."""
     breaker = registry.get("em7-order")
     breaker.record_success(breaker.acquire())
-    older = breaker.metrics()
+    _, older, _ = breaker.metric_values()
     for _ in range(5):
         breaker.record_success(breaker.acquire())
-    newer = breaker.metrics()
+    breaker.record_failure(breaker.acquire())
+    _, newer, _ = breaker.metric_values()
     tally = prometheus._tally
-    tally._fold([(breaker, newer)])
-    folded = tally._fold([(breaker, older)])
-    assert folded[(prometheus.CALLS, ("em7-order", "success"))] == 6
-    assert calls(scraper, "em7-order")["success"] == 6
+    tally._fold([(breaker, newer, ())])
+    tally._fold([(breaker, older, ())])
+    assert calls(scraper, "em7-order") == {"success": 6, "failure": 1, "ignored": None, "rate_limited": None}
 
 
 def test_em7_counters_carry_over_a_replaced_breaker(scraper):
@@ -367,8 +368,17 @@ def test_em7_counts_stay_exact_and_monotonic_under_threads(scraper, no_audit):
         sys.setswitchinterval(old)
     assert dips == []
     assert seen["open"] > 0 and seen["success"] > 100, seen  # the workload did race the forces
-    assert calls(scraper, service) == {"success": seen["success"], "failure": 0, "ignored": 0, "rate_limited": 0}
-    assert blocked(scraper, service) == {"open": seen["open"], "half_open_full": seen["half_open_full"], "frozen": 0}
+    assert calls(scraper, service) == {
+        "success": seen["success"],
+        "failure": None,
+        "ignored": None,
+        "rate_limited": None,
+    }
+    assert blocked(scraper, service) == {
+        "open": seen["open"],
+        "half_open_full": seen["half_open_full"] or None,
+        "frozen": None,
+    }
 
 
 def test_em7_a_forked_child_counts_from_zero(scraper):
@@ -380,9 +390,9 @@ def test_em7_a_forked_child_counts_from_zero(scraper):
     breaker.record_failure(breaker.acquire())
     registry_module._after_fork_in_child()
     prometheus._flusher.after_fork_in_child()  # the module's own hook: its tally starts afresh
-    assert calls(scraper, "em7-fork") == {"success": 0, "failure": 0, "ignored": 0, "rate_limited": 0}
+    assert calls(scraper, "em7-fork") == {"success": None, "failure": None, "ignored": None, "rate_limited": None}
     breaker.record_success(breaker.acquire())
-    assert calls(scraper, "em7-fork")["success"] == 1
+    assert calls(scraper, "em7-fork") == {"success": 1, "failure": None, "ignored": None, "rate_limited": None}
 
 
 # --------------------------------------------------------------------- install

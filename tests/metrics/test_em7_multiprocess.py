@@ -121,7 +121,8 @@ def _expected(oks: int, fails: int, cycles: int) -> dict[str, dict[tuple, float]
         ("cyc", "open", "half_open", "released"): float(cycles),
         ("cyc", "half_open", "closed", "half_open_success"): float(cycles),
     }
-    return {CALLS: calls, BLOCKED: blocked, TRANSITIONS: transitions}
+    exported = {name: {k: v for k, v in series.items() if v} for name, series in ((CALLS, calls), (BLOCKED, blocked))}
+    return {**exported, TRANSITIONS: transitions}  # a series that never counted anything is absent
 
 
 def _reported(samples: dict) -> dict[str, dict[tuple, float]]:
