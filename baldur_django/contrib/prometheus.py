@@ -95,6 +95,7 @@ __all__ = [
     "multiprocess_dir",
     "FLUSH_SECONDS",
     "FLUSH_SHARE",
+    "FLUSH_DEADLINE",
     "flush_pause",
     "CALLS",
     "BLOCKED",
@@ -108,23 +109,30 @@ log = logging.getLogger("baldur.metrics")
 #: How often a process's counts reach the multiprocess directory (seconds); less often
 #: when a pass takes long (thousands of breakers), see :func:`flush_pause`.
 FLUSH_SECONDS = 0.5
-#: The flusher thread's share of the time in passes, at most (the rest it sleeps).
+#: The flusher thread's share of the time in passes, at most (the rest it sleeps), as long
+#: as counts still reach the directory within :data:`FLUSH_DEADLINE`.
 FLUSH_SHARE = 0.1
+#: Counts reach the multiprocess directory within this many seconds of the call (EM-7):
+#: the pause after a pass is capped so that pause + next pass stay within it.
+FLUSH_DEADLINE = 1.0
 
 
 def flush_pause(took: float) -> float:
     """The flusher thread's sleep after a pass: at least :data:`FLUSH_SECONDS`, and long
     enough that passes fill at most :data:`FLUSH_SHARE` of the thread's time (a pass over
-    10,000 breakers takes about 0.1 s of CPU: then about one pass a second).
+    10,000 breakers takes about 0.1 s of CPU: then about one pass a second), but never so
+    long that a count made just after a pass misses :data:`FLUSH_DEADLINE` (the pause plus
+    the next pass, which takes about as long as this one). The deadline wins over the share.
 
     Args:
         took: how long the last pass took, in seconds (0 before the first).
 
     Returns:
-        float: seconds to sleep before the next pass.
+        float: seconds to sleep before the next pass (0 when a pass alone fills the deadline).
 
     Implements EM-7."""
-    return max(FLUSH_SECONDS, took * (1.0 - FLUSH_SHARE) / FLUSH_SHARE)
+    wanted = max(FLUSH_SECONDS, took * (1.0 - FLUSH_SHARE) / FLUSH_SHARE)
+    return max(0.0, min(wanted, FLUSH_DEADLINE - took))
 
 
 # Names as a scrape shows them (the counters without their ``_total`` suffix, as

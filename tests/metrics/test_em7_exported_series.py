@@ -159,10 +159,15 @@ def test_em7_multiprocess_files_hold_only_what_occurred(tmp_path):
 
 def test_em7_the_flusher_pauses_longer_after_a_long_pass(monkeypatch):
     """EM-7: the flusher thread sleeps FLUSH_SECONDS after a short pass, and after a long
-    one (thousands of breakers) long enough that passes take FLUSH_SHARE of its time."""
+    one (thousands of breakers) long enough that passes take FLUSH_SHARE of its time, but
+    never so long that a count misses the 1 s deadline (pause + next pass)."""
     monkeypatch.setattr(prometheus, "FLUSH_SECONDS", 0.5)
     monkeypatch.setattr(prometheus, "FLUSH_SHARE", 0.1)
+    monkeypatch.setattr(prometheus, "FLUSH_DEADLINE", 1.0)
     assert prometheus.flush_pause(0.0) == 0.5
     assert prometheus.flush_pause(0.05) == 0.5
-    assert prometheus.flush_pause(0.2) == pytest.approx(1.8)
-    assert 0.2 / (0.2 + prometheus.flush_pause(0.2)) == pytest.approx(0.1)
+    assert prometheus.flush_pause(0.08) == pytest.approx(0.72)  # 10 % share, inside the deadline
+    assert 0.08 / (0.08 + prometheus.flush_pause(0.08)) == pytest.approx(0.1)
+    assert prometheus.flush_pause(0.2) == pytest.approx(0.8)  # the share would ask 1.8 s: capped
+    assert prometheus.flush_pause(0.2) + 0.2 <= 1.0
+    assert prometheus.flush_pause(1.5) == 0.0  # a pass longer than the deadline: no pause at all
