@@ -28,7 +28,6 @@ import contextvars
 import itertools
 import math
 import threading
-from collections import deque
 from collections.abc import Awaitable, Callable, Collection, MutableSequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -223,6 +222,65 @@ class CircuitBreaker:
         ConfigError: *name* is empty or not a string.
     """
 
+    # Slots, not an instance dict: a breaker holds some fifty fields, more than CPython's
+    # shared-key instance dicts take, so each breaker used to carry a 1.6 KB dict of its own
+    # (issue 21, memory per breaker). ``__dict__`` stays as the last slot, created only when
+    # something sets an attribute that is not listed here (a test's spy, a subclass's
+    # field); ``__weakref__`` because the Prometheus collector holds breakers weakly.
+    __slots__ = (
+        "name",
+        "config",
+        "plain_types",
+        "dry_run_rejections",
+        "_clock",
+        "_mono",
+        "_bus",
+        "_lock",
+        "_sync",
+        "_timed",
+        "_state",
+        "_gen",
+        "_closed_permit",
+        "_fast_permit",
+        "_healthy_permit",
+        "_reject_until",
+        "_sync_due",
+        "_consecutive",
+        "_window",
+        "_lanes",
+        "_timing_permit",
+        "_timing",
+        "_cascade",
+        "_cooldown_until",
+        "_opened_at",
+        "_open_until",
+        "_open_seconds",
+        "_opens",
+        "_trials",
+        "_trial_successes",
+        "_forced",
+        "_force_until",
+        "_force_expires_at",
+        "_force_reason",
+        "_force_actor",
+        "_last_trigger",
+        "_seq",
+        "_m_failure",
+        "_m_rate_limited",
+        "_m_ignored",
+        "_m_uncounted",
+        "_m_noted",
+        "_blocked",
+        "_blocked_open",
+        "_transitions",
+        "_inherited",
+        "_outbox",
+        "_drain",
+        "_drainer",
+        "__dict__",
+        "__weakref__",
+    )
+
     def __init__(
         self,
         name: str,
@@ -266,9 +324,9 @@ class CircuitBreaker:
         # only with the count window and no call timing; see _configure_lanes().
         self._lanes = True
         #: Returned types the wrappers record as successes without judging them: the
-        #: config's ``plain_types``, kept in this one set object (the wrappers bind it once)
-        #: and refilled by _configure_lanes(); empty while a result_predicate is set (CB-18).
-        self.plain_types: set[type] = set()
+        #: config's ``plain_types`` (a frozenset shared by every breaker), swapped whole by
+        #: _configure_lanes() and read once per call; empty while a result_predicate is set (CB-18).
+        self.plain_types: frozenset[type] = config.plain_types
         # While the slow-call trigger is on (CB-17) every admitted call carries its own
         # permit stamped with the admission time: this is the CLOSED permit to copy it
         # from (lock-free, like _fast_permit, which is then None), else None.
@@ -294,8 +352,13 @@ class CircuitBreaker:
         # Events are queued here under the state lock, in the order the transitions were
         # decided, and delivered after it is released by whichever thread drains first:
         # listeners see transitions in order and never run under the state lock (CB-14).
-        self._outbox: deque[Event] = deque()
-        self._drain = threading.Lock()
+        # A list, not a deque: append() and pop(0) are each one atomic C call as well, and
+        # an empty list is 56 bytes where an empty deque takes a 64-slot block (760 bytes);
+        # the queue is rarely longer than the one transition being delivered.
+        self._outbox: list[Event] = []
+        # The delivery lock, made by the first delivery (under a module lock, so two threads
+        # delivering first at once still share one): most breakers never deliver anything.
+        self._drain: threading.Lock | None = None
         self._drainer: int | None = None  # thread delivering events right now
         self._configure_lanes()
         self._refresh_fast()
@@ -546,19 +609,13 @@ class CircuitBreaker:
         Returns:
             A function with *func*'s signature. Implements FAC-1..FAC-4, CB-4, CB-8, CB-19.
         """
-        run_sync, continue_sync = engine.run_sync, engine.continue_sync
-        settle_exception, settle_result, settled = engine.settle_exception, engine.settle_result, engine.settled
-        call_fallback, exception_outcome, trial = engine.call_fallback, engine.exception_outcome, engine.trial
-        Raised, Returned = engine.raised, engine.returned
+        # Every variable a closure uses is a cell of its own (40 bytes each, per wrapper): the
+        # wrapper keeps cells for what the CLOSED healthy path reads (the breaker, the call,
+        # the policy, the clock, the cascade), and reaches everything the slower branches
+        # need through the breaker (its fields are slots: one specialised read each) or the
+        # one *engine* (issue 21, memory per breaker).
         cascade = self._cascade
         monotonic = self._mono
-        acquire_slow = self.acquire_slow
-        record_success = self.record_success
-        wants_rejections = self._bus.wants_rejections
-        blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
-        name = self.name
-        plain = self.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
-        retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
         budgeted = policy is not None and policy.budget_seconds is not None
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -567,31 +624,33 @@ class CircuitBreaker:
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
                     now = monotonic()
-                    if now < until and now < self._sync_due and not wants_rejections():
-                        next(blocked_open)
+                    if now < until and now < self._sync_due and not self._bus.wants_rejections():
+                        next(self._blocked_open)  # EM-7: an itertools.count, one atomic step
                         if fallback is None:
                             # raised unnamed: a local holding it would tie this frame and the
                             # error's traceback into a cycle that only the GC frees
-                            raise new_open_error(name, Reason.OPEN, until - now)
-                        return call_fallback(fallback, args, kwargs, new_open_error(name, Reason.OPEN, until - now))
+                            raise new_open_error(self.name, Reason.OPEN, until - now)
+                        return engine.call_fallback(
+                            fallback, args, kwargs, new_open_error(self.name, Reason.OPEN, until - now)
+                        )
                 outer = trial_in_progress(self)
                 if outer is not None:
                     permit = outer  # CB-19: nested in this breaker's trial: no second slot, no refusal
                 else:
                     if fallback is None:
-                        permit = acquire_slow()
+                        permit = self.acquire_slow()
                     else:
                         try:
-                            permit = acquire_slow()
+                            permit = self.acquire_slow()
                         except CircuitOpenError as rejection:
-                            return call_fallback(fallback, args, kwargs, rejection)
+                            return engine.call_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
-                        return trial(self, permit, wrapper, args, kwargs)
+                        return engine.trial(self, permit, wrapper, args, kwargs)
             mark = self._seq  # CB-19: a nested call through this breaker settles this one
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
-                return run_sync(
-                    self, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+                return engine.run_sync(
+                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback
                 )
             # With a retry policy and nothing to gate the first attempt, run_sync() would make
             # it at once with start=0.0: it is made here, and the engine takes over only when
@@ -601,14 +660,16 @@ class CircuitBreaker:
             except BaseException as exc:
                 if not retrying:
                     if recorded_since(self, mark):
-                        counted = exception_outcome(self.config, exc, name)[0]  # a nested call counted it (CB-19)
+                        # a nested call counted it (CB-19)
+                        counted = engine.exception_outcome(self.config, exc, self.name)[0]
                     else:
-                        counted = settle_exception(self, permit, exc)
+                        counted = engine.settle_exception(self, permit, exc)
                     if counted and fallback is not None and not permit.dry_run:
-                        return call_fallback(fallback, args, kwargs, exc)
+                        return engine.call_fallback(fallback, args, kwargs, exc)
                     raise
-                first: Outcome = Raised(exc)
+                first: Outcome = engine.raised(exc)
             else:
+                plain = self.plain_types  # the configuration's, swapped whole on reconfigure
                 if type(result) not in plain and not recorded_since(self, mark):
                     # settle_result()'s response lane, inlined: a plain int status on neither
                     # list is a success like a plain value; anything else is classified there
@@ -620,20 +681,20 @@ class CircuitBreaker:
                     config = self.config
                     if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                         if not retrying:
-                            settle_result(self, permit, result)
+                            engine.settle_result(self, permit, result)
                             return result
-                        if settled(self, permit, result):
+                        if engine.settled(self, permit, result):
                             return result
-                        return continue_sync(
-                            self, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                        return engine.continue_sync(
+                            self, permit, policy, func, args, kwargs, fallback, 0.0, engine.returned(result)
                         )
                 # healthy_success() inlined: the hottest lines of the package
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
-                    record_success(permit)
+                    self.record_success(permit)
                 return result
-            return continue_sync(self, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
+            return engine.continue_sync(self, permit, policy, func, args, kwargs, fallback, 0.0, first)
 
         return wrapper
 
@@ -651,18 +712,8 @@ class CircuitBreaker:
         Returns:
             A coroutine function with *func*'s signature.
         """
-        run_async, continue_async = engine.run_async, engine.continue_async
-        settle_exception, settle_result, settled = engine.settle_exception, engine.settle_result, engine.settled
-        acall_fallback, exception_outcome, atrial = engine.acall_fallback, engine.exception_outcome, engine.atrial
-        Raised, Returned = engine.raised, engine.returned
-        cascade = self._cascade
+        cascade = self._cascade  # the cells kept, as in build_wrapper
         monotonic = self._mono
-        record_success = self.record_success
-        wants_rejections = self._bus.wants_rejections
-        blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
-        name = self.name
-        plain = self.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
-        retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
         budgeted = policy is not None and policy.budget_seconds is not None
 
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -671,12 +722,12 @@ class CircuitBreaker:
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
                     now = monotonic()
-                    if now < until and now < self._sync_due and not wants_rejections():
-                        next(blocked_open)
+                    if now < until and now < self._sync_due and not self._bus.wants_rejections():
+                        next(self._blocked_open)  # EM-7: an itertools.count, one atomic step
                         if fallback is None:
-                            raise new_open_error(name, Reason.OPEN, until - now)  # unnamed: see sync_wrapper
-                        return await acall_fallback(
-                            fallback, args, kwargs, new_open_error(name, Reason.OPEN, until - now)
+                            raise new_open_error(self.name, Reason.OPEN, until - now)  # unnamed: see sync_wrapper
+                        return await engine.acall_fallback(
+                            fallback, args, kwargs, new_open_error(self.name, Reason.OPEN, until - now)
                         )
                 outer = trial_in_progress(self)
                 if outer is not None:
@@ -688,36 +739,38 @@ class CircuitBreaker:
                         try:
                             permit = await self.aacquire()
                         except CircuitOpenError as rejection:
-                            return await acall_fallback(fallback, args, kwargs, rejection)
+                            return await engine.acall_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
-                        return await atrial(self, permit, wrapper, args, kwargs)
+                        return await engine.atrial(self, permit, wrapper, args, kwargs)
             mark = self._seq  # CB-19, as in build_wrapper
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
-                return await run_async(
-                    self, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+                return await engine.run_async(
+                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback
                 )
             try:  # the first attempt of a retry sequence too, as in sync_wrapper
                 result = await func(*args, **kwargs)
             except BaseException as exc:
                 if not retrying:
                     if recorded_since(self, mark):
-                        counted = exception_outcome(self.config, exc, name)[0]  # a nested call counted it (CB-19)
+                        # a nested call counted it (CB-19)
+                        counted = engine.exception_outcome(self.config, exc, self.name)[0]
                     elif permit.trial:  # a shared round's outcome is a store write
-                        counted = await self.off_loop(settle_exception, self, permit, exc)
+                        counted = await self.off_loop(engine.settle_exception, self, permit, exc)
                         self.note_recorded()
                     else:
-                        counted = settle_exception(self, permit, exc)
+                        counted = engine.settle_exception(self, permit, exc)
                     if counted and fallback is not None and not permit.dry_run:
-                        return await acall_fallback(fallback, args, kwargs, exc)
+                        return await engine.acall_fallback(fallback, args, kwargs, exc)
                     raise
-                first: Outcome = Raised(exc)
+                first: Outcome = engine.raised(exc)
             else:
                 if permit.trial:  # never retrying here: a trial with a policy went to run_async
                     if not recorded_since(self, mark):  # else a nested call settled it (CB-19)
-                        await self.off_loop(settle_result, self, permit, result)
+                        await self.off_loop(engine.settle_result, self, permit, result)
                         self.note_recorded()
                     return result
+                plain = self.plain_types  # as in build_wrapper
                 if type(result) not in plain and not recorded_since(self, mark):  # the response lane
                     try:
                         code = result.status_code if plain else None  # a result_predicate: no status read
@@ -726,19 +779,19 @@ class CircuitBreaker:
                     config = self.config
                     if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                         if not retrying:
-                            settle_result(self, permit, result)
+                            engine.settle_result(self, permit, result)
                             return result
-                        if settled(self, permit, result):
+                        if engine.settled(self, permit, result):
                             return result
-                        return await continue_async(
-                            self, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                        return await engine.continue_async(
+                            self, permit, policy, func, args, kwargs, fallback, 0.0, engine.returned(result)
                         )
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
-                    record_success(permit)
+                    self.record_success(permit)
                 return result
-            return await continue_async(self, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
+            return await engine.continue_async(self, permit, policy, func, args, kwargs, fallback, 0.0, first)
 
         return wrapper
 
@@ -755,7 +808,6 @@ class CircuitBreaker:
         cascade = self._cascade
         monotonic = self._mono
         record_success = self.record_success
-        plain = self.plain_types  # as in build_wrapper
 
         def inline(call: Callable[[], Any]) -> Any:
             permit = self._fast_permit
@@ -770,7 +822,7 @@ class CircuitBreaker:
                         settle_exception(self, permit, exc)
                     raise
                 return refused
-            if type(result) in plain:
+            if type(result) in self.plain_types:  # the configuration's, as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
@@ -805,7 +857,6 @@ class CircuitBreaker:
         cascade = self._cascade
         monotonic = self._mono
         record_success = self.record_success
-        plain = self.plain_types  # as in build_wrapper
 
         def admit() -> tuple[Permit, int] | None:
             permit = self._fast_permit
@@ -814,7 +865,7 @@ class CircuitBreaker:
             return permit, self._seq
 
         def succeeded(permit: Permit, mark: int, result: Any) -> None:
-            if type(result) in plain:
+            if type(result) in self.plain_types:  # as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
@@ -1318,9 +1369,7 @@ class CircuitBreaker:
         self._lanes = cfg.sliding_window_type == "count" and not self._timing
         if not self._lanes:
             self._healthy_permit = None
-        if self.plain_types != self.config.plain_types:  # CB-18: a result_predicate judges every value
-            self.plain_types.clear()
-            self.plain_types.update(self.config.plain_types)
+        self.plain_types = cfg.plain_types  # CB-18: empty while a result_predicate judges every value
 
     def _invalidate(self) -> None:
         """Clear what the lock-free paths read, before any failure is recorded or any state
@@ -1803,12 +1852,18 @@ class CircuitBreaker:
         if not outbox or self._drainer == threading.get_ident():
             return
         publish = self._bus.publish
-        with self._drain:
+        drain = self._drain
+        if drain is None:
+            with _DRAIN_MADE:
+                drain = self._drain
+                if drain is None:
+                    drain = self._drain = threading.Lock()
+        with drain:
             self._drainer = threading.get_ident()
             try:
                 while True:
                     try:
-                        event = outbox.popleft()
+                        event = outbox.pop(0)
                     except IndexError:
                         return
                     publish(event)
@@ -1817,6 +1872,9 @@ class CircuitBreaker:
 
 
 _STATES = {"closed": CLOSED, "open": OPEN, "half_open": HALF_OPEN}
+
+#: Taken only to make a breaker's delivery lock on its first delivery (_publish).
+_DRAIN_MADE = threading.Lock()
 
 
 def _window_for(config: BreakerConfig) -> CountWindow | TimeWindow:
