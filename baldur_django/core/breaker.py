@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import itertools
 import math
+import operator
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Collection, MutableSequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -270,8 +273,9 @@ class CircuitBreaker:
         "_m_ignored",
         "_m_uncounted",
         "_m_noted",
-        "_blocked",
         "_blocked_open",
+        "_blocked_half_open",
+        "_blocked_frozen",
         "_transitions",
         "_inherited",
         "_outbox",
@@ -291,6 +295,7 @@ class CircuitBreaker:
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
+        config = shared_config(config)
         self.name = name
         self.config = config
         self._clock = clock
@@ -447,37 +452,39 @@ class CircuitBreaker:
     def _init_metrics(self) -> None:
         """The counts behind :meth:`metrics` (EM-7). Nothing is added to the CLOSED healthy
         lane: its successes are the cascade's calls that are not counted here as anything
-        else. ``itertools.count`` objects are stepped with one atomic ``next()`` wherever
-        they are (lock or not); plain ints only under the lock."""
-        self._m_failure = itertools.count()  # final outcomes, counted or not in the cascade
-        self._m_rate_limited = itertools.count()
-        self._m_ignored = itertools.count()
-        self._m_uncounted = itertools.count()  # successes the cascade did not count (dry-run, retry-noted)
+        else. The one count stepped without the lock, the OPEN rejection's, is an
+        ``itertools.count`` (one atomic ``next()``); every other count is a plain int,
+        changed only under the state lock (ints cost nothing per breaker, a count object
+        56 bytes: issue 21, memory per breaker)."""
+        self._m_failure = 0  # final outcomes, counted or not in the cascade (lock held)
+        self._m_rate_limited = 0  # (lock held)
+        self._m_ignored = 0  # (lock held)
+        self._m_uncounted = 0  # successes the cascade did not count: dry-run, retry-noted (lock held)
         self._m_noted = 0  # cascade calls that are not successes (lock held)
-        # Rejections by reason; the lock-free OPEN rejection steps ``_blocked_open`` itself.
-        self._blocked = {
-            Reason.OPEN: itertools.count(),
-            Reason.HALF_OPEN_FULL: itertools.count(),
-            Reason.FROZEN: itertools.count(),
-        }
-        self._blocked_open = self._blocked[Reason.OPEN]
-        self._transitions: dict[tuple[str, str, str], int] = {}  # (from, to, trigger) -> count (lock held)
+        # Rejections by reason: the lock-free OPEN rejection steps ``_blocked_open`` (the
+        # locked ones too, so one count holds them all); the two others are locked paths.
+        self._blocked_open = itertools.count()
+        self._blocked_half_open = 0  # (lock held)
+        self._blocked_frozen = 0  # (lock held)
+        #: (from, to, trigger) -> count, made by the first transition (lock held)
+        self._transitions: dict[tuple[str, str, str], int] | None = None
         self._inherited: dict[str, Any] | None = None  # the counts a forked child started from
 
     def _metric_counts(self) -> dict[str, Any]:
         """Raw cumulative counts (lock held, or the only thread of a forked child)."""
-        failure = _count_of(self._m_failure)
-        rate_limited = _count_of(self._m_rate_limited)
-        success = self._cascade.total() - self._m_noted + _count_of(self._m_uncounted)
         return {
             "calls": {
-                "success": success,
-                "failure": failure,
-                "ignored": _count_of(self._m_ignored),
-                "rate_limited": rate_limited,
+                "success": self._cascade.total() - self._m_noted + self._m_uncounted,
+                "failure": self._m_failure,
+                "ignored": self._m_ignored,
+                "rate_limited": self._m_rate_limited,
             },
-            "blocked": {reason: _count_of(counter) for reason, counter in self._blocked.items()},
-            "transitions": dict(self._transitions),
+            "blocked": {
+                Reason.OPEN: _count_of(self._blocked_open),
+                Reason.HALF_OPEN_FULL: self._blocked_half_open,
+                Reason.FROZEN: self._blocked_frozen,
+            },
+            "transitions": dict(self._transitions or ()),
         }
 
     def metrics(self) -> dict[str, Any]:
@@ -1071,7 +1078,7 @@ class CircuitBreaker:
                         CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True)
                     )
                 elif metered:
-                    next(self._blocked[reason])  # EM-7
+                    self._count_blocked(reason)  # EM-7
         if permit is None:
             if self._bus.wants_rejections():
                 events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
@@ -1080,6 +1087,15 @@ class CircuitBreaker:
         if events:
             self._settle(events)
         return permit
+
+    def _count_blocked(self, reason: str) -> None:
+        """EM-7: one rejection for *reason* on a locked path (lock held)."""
+        if reason == Reason.OPEN:
+            next(self._blocked_open)  # the count the lock-free rejection steps too
+        elif reason == Reason.HALF_OPEN_FULL:
+            self._blocked_half_open += 1
+        else:
+            self._blocked_frozen += 1
 
     # ---------------------------------------------------------------- recording
     def record_success(self, permit: Permit, *, count_attempt: bool = True) -> None:
@@ -1094,7 +1110,8 @@ class CircuitBreaker:
             # Healthy CLOSED, without the lock: this success changes nothing but one
             # cascade call, counted by an atomic next(); rolling to a new second locks.
             if not count_attempt:
-                next(self._m_uncounted)  # EM-7: a success the cascade does not count
+                with self._lock:
+                    self._m_uncounted += 1  # EM-7: a success the cascade does not count
                 return
             cascade = self._cascade
             if self._mono() < cascade.bucket_end:
@@ -1117,7 +1134,7 @@ class CircuitBreaker:
                         if now >= self._sync_due:
                             self._fast_permit = None  # a shared store's consult is due
                     else:
-                        next(self._m_uncounted)  # EM-7
+                        self._m_uncounted += 1  # EM-7
                     self._mark()
                     return
             finally:
@@ -1141,8 +1158,9 @@ class CircuitBreaker:
             retry_after: the raw ``Retry-After`` (seconds or header text) for the cooldown.
             count_attempt: False when the retry stage already noted each attempt.
         """
-        next(self._m_rate_limited if rate_limited else self._m_failure)  # EM-7: the final outcome
         if permit.dry_run:
+            with self._lock:
+                self._count_failure(rate_limited)  # EM-7: a call let through by dry-run counts
             return
         if count_attempt and rate_limited:
             self.note_attempt(rate_limited=True, retry_after=retry_after, evaluate=False)
@@ -1153,10 +1171,10 @@ class CircuitBreaker:
         """The call ended in an ignored exception, a ``BaseException`` that is not an
         ``Exception``, or never reached the dependency: neither success nor failure. A trial
         gives its slot back (CB-10); with a shared store, to the fleet's round."""
-        next(self._m_ignored)  # EM-7
-        if not permit.trial:
-            return
         with self._lock:
+            self._m_ignored += 1  # EM-7
+            if not permit.trial:
+                return
             self._mark()  # settled, for a call around a nested one (CB-19)
         if self._sync.finish_probe(self, permit, "abandon"):
             return
@@ -1164,12 +1182,22 @@ class CircuitBreaker:
             if permit.generation == self._gen and self._state is HALF_OPEN and self._trials > 0:
                 self._trials -= 1
 
+    def _count_failure(self, rate_limited: bool) -> None:
+        """EM-7: one final failed outcome (lock held)."""
+        if rate_limited:
+            self._m_rate_limited += 1
+        else:
+            self._m_failure += 1
+
     def _record(self, permit: Permit, *, ok: bool, count_attempt: bool, rate_limited: bool = False) -> None:
-        if permit.dry_run or (ok and not count_attempt):
+        """One outcome off the lanes (a failure comes only from :meth:`record_failure`, and
+        is counted here as its final outcome, EM-7)."""
+        if permit.dry_run:  # record_failure() counted a dry-run failure already
             if ok:
-                next(self._m_uncounted)  # EM-7: a success outside the cascade's count
-            if permit.dry_run:
-                return
+                with self._lock:
+                    self._m_uncounted += 1  # EM-7: a success outside the cascade's count
+            return
+        uncounted = ok and not count_attempt  # EM-7: a success outside the cascade's count
         now = self._mono()
         started = permit.started
         # CB-17: only while the trigger is on (a duration and a rate threshold, both > 0)
@@ -1177,6 +1205,10 @@ class CircuitBreaker:
         if permit.trial:
             with self._lock:
                 self._mark()
+                if ok:
+                    self._m_uncounted += uncounted
+                else:
+                    self._count_failure(rate_limited)
                 if count_attempt:
                     self._cascade.add(now, False)
                     if not ok:
@@ -1186,6 +1218,10 @@ class CircuitBreaker:
         events = self._outbox
         with self._lock:
             self._mark()
+            if ok:
+                self._m_uncounted += uncounted
+            else:
+                self._count_failure(rate_limited)
             if count_attempt:
                 self._cascade.add(now, False)
                 if not ok:
@@ -1279,15 +1315,17 @@ class CircuitBreaker:
             try:
                 permit = self.acquire_slow(metered=False)
             except CircuitOpenError:
-                next(self._m_rate_limited)  # EM-7: a rate-limited call all the same
+                with self._lock:
+                    self._m_rate_limited += 1  # EM-7: a rate-limited call all the same
                 self.note_attempt(rate_limited=True, retry_after=retry_after)
                 return
             self.record_failure(permit, rate_limited=True, retry_after=retry_after)
             return
         with self._lock:
             state, gen = self._state, self._gen
+            if state is OPEN:
+                self._m_rate_limited += 1  # EM-7
         if state is OPEN:
-            next(self._m_rate_limited)  # EM-7
             self.note_attempt(rate_limited=True, retry_after=retry_after)
             return
         permit = Permit(gen, trial=state is HALF_OPEN)
@@ -1422,7 +1460,10 @@ class CircuitBreaker:
         self._invalidate()
         if target is not before:  # EM-7
             key = (before.value, target.value, trigger)
-            self._transitions[key] = self._transitions.get(key, 0) + 1
+            transitions = self._transitions
+            if transitions is None:
+                transitions = self._transitions = {}
+            transitions[key] = transitions.get(key, 0) + 1
         self._gen += 1
         self._trials = 0
         self._trial_successes = 0
@@ -1807,6 +1848,7 @@ class CircuitBreaker:
 
     def reconfigure(self, config: BreakerConfig) -> None:
         """Swap in a new configuration (CFG-2). A new window size restarts the window."""
+        config = shared_config(config)
         with self._lock:
             self._invalidate()  # re-derived by the next locked admission and success
             old = self.config
@@ -1875,6 +1917,53 @@ _STATES = {"closed": CLOSED, "open": OPEN, "half_open": HALF_OPEN}
 
 #: Taken only to make a breaker's delivery lock on its first delivery (_publish).
 _DRAIN_MADE = threading.Lock()
+
+# ------------------------------------------------------------ shared configurations
+# A BreakerConfig with its classifier is some 2 KB; a worker's breakers mostly share one
+# effective configuration (issue 21, memory per breaker). BreakerConfig is a frozen
+# dataclass and nothing changes one after it was built, so breakers whose configurations
+# are equal field for field (of the same types, the same clock object, the same
+# overrides) can hold one object. A configuration with a predicate is never shared: its
+# classifier's throttle of ``circuit_breaker.predicate_failed`` lines is per breaker.
+_CONFIG_VALUES = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(BreakerConfig) if f.compare and f.name != "overrides")
+)
+_SHARED_CONFIGS: weakref.WeakValueDictionary[tuple[Any, ...], BreakerConfig] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_config(config: BreakerConfig) -> BreakerConfig:
+    """The configuration object to hold for *config*: an equal one some live breaker holds
+    already, else *config* itself (remembered, weakly, for the next breakers).
+
+    Args:
+        config (BreakerConfig): a resolved configuration.
+
+    Returns:
+        BreakerConfig: *config* or an equal, immutable object: every field (``clock``
+        included, by identity) and every override (with its type) the same. A
+        configuration with ``failure_predicate``, ``result_predicate`` or a callable in
+        ``ignore_exceptions`` comes back as itself (its log throttle is its breaker's own).
+    """
+    if config.failure_predicate is not None or config.result_predicate is not None or config.classifier.ignore_checks:
+        return config
+    values = _CONFIG_VALUES(config)
+    try:
+        key = (
+            values,
+            tuple(map(type, values)),
+            tuple((name, type(value), value) for name, value in sorted(config.overrides.items())),
+            id(config.clock),  # the config holds the clock, so the id is not reused while it lives
+        )
+        hash(key)
+    except TypeError:  # an unhashable value (an override of a type no knob produces)
+        return config
+    with _SHARED_LOCK:
+        known = _SHARED_CONFIGS.get(key)
+        if known is not None:
+            return known
+        _SHARED_CONFIGS[key] = config
+    return config
 
 
 def _window_for(config: BreakerConfig) -> CountWindow | TimeWindow:
