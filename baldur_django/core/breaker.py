@@ -1945,6 +1945,8 @@ def shared_config(config: BreakerConfig) -> BreakerConfig:
         configuration with ``failure_predicate``, ``result_predicate`` or a callable in
         ``ignore_exceptions`` comes back as itself (its log throttle is its breaker's own).
     """
+    if _LAST_SHARED() is config:  # the same object again (a memoised build): nothing to look up
+        return config
     if config.failure_predicate is not None or config.result_predicate is not None or config.classifier.ignore_checks:
         return config
     values = _CONFIG_VALUES(config)
@@ -1960,10 +1962,22 @@ def shared_config(config: BreakerConfig) -> BreakerConfig:
         return config
     with _SHARED_LOCK:
         known = _SHARED_CONFIGS.get(key)
-        if known is not None:
-            return known
-        _SHARED_CONFIGS[key] = config
-    return config
+        if known is None:
+            known = _SHARED_CONFIGS[key] = config
+        _note_shared(known)
+    return known
+
+
+def _no_config() -> BreakerConfig | None:
+    return None
+
+
+_LAST_SHARED: Callable[[], BreakerConfig | None] = _no_config  # a weak reference to the last one handed out
+
+
+def _note_shared(config: BreakerConfig) -> None:
+    global _LAST_SHARED
+    _LAST_SHARED = weakref.ref(config)
 
 
 def _window_for(config: BreakerConfig) -> CountWindow | TimeWindow:
