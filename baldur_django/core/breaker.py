@@ -810,11 +810,9 @@ class CircuitBreaker:
         when *call* turned out to be a coroutine or generator function (nothing recorded,
         the caller's full way raises the ConfigError). Implements CB-19 as the wrappers do.
         """
-        settle_exception, settle_result = engine.settle_exception, engine.settle_result
-        slow, refused, not_plain, discard = engine.slow, engine.refused, engine.not_plain, engine.discard
-        cascade = self._cascade
+        slow = engine.slow  # returned by every call of a shared breaker: kept as a cell
+        cascade = self._cascade  # the other cells kept, as in build_wrapper
         monotonic = self._mono
-        record_success = self.record_success
 
         def inline(call: Callable[[], Any]) -> Any:
             permit = self._fast_permit
@@ -824,23 +822,23 @@ class CircuitBreaker:
             try:
                 result = call()
             except BaseException as exc:
-                if not call.__code__.co_flags & not_plain:
+                if not call.__code__.co_flags & engine.not_plain:
                     if not recorded_since(self, mark):
-                        settle_exception(self, permit, exc)
+                        engine.settle_exception(self, permit, exc)
                     raise
-                return refused
+                return engine.refused
             if type(result) in self.plain_types:  # the configuration's, as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
-                    record_success(permit)
+                    self.record_success(permit)
                 return result
-            if not call.__code__.co_flags & not_plain:
+            if not call.__code__.co_flags & engine.not_plain:
                 if not recorded_since(self, mark):
-                    settle_result(self, permit, result)  # the response lane too
+                    engine.settle_result(self, permit, result)  # the response lane too
                 return result
-            discard(result)
-            return refused
+            engine.discard(result)
+            return engine.refused
 
         return inline
 
@@ -860,10 +858,8 @@ class CircuitBreaker:
         ``failed(permit, mark, exc)`` record the outcome, the healthy lane lock-free, and
         nothing when a nested call through this breaker settled the call already (CB-19).
         """
-        settle_exception, settle_result = engine.settle_exception, engine.settle_result
-        cascade = self._cascade
+        cascade = self._cascade  # the cells kept, as in build_wrapper
         monotonic = self._mono
-        record_success = self.record_success
 
         def admit() -> tuple[Permit, int] | None:
             permit = self._fast_permit
@@ -876,13 +872,13 @@ class CircuitBreaker:
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
-                    record_success(permit)
+                    self.record_success(permit)
             elif not recorded_since(self, mark):
-                settle_result(self, permit, result)
+                engine.settle_result(self, permit, result)
 
         def failed(permit: Permit, mark: int, exc: BaseException) -> None:
             if not recorded_since(self, mark):
-                settle_exception(self, permit, exc)
+                engine.settle_exception(self, permit, exc)
 
         return admit, succeeded, failed
 
