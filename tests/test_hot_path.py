@@ -35,10 +35,11 @@ class CheckedBreaker(CircuitBreaker):
     violations: list[str]
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in WATCHED and "violations" in self.__dict__:
-            old = self.__dict__.get(name)
+        # read through getattr, not self.__dict__: the breaker's fields are slots
+        if name in WATCHED and getattr(self, "violations", None) is not None:
+            old = getattr(self, name, None)
             grows = name != "_consecutive" or (isinstance(value, int) and value > (old or 0))
-            if value is not old and value != old and grows and self.__dict__.get("_healthy_permit") is not None:
+            if value is not old and value != old and grows and getattr(self, "_healthy_permit", None) is not None:
                 self.violations.append(f"{name}: {old!r} -> {value!r}")
         super().__setattr__(name, value)
 

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import itertools
 import math
+import operator
 import threading
-from collections import deque
+import weakref
 from collections.abc import Awaitable, Callable, Collection, MutableSequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -236,6 +238,66 @@ class CircuitBreaker:
         ConfigError: *name* is empty or not a string.
     """
 
+    # Slots, not an instance dict: a breaker holds some fifty fields, more than CPython's
+    # shared-key instance dicts take, so each breaker used to carry a 1.6 KB dict of its own
+    # (issue 21, memory per breaker). ``__dict__`` stays as the last slot, created only when
+    # something sets an attribute that is not listed here (a test's spy, a subclass's
+    # field); ``__weakref__`` because the Prometheus collector holds breakers weakly.
+    __slots__ = (
+        "name",
+        "config",
+        "plain_types",
+        "dry_run_rejections",
+        "_clock",
+        "_mono",
+        "_bus",
+        "_lock",
+        "_sync",
+        "_timed",
+        "_state",
+        "_gen",
+        "_closed_permit",
+        "_fast_permit",
+        "_healthy_permit",
+        "_reject_until",
+        "_sync_due",
+        "_consecutive",
+        "_window",
+        "_lanes",
+        "_timing_permit",
+        "_timing",
+        "_cascade",
+        "_cooldown_until",
+        "_opened_at",
+        "_open_until",
+        "_open_seconds",
+        "_opens",
+        "_trials",
+        "_trial_successes",
+        "_forced",
+        "_force_until",
+        "_force_expires_at",
+        "_force_reason",
+        "_force_actor",
+        "_last_trigger",
+        "_seq",
+        "_m_failure",
+        "_m_rate_limited",
+        "_m_ignored",
+        "_m_uncounted",
+        "_m_noted",
+        "_blocked_open",
+        "_blocked_half_open",
+        "_blocked_frozen",
+        "_transitions",
+        "_inherited",
+        "_outbox",
+        "_drain",
+        "_drainer",
+        "__dict__",
+        "__weakref__",
+    )
+
     def __init__(
         self,
         name: str,
@@ -246,6 +308,7 @@ class CircuitBreaker:
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
+        config = shared_config(config)
         self.name = name
         self.config = config
         self._clock = clock
@@ -279,9 +342,9 @@ class CircuitBreaker:
         # only with the count window and no call timing; see _configure_lanes().
         self._lanes = True
         #: Returned types the wrappers record as successes without judging them: the
-        #: config's ``plain_types``, kept in this one set object (the wrappers bind it once)
-        #: and refilled by _configure_lanes(); empty while a result_predicate is set (CB-18).
-        self.plain_types: set[type] = set()
+        #: config's ``plain_types`` (a frozenset shared by every breaker), swapped whole by
+        #: _configure_lanes() and read once per call; empty while a result_predicate is set (CB-18).
+        self.plain_types: frozenset[type] = config.plain_types
         # While the slow-call trigger is on (CB-17) every admitted call carries its own
         # permit stamped with the admission time: this is the CLOSED permit to copy it
         # from (lock-free, like _fast_permit, which is then None), else None.
@@ -307,8 +370,13 @@ class CircuitBreaker:
         # Events are queued here under the state lock, in the order the transitions were
         # decided, and delivered after it is released by whichever thread drains first:
         # listeners see transitions in order and never run under the state lock (CB-14).
-        self._outbox: deque[Event] = deque()
-        self._drain = threading.Lock()
+        # A list, not a deque: append() and pop(0) are each one atomic C call as well, and
+        # an empty list is 56 bytes where an empty deque takes a 64-slot block (760 bytes);
+        # the queue is rarely longer than the one transition being delivered.
+        self._outbox: list[Event] = []
+        # The delivery lock, made by the first delivery (under a module lock, so two threads
+        # delivering first at once still share one): most breakers never deliver anything.
+        self._drain: threading.Lock | None = None
         self._drainer: int | None = None  # thread delivering events right now
         self._configure_lanes()
         self._refresh_fast()
@@ -397,37 +465,39 @@ class CircuitBreaker:
     def _init_metrics(self) -> None:
         """The counts behind :meth:`metrics` (EM-7). Nothing is added to the CLOSED healthy
         lane: its successes are the cascade's calls that are not counted here as anything
-        else. ``itertools.count`` objects are stepped with one atomic ``next()`` wherever
-        they are (lock or not); plain ints only under the lock."""
-        self._m_failure = itertools.count()  # final outcomes, counted or not in the cascade
-        self._m_rate_limited = itertools.count()
-        self._m_ignored = itertools.count()
-        self._m_uncounted = itertools.count()  # successes the cascade did not count (dry-run, retry-noted)
+        else. The one count stepped without the lock, the OPEN rejection's, is an
+        ``itertools.count`` (one atomic ``next()``); every other count is a plain int,
+        changed only under the state lock (ints cost nothing per breaker, a count object
+        56 bytes: issue 21, memory per breaker)."""
+        self._m_failure = 0  # final outcomes, counted or not in the cascade (lock held)
+        self._m_rate_limited = 0  # (lock held)
+        self._m_ignored = 0  # (lock held)
+        self._m_uncounted = 0  # successes the cascade did not count: dry-run, retry-noted (lock held)
         self._m_noted = 0  # cascade calls that are not successes (lock held)
-        # Rejections by reason; the lock-free OPEN rejection steps ``_blocked_open`` itself.
-        self._blocked = {
-            Reason.OPEN: itertools.count(),
-            Reason.HALF_OPEN_FULL: itertools.count(),
-            Reason.FROZEN: itertools.count(),
-        }
-        self._blocked_open = self._blocked[Reason.OPEN]
-        self._transitions: dict[tuple[str, str, str], int] = {}  # (from, to, trigger) -> count (lock held)
+        # Rejections by reason: the lock-free OPEN rejection steps ``_blocked_open`` (the
+        # locked ones too, so one count holds them all); the two others are locked paths.
+        self._blocked_open = itertools.count()
+        self._blocked_half_open = 0  # (lock held)
+        self._blocked_frozen = 0  # (lock held)
+        #: (from, to, trigger) -> count, made by the first transition (lock held)
+        self._transitions: dict[tuple[str, str, str], int] | None = None
         self._inherited: dict[str, Any] | None = None  # the counts a forked child started from
 
     def _metric_counts(self) -> dict[str, Any]:
         """Raw cumulative counts (lock held, or the only thread of a forked child)."""
-        failure = _count_of(self._m_failure)
-        rate_limited = _count_of(self._m_rate_limited)
-        success = self._cascade.total() - self._m_noted + _count_of(self._m_uncounted)
         return {
             "calls": {
-                "success": success,
-                "failure": failure,
-                "ignored": _count_of(self._m_ignored),
-                "rate_limited": rate_limited,
+                "success": self._cascade.total() - self._m_noted + self._m_uncounted,
+                "failure": self._m_failure,
+                "ignored": self._m_ignored,
+                "rate_limited": self._m_rate_limited,
             },
-            "blocked": {reason: _count_of(counter) for reason, counter in self._blocked.items()},
-            "transitions": dict(self._transitions),
+            "blocked": {
+                Reason.OPEN: _count_of(self._blocked_open),
+                Reason.HALF_OPEN_FULL: self._blocked_half_open,
+                Reason.FROZEN: self._blocked_frozen,
+            },
+            "transitions": dict(self._transitions or ()),
         }
 
     def metrics(self) -> dict[str, Any]:
@@ -600,19 +670,13 @@ class CircuitBreaker:
         Returns:
             A function with *func*'s signature. Implements FAC-1..FAC-4, CB-4, CB-8, CB-19.
         """
-        run_sync, continue_sync = engine.run_sync, engine.continue_sync
-        settle_exception, settle_result, settled = engine.settle_exception, engine.settle_result, engine.settled
-        call_fallback, exception_outcome, trial = engine.call_fallback, engine.exception_outcome, engine.trial
-        Raised, Returned = engine.raised, engine.returned
+        # Every variable a closure uses is a cell of its own (40 bytes each, per wrapper): the
+        # wrapper keeps cells for what the CLOSED healthy path reads (the breaker, the call,
+        # the policy, the clock, the cascade), and reaches everything the slower branches
+        # need through the breaker (its fields are slots: one specialised read each) or the
+        # one *engine* (issue 21, memory per breaker).
         cascade = self._cascade
         monotonic = self._mono
-        acquire_slow = self.acquire_slow
-        record_success = self.record_success
-        wants_rejections = self._bus.wants_rejections
-        blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
-        name = self.name
-        plain = self.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
-        retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
         budgeted = policy is not None and policy.budget_seconds is not None
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -621,31 +685,33 @@ class CircuitBreaker:
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
                     now = monotonic()
-                    if now < until and now < self._sync_due and not wants_rejections():
-                        next(blocked_open)
+                    if now < until and now < self._sync_due and not self._bus.wants_rejections():
+                        next(self._blocked_open)  # EM-7: an itertools.count, one atomic step
                         if fallback is None:
                             # raised unnamed: a local holding it would tie this frame and the
                             # error's traceback into a cycle that only the GC frees
-                            raise new_open_error(name, Reason.OPEN, until - now)
-                        return call_fallback(fallback, args, kwargs, new_open_error(name, Reason.OPEN, until - now))
+                            raise new_open_error(self.name, Reason.OPEN, until - now)
+                        return engine.call_fallback(
+                            fallback, args, kwargs, new_open_error(self.name, Reason.OPEN, until - now)
+                        )
                 outer = trial_in_progress(self)
                 if outer is not None:
                     permit = outer  # CB-19: nested in this breaker's trial: no second slot, no refusal
                 else:
                     if fallback is None:
-                        permit = acquire_slow()
+                        permit = self.acquire_slow()
                     else:
                         try:
-                            permit = acquire_slow()
+                            permit = self.acquire_slow()
                         except CircuitOpenError as rejection:
-                            return call_fallback(fallback, args, kwargs, rejection)
+                            return engine.call_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
-                        return trial(self, permit, wrapper, args, kwargs)
+                        return engine.trial(self, permit, wrapper, args, kwargs)
             mark = self._seq  # CB-19: a nested call through this breaker settles this one
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
-                return run_sync(
-                    self, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+                return engine.run_sync(
+                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback
                 )
             # With a retry policy and nothing to gate the first attempt, run_sync() would make
             # it at once with start=0.0: it is made here, and the engine takes over only when
@@ -655,14 +721,16 @@ class CircuitBreaker:
             except BaseException as exc:
                 if not retrying:
                     if recorded_since(self, mark):
-                        counted = exception_outcome(self.config, exc, name)[0]  # a nested call counted it (CB-19)
+                        # a nested call counted it (CB-19)
+                        counted = engine.exception_outcome(self.config, exc, self.name)[0]
                     else:
-                        counted = settle_exception(self, permit, exc)
+                        counted = engine.settle_exception(self, permit, exc)
                     if counted and fallback is not None and not permit.dry_run:
-                        return call_fallback(fallback, args, kwargs, exc)
+                        return engine.call_fallback(fallback, args, kwargs, exc)
                     raise
-                first: Outcome = Raised(exc)
+                first: Outcome = engine.raised(exc)
             else:
+                plain = self.plain_types  # the configuration's, swapped whole on reconfigure
                 if type(result) not in plain and not recorded_since(self, mark):
                     # settle_result()'s response lane, inlined: a plain int status on neither
                     # list is a success like a plain value; anything else is classified there
@@ -674,20 +742,20 @@ class CircuitBreaker:
                     config = self.config
                     if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                         if not retrying:
-                            settle_result(self, permit, result)
+                            engine.settle_result(self, permit, result)
                             return result
-                        if settled(self, permit, result):
+                        if engine.settled(self, permit, result):
                             return result
-                        return continue_sync(
-                            self, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                        return engine.continue_sync(
+                            self, permit, policy, func, args, kwargs, fallback, 0.0, engine.returned(result)
                         )
                 # healthy_success() inlined: the hottest lines of the package
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
-                    record_success(permit)
+                    self.record_success(permit)
                 return result
-            return continue_sync(self, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
+            return engine.continue_sync(self, permit, policy, func, args, kwargs, fallback, 0.0, first)
 
         return wrapper
 
@@ -705,18 +773,8 @@ class CircuitBreaker:
         Returns:
             A coroutine function with *func*'s signature.
         """
-        run_async, continue_async = engine.run_async, engine.continue_async
-        settle_exception, settle_result, settled = engine.settle_exception, engine.settle_result, engine.settled
-        acall_fallback, exception_outcome, atrial = engine.acall_fallback, engine.exception_outcome, engine.atrial
-        Raised, Returned = engine.raised, engine.returned
-        cascade = self._cascade
+        cascade = self._cascade  # the cells kept, as in build_wrapper
         monotonic = self._mono
-        record_success = self.record_success
-        wants_rejections = self._bus.wants_rejections
-        blocked_open = self._blocked_open  # EM-7: the rejections counter, never replaced
-        name = self.name
-        plain = self.plain_types  # one set object, refilled on reconfigure; empty with a result_predicate
-        retry_policy = cast("RetryPolicy", policy)  # read only when retrying, so never None
         budgeted = policy is not None and policy.budget_seconds is not None
 
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -725,12 +783,12 @@ class CircuitBreaker:
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
                     now = monotonic()
-                    if now < until and now < self._sync_due and not wants_rejections():
-                        next(blocked_open)
+                    if now < until and now < self._sync_due and not self._bus.wants_rejections():
+                        next(self._blocked_open)  # EM-7: an itertools.count, one atomic step
                         if fallback is None:
-                            raise new_open_error(name, Reason.OPEN, until - now)  # unnamed: see sync_wrapper
-                        return await acall_fallback(
-                            fallback, args, kwargs, new_open_error(name, Reason.OPEN, until - now)
+                            raise new_open_error(self.name, Reason.OPEN, until - now)  # unnamed: see sync_wrapper
+                        return await engine.acall_fallback(
+                            fallback, args, kwargs, new_open_error(self.name, Reason.OPEN, until - now)
                         )
                 outer = trial_in_progress(self)
                 if outer is not None:
@@ -742,36 +800,38 @@ class CircuitBreaker:
                         try:
                             permit = await self.aacquire()
                         except CircuitOpenError as rejection:
-                            return await acall_fallback(fallback, args, kwargs, rejection)
+                            return await engine.acall_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
-                        return await atrial(self, permit, wrapper, args, kwargs)
+                        return await engine.atrial(self, permit, wrapper, args, kwargs)
             mark = self._seq  # CB-19, as in build_wrapper
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
-                return await run_async(
-                    self, permit, trial_policy if permit.trial else retry_policy, func, args, kwargs, fallback
+                return await engine.run_async(
+                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback
                 )
             try:  # the first attempt of a retry sequence too, as in sync_wrapper
                 result = await func(*args, **kwargs)
             except BaseException as exc:
                 if not retrying:
                     if recorded_since(self, mark):
-                        counted = exception_outcome(self.config, exc, name)[0]  # a nested call counted it (CB-19)
+                        # a nested call counted it (CB-19)
+                        counted = engine.exception_outcome(self.config, exc, self.name)[0]
                     elif permit.trial:  # a shared round's outcome is a store write
-                        counted = await self.off_loop(settle_exception, self, permit, exc)
+                        counted = await self.off_loop(engine.settle_exception, self, permit, exc)
                         self.note_recorded()
                     else:
-                        counted = settle_exception(self, permit, exc)
+                        counted = engine.settle_exception(self, permit, exc)
                     if counted and fallback is not None and not permit.dry_run:
-                        return await acall_fallback(fallback, args, kwargs, exc)
+                        return await engine.acall_fallback(fallback, args, kwargs, exc)
                     raise
-                first: Outcome = Raised(exc)
+                first: Outcome = engine.raised(exc)
             else:
                 if permit.trial:  # never retrying here: a trial with a policy went to run_async
                     if not recorded_since(self, mark):  # else a nested call settled it (CB-19)
-                        await self.off_loop(settle_result, self, permit, result)
+                        await self.off_loop(engine.settle_result, self, permit, result)
                         self.note_recorded()
                     return result
+                plain = self.plain_types  # as in build_wrapper
                 if type(result) not in plain and not recorded_since(self, mark):  # the response lane
                     try:
                         code = result.status_code if plain else None  # a result_predicate: no status read
@@ -780,19 +840,19 @@ class CircuitBreaker:
                     config = self.config
                     if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                         if not retrying:
-                            settle_result(self, permit, result)
+                            engine.settle_result(self, permit, result)
                             return result
-                        if settled(self, permit, result):
+                        if engine.settled(self, permit, result):
                             return result
-                        return await continue_async(
-                            self, permit, retry_policy, func, args, kwargs, fallback, 0.0, Returned(result)
+                        return await engine.continue_async(
+                            self, permit, policy, func, args, kwargs, fallback, 0.0, engine.returned(result)
                         )
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
-                    record_success(permit)
+                    self.record_success(permit)
                 return result
-            return await continue_async(self, permit, retry_policy, func, args, kwargs, fallback, 0.0, first)
+            return await engine.continue_async(self, permit, policy, func, args, kwargs, fallback, 0.0, first)
 
         return wrapper
 
@@ -804,12 +864,9 @@ class CircuitBreaker:
         when *call* turned out to be a coroutine or generator function (nothing recorded,
         the caller's full way raises the ConfigError). Implements CB-19 as the wrappers do.
         """
-        settle_exception, settle_result = engine.settle_exception, engine.settle_result
-        slow, refused, not_plain, discard = engine.slow, engine.refused, engine.not_plain, engine.discard
-        cascade = self._cascade
+        slow = engine.slow  # returned by every call of a shared breaker: kept as a cell
+        cascade = self._cascade  # the other cells kept, as in build_wrapper
         monotonic = self._mono
-        record_success = self.record_success
-        plain = self.plain_types  # as in build_wrapper
 
         def inline(call: Callable[[], Any]) -> Any:
             permit = self._fast_permit
@@ -819,23 +876,23 @@ class CircuitBreaker:
             try:
                 result = call()
             except BaseException as exc:
-                if not call.__code__.co_flags & not_plain:
+                if not call.__code__.co_flags & engine.not_plain:
                     if not recorded_since(self, mark):
-                        settle_exception(self, permit, exc)
+                        engine.settle_exception(self, permit, exc)
                     raise
-                return refused
-            if type(result) in plain:
+                return engine.refused
+            if type(result) in self.plain_types:  # the configuration's, as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
-                    record_success(permit)
+                    self.record_success(permit)
                 return result
-            if not call.__code__.co_flags & not_plain:
+            if not call.__code__.co_flags & engine.not_plain:
                 if not recorded_since(self, mark):
-                    settle_result(self, permit, result)  # the response lane too
+                    engine.settle_result(self, permit, result)  # the response lane too
                 return result
-            discard(result)
-            return refused
+            engine.discard(result)
+            return engine.refused
 
         return inline
 
@@ -855,11 +912,8 @@ class CircuitBreaker:
         ``failed(permit, mark, exc)`` record the outcome, the healthy lane lock-free, and
         nothing when a nested call through this breaker settled the call already (CB-19).
         """
-        settle_exception, settle_result = engine.settle_exception, engine.settle_result
-        cascade = self._cascade
+        cascade = self._cascade  # the cells kept, as in build_wrapper
         monotonic = self._mono
-        record_success = self.record_success
-        plain = self.plain_types  # as in build_wrapper
 
         def admit() -> tuple[Permit, int] | None:
             permit = self._fast_permit
@@ -868,17 +922,17 @@ class CircuitBreaker:
             return permit, self._seq
 
         def succeeded(permit: Permit, mark: int, result: Any) -> None:
-            if type(result) in plain:
+            if type(result) in self.plain_types:  # as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
                 elif not recorded_since(self, mark):
-                    record_success(permit)
+                    self.record_success(permit)
             elif not recorded_since(self, mark):
-                settle_result(self, permit, result)
+                engine.settle_result(self, permit, result)
 
         def failed(permit: Permit, mark: int, exc: BaseException) -> None:
             if not recorded_since(self, mark):
-                settle_exception(self, permit, exc)
+                engine.settle_exception(self, permit, exc)
 
         return admit, succeeded, failed
 
@@ -1091,7 +1145,7 @@ class CircuitBreaker:
                         CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True)
                     )
                 elif metered:
-                    next(self._blocked[reason])  # EM-7
+                    self._count_blocked(reason)  # EM-7
         if permit is None:
             if self._bus.wants_rejections():
                 events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
@@ -1100,6 +1154,15 @@ class CircuitBreaker:
         if events:
             self._settle(events)
         return permit
+
+    def _count_blocked(self, reason: str) -> None:
+        """EM-7: one rejection for *reason* on a locked path (lock held)."""
+        if reason == Reason.OPEN:
+            next(self._blocked_open)  # the count the lock-free rejection steps too
+        elif reason == Reason.HALF_OPEN_FULL:
+            self._blocked_half_open += 1
+        else:
+            self._blocked_frozen += 1
 
     # ---------------------------------------------------------------- recording
     def record_success(self, permit: Permit, *, count_attempt: bool = True) -> None:
@@ -1114,7 +1177,8 @@ class CircuitBreaker:
             # Healthy CLOSED, without the lock: this success changes nothing but one
             # cascade call, counted by an atomic next(); rolling to a new second locks.
             if not count_attempt:
-                next(self._m_uncounted)  # EM-7: a success the cascade does not count
+                with self._lock:
+                    self._m_uncounted += 1  # EM-7: a success the cascade does not count
                 return
             cascade = self._cascade
             if self._mono() < cascade.bucket_end:
@@ -1137,7 +1201,7 @@ class CircuitBreaker:
                         if now >= self._sync_due:
                             self._fast_permit = None  # a shared store's consult is due
                     else:
-                        next(self._m_uncounted)  # EM-7
+                        self._m_uncounted += 1  # EM-7
                     self._mark()
                     return
             finally:
@@ -1161,8 +1225,9 @@ class CircuitBreaker:
             retry_after: the raw ``Retry-After`` (seconds or header text) for the cooldown.
             count_attempt: False when the retry stage already noted each attempt.
         """
-        next(self._m_rate_limited if rate_limited else self._m_failure)  # EM-7: the final outcome
         if permit.dry_run:
+            with self._lock:
+                self._count_failure(rate_limited)  # EM-7: a call let through by dry-run counts
             return
         if count_attempt and rate_limited:
             self.note_attempt(rate_limited=True, retry_after=retry_after, evaluate=False)
@@ -1173,7 +1238,8 @@ class CircuitBreaker:
         """The call ended in an ignored exception, a ``BaseException`` that is not an
         ``Exception``, or never reached the dependency: neither success nor failure. A trial
         gives its slot back (CB-10); with a shared store, to the fleet's round."""
-        next(self._m_ignored)  # EM-7
+        with self._lock:
+            self._m_ignored += 1  # EM-7
         self.give_back(permit)
 
     def give_back(self, permit: Permit) -> None:
@@ -1194,12 +1260,22 @@ class CircuitBreaker:
             if permit.generation == self._gen and self._state is HALF_OPEN and self._trials > 0:
                 self._trials -= 1
 
+    def _count_failure(self, rate_limited: bool) -> None:
+        """EM-7: one final failed outcome (lock held)."""
+        if rate_limited:
+            self._m_rate_limited += 1
+        else:
+            self._m_failure += 1
+
     def _record(self, permit: Permit, *, ok: bool, count_attempt: bool, rate_limited: bool = False) -> None:
-        if permit.dry_run or (ok and not count_attempt):
+        """One outcome off the lanes (a failure comes only from :meth:`record_failure`, and
+        is counted here as its final outcome, EM-7)."""
+        if permit.dry_run:  # record_failure() counted a dry-run failure already
             if ok:
-                next(self._m_uncounted)  # EM-7: a success outside the cascade's count
-            if permit.dry_run:
-                return
+                with self._lock:
+                    self._m_uncounted += 1  # EM-7: a success outside the cascade's count
+            return
+        uncounted = ok and not count_attempt  # EM-7: a success outside the cascade's count
         now = self._mono()
         started = permit.started
         # CB-17: only while the trigger is on (a duration and a rate threshold, both > 0)
@@ -1207,6 +1283,10 @@ class CircuitBreaker:
         if permit.trial:
             with self._lock:
                 self._mark()
+                if ok:
+                    self._m_uncounted += uncounted
+                else:
+                    self._count_failure(rate_limited)
                 if count_attempt:
                     self._cascade.add(now, False)
                     if not ok:
@@ -1216,6 +1296,10 @@ class CircuitBreaker:
         events = self._outbox
         with self._lock:
             self._mark()
+            if ok:
+                self._m_uncounted += uncounted
+            else:
+                self._count_failure(rate_limited)
             if count_attempt:
                 self._cascade.add(now, False)
                 if not ok:
@@ -1309,15 +1393,17 @@ class CircuitBreaker:
             try:
                 permit = self.acquire_slow(metered=False)
             except CircuitOpenError:
-                next(self._m_rate_limited)  # EM-7: a rate-limited call all the same
+                with self._lock:
+                    self._m_rate_limited += 1  # EM-7: a rate-limited call all the same
                 self.note_attempt(rate_limited=True, retry_after=retry_after)
                 return
             self.record_failure(permit, rate_limited=True, retry_after=retry_after)
             return
         with self._lock:
             state, gen = self._state, self._gen
+            if state is OPEN:
+                self._m_rate_limited += 1  # EM-7
         if state is OPEN:
-            next(self._m_rate_limited)  # EM-7
             self.note_attempt(rate_limited=True, retry_after=retry_after)
             return
         permit = Permit(gen, trial=state is HALF_OPEN)
@@ -1399,9 +1485,7 @@ class CircuitBreaker:
         self._lanes = cfg.sliding_window_type == "count" and not self._timing
         if not self._lanes:
             self._healthy_permit = None
-        if self.plain_types != self.config.plain_types:  # CB-18: a result_predicate judges every value
-            self.plain_types.clear()
-            self.plain_types.update(self.config.plain_types)
+        self.plain_types = cfg.plain_types  # CB-18: empty while a result_predicate judges every value
 
     def _invalidate(self) -> None:
         """Clear what the lock-free paths read, before any failure is recorded or any state
@@ -1454,7 +1538,10 @@ class CircuitBreaker:
         self._invalidate()
         if target is not before:  # EM-7
             key = (before.value, target.value, trigger)
-            self._transitions[key] = self._transitions.get(key, 0) + 1
+            transitions = self._transitions
+            if transitions is None:
+                transitions = self._transitions = {}
+            transitions[key] = transitions.get(key, 0) + 1
         self._gen += 1
         self._trials = 0
         self._trial_successes = 0
@@ -1849,6 +1936,7 @@ class CircuitBreaker:
 
     def reconfigure(self, config: BreakerConfig) -> None:
         """Swap in a new configuration (CFG-2). A new window size restarts the window."""
+        config = shared_config(config)
         with self._lock:
             self._invalidate()  # re-derived by the next locked admission and success
             old = self.config
@@ -1894,12 +1982,18 @@ class CircuitBreaker:
         if not outbox or self._drainer == threading.get_ident():
             return
         publish = self._bus.publish
-        with self._drain:
+        drain = self._drain
+        if drain is None:
+            with _DRAIN_MADE:
+                drain = self._drain
+                if drain is None:
+                    drain = self._drain = threading.Lock()
+        with drain:
             self._drainer = threading.get_ident()
             try:
                 while True:
                     try:
-                        event = outbox.popleft()
+                        event = outbox.pop(0)
                     except IndexError:
                         return
                     publish(event)
@@ -1908,6 +2002,70 @@ class CircuitBreaker:
 
 
 _STATES = {"closed": CLOSED, "open": OPEN, "half_open": HALF_OPEN}
+
+#: Taken only to make a breaker's delivery lock on its first delivery (_publish).
+_DRAIN_MADE = threading.Lock()
+
+# ------------------------------------------------------------ shared configurations
+# A BreakerConfig with its classifier is some 2 KB; a worker's breakers mostly share one
+# effective configuration (issue 21, memory per breaker). BreakerConfig is a frozen
+# dataclass and nothing changes one after it was built, so breakers whose configurations
+# are equal field for field (of the same types, the same clock object, the same
+# overrides) can hold one object. A configuration with a predicate is never shared: its
+# classifier's throttle of ``circuit_breaker.predicate_failed`` lines is per breaker.
+_CONFIG_VALUES = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(BreakerConfig) if f.compare and f.name != "overrides")
+)
+_SHARED_CONFIGS: weakref.WeakValueDictionary[tuple[Any, ...], BreakerConfig] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_config(config: BreakerConfig) -> BreakerConfig:
+    """The configuration object to hold for *config*: an equal one some live breaker holds
+    already, else *config* itself (remembered, weakly, for the next breakers).
+
+    Args:
+        config (BreakerConfig): a resolved configuration.
+
+    Returns:
+        BreakerConfig: *config* or an equal, immutable object: every field (``clock``
+        included, by identity) and every override (with its type) the same. A
+        configuration with ``failure_predicate``, ``result_predicate`` or a callable in
+        ``ignore_exceptions`` comes back as itself (its log throttle is its breaker's own).
+    """
+    if _LAST_SHARED() is config:  # the same object again (a memoised build): nothing to look up
+        return config
+    if config.failure_predicate is not None or config.result_predicate is not None or config.classifier.ignore_checks:
+        return config
+    values = _CONFIG_VALUES(config)
+    try:
+        key = (
+            values,
+            tuple(map(type, values)),
+            tuple((name, type(value), value) for name, value in sorted(config.overrides.items())),
+            id(config.clock),  # the config holds the clock, so the id is not reused while it lives
+        )
+        hash(key)
+    except TypeError:  # an unhashable value (an override of a type no knob produces)
+        return config
+    with _SHARED_LOCK:
+        known = _SHARED_CONFIGS.get(key)
+        if known is None:
+            known = _SHARED_CONFIGS[key] = config
+        _note_shared(known)
+    return known
+
+
+def _no_config() -> BreakerConfig | None:
+    return None
+
+
+_LAST_SHARED: Callable[[], BreakerConfig | None] = _no_config  # a weak reference to the last one handed out
+
+
+def _note_shared(config: BreakerConfig) -> None:
+    global _LAST_SHARED
+    _LAST_SHARED = weakref.ref(config)
 
 
 def _window_for(config: BreakerConfig) -> CountWindow | TimeWindow:

@@ -14,6 +14,7 @@ docs/performance.md "Predicates (CB-18)"):
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -56,11 +57,14 @@ def entered(run: Callable[[], Any]) -> list[str]:
         elif event == "c_call":
             seen.append(f"C {getattr(arg, '__qualname__', arg)}")
 
+    gc.collect()
+    gc.disable()  # a collection would run GC callbacks (hypothesis installs one) in the middle of the call
     sys.setprofile(profile)
     try:
         run()
     finally:
         sys.setprofile(None)
+        gc.enable()
     return [name for name in seen if not name.startswith("C setprofile")]
 
 

@@ -3,7 +3,9 @@
 Checked on the code itself rather than timed (``./dev bench --metrics`` gives the
 figures): a profile hook records every Python and C function the calling thread enters
 during steady-state CLOSED calls, in every call style, before and after ``install()``,
-and the metric counters of the breaker are replaced by tracing ones.
+and the breaker's lock-free metric counter (the OPEN rejections' ``itertools.count``) is
+replaced by a tracing one; the counts kept as plain ints under the state lock are compared
+before and after.
 """
 
 from __future__ import annotations
@@ -41,11 +43,27 @@ class TracingCounter:
         return repr(self.inner)
 
 
-def _trace_metric_counters(breaker: Any, log: list[str]) -> None:
-    for name in ("_m_failure", "_m_rate_limited", "_m_ignored", "_m_uncounted"):
-        setattr(breaker, name, TracingCounter(log, name, getattr(breaker, name)))
-    breaker._blocked = {reason: TracingCounter(log, f"blocked {reason}", c) for reason, c in breaker._blocked.items()}
-    breaker._blocked_open = breaker._blocked["open"]
+#: The breaker's metric counts kept as plain ints, changed only under its state lock.
+LOCKED_COUNTS = (
+    "_m_failure",
+    "_m_rate_limited",
+    "_m_ignored",
+    "_m_uncounted",
+    "_m_noted",
+    "_blocked_half_open",
+    "_blocked_frozen",
+)
+
+
+def _trace_metric_counters(breaker: Any, log: list[str]) -> dict[str, int]:
+    """Trace the lock-free counter; return the locked counts as they are now (see :func:`_stepped`)."""
+    breaker._blocked_open = TracingCounter(log, "blocked open", breaker._blocked_open)
+    return {name: getattr(breaker, name) for name in LOCKED_COUNTS}
+
+
+def _stepped(breaker: Any, counts: dict[str, int]) -> list[str]:
+    """The locked counts that changed since *counts* was taken."""
+    return [name for name in LOCKED_COUNTS if getattr(breaker, name) != counts[name]]
 
 
 def _profile(run: Callable[[], Any]) -> list[tuple[str, str, str]]:
@@ -85,7 +103,7 @@ def test_em7_installing_metrics_leaves_the_closed_fast_lane_untouched(clock, sty
         return 1
 
     breaker = registry.get(service)
-    _trace_metric_counters(breaker, log)  # before any wrapper binds them
+    counts = _trace_metric_counters(breaker, log)
     if style == "decorated":
         wrapped = baldur.circuit_breaker(service)(ok)
 
@@ -120,10 +138,11 @@ def test_em7_installing_metrics_leaves_the_closed_fast_lane_untouched(clock, sty
     assert after == before
     client_dir = os.path.dirname(prometheus_client.__file__)
     touched = [e for e in after if e[1] == prometheus.__file__ or e[1].startswith((client_dir, "prometheus_client"))]
-    # the hook did see the calls (the lock-free closures are built in the breaker's module)
+    # the hook did see the calls (the wrappers are built by the breaker's module)
     assert any(e[1] in (hotpath.__file__, breaker_module.__file__) or e[2] == "protect" for e in after)
     assert touched == []
     assert log == []  # no metric counter stepped on the CLOSED path
+    assert _stepped(breaker, counts) == []
     assert scraper.value("baldur_circuit_breaker_calls_total", service=service, outcome="success") == 250
 
 
@@ -132,7 +151,7 @@ def test_em7_the_tracing_sees_a_metric_counter_when_one_is_stepped(clock):
     empty log above means nothing was counted."""
     log: list[str] = []
     breaker = registry.get("em7-hot-meta", {"failure_threshold": 1})
-    _trace_metric_counters(breaker, log)
+    counts = _trace_metric_counters(breaker, log)
 
     @baldur.circuit_breaker("em7-hot-meta")
     def down() -> int:
@@ -142,4 +161,5 @@ def test_em7_the_tracing_sees_a_metric_counter_when_one_is_stepped(clock):
         down()
     with pytest.raises(baldur.CircuitOpenError):
         down()
-    assert log == ["_m_failure", "blocked open"]
+    assert log == ["blocked open"]
+    assert _stepped(breaker, counts) == ["_m_failure", "_m_noted"]
