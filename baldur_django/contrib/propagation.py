@@ -649,7 +649,6 @@ class Propagator:
         if self._lost:
             return
         self._lost = True
-        self.losses += 1
         log_event(
             logging.WARNING,
             "circuit_breaker.propagation_lost",
@@ -659,6 +658,7 @@ class Propagator:
             describe(exc),
             channel=self.channel,
         )
+        self.losses += 1  # after the line: whoever sees the count finds the loss logged
 
     def _receive(self, data: Any) -> None:
         """Apply one message from the channel (subscriber thread)."""
