@@ -283,7 +283,7 @@ def _one_count(
         step = max(1, round(1 / settings.tripped_share))
         due = names[::step]
         for name in due:  # set-up, not timed: records whose recovery timeout is already over
-            store.trip(name, "consecutive_failures", 0.0)
+            store.trip(name, trigger="consecutive_failures", recovery_timeout=0.0)
         report: list[Any] = []
         figures["sweep_s"] = _timed(lambda: report.append(maintenance.recovery_sweep()))
         if report[0].skipped or len(report[0].moved) != len(due) or report[0].breakers != count:

@@ -281,7 +281,7 @@ def test_forget_sees_a_force_another_process_just_made(clock, on_database, audit
     """OP-4, OP-7: a breaker this process consulted a moment ago, then forced by another process
     (written straight to the shared store), is refused: forget reads the shared record first."""
     baldur.get_breaker("payments").snapshot()  # consulted now; the next regular consult is seconds away
-    on_database.force("payments", "open", 600.0, "elsewhere", "other-process")
+    on_database.force("payments", mode="open", ttl_seconds=600.0, reason="elsewhere", actor="other-process")
     with pytest.raises(services.BreakerForcedError, match="'payments' is forced open"):
         services.forget("payments")
     assert on_database.inspect("payments").record.forced == "open" and audit_rows() == []
