@@ -2,8 +2,10 @@
 confirmation page, and the read-only audit (OP-6).
 
 The list lives at ``admin/baldur_django/breaker/``. It is the changelist of the
-table-less :class:`~baldur_django.models.Breaker` model, replaced by a view that reads
-:func:`baldur_django.services.status_rows`. Selecting breakers and an action leads to a
+table-less :class:`~baldur_django.models.Breaker` model, replaced by a view that reads one
+page of :func:`baldur_django.services.status_page` (100 breakers a page, ``?p=N`` as in
+Django's changelists; only the page's records are read from the store and no breaker is
+created, issue 21). Selecting breakers and an action leads to a
 confirmation page (as Django's "delete selected") asking for the lifetime in minutes and a
 reason; confirming calls :func:`baldur_django.services.force`,
 :func:`~baldur_django.services.release` or :func:`~baldur_django.services.forget` (removes
@@ -24,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.views.main import PAGE_VAR
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -109,6 +113,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
     """The breaker list and its force/release actions (OP-6). See the module docstring."""
 
     actions = None  # the three actions are handled by this admin's own views
+    list_per_page = services.PAGE_SIZE  # rows per page, read from the store a page at a time (issue 21)
     list_template = "admin/baldur_django/breaker/change_list.html"
     confirm_template = "admin/baldur_django/breaker/confirm_action.html"
 
@@ -155,23 +160,63 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
         return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist")
 
     # ------------------------------------------------------------------------ views
+    def _page_number(self, request: HttpRequest) -> int:
+        """The 1-based page of ``?p=`` (as Django's changelists); a value that is not a
+        page number shows page 1 with a warning naming it."""
+        raw = request.GET.get(PAGE_VAR)
+        if raw is None:
+            return 1
+        try:
+            number = int(raw)
+        except ValueError:
+            number = 0
+        if number < 1:
+            self.message_user(
+                request, _("%(page)r is not a page number: showing page 1.") % {"page": raw}, messages.WARNING
+            )
+            return 1
+        return number
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """GET: the breaker list. POST: an action (confirmation page, then the change)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         if request.method == "POST":
             return self._action_view(request)
+        number = self._page_number(request)
         try:
-            rows = [_display_row(row) for row in services.status_rows()]
+            page_rows, total = services.status_page((number - 1) * self.list_per_page, self.list_per_page)
+            if not page_rows and number > 1:  # past the last page: show the last one
+                last = max(1, (total - 1) // self.list_per_page + 1)
+                self.message_user(
+                    request,
+                    _("Page %(page)d does not exist: showing the last page, %(last)d.")
+                    % {"page": number, "last": last},
+                    messages.WARNING,
+                )
+                number = last
+                page_rows, total = services.status_page((number - 1) * self.list_per_page, self.list_per_page)
+            rows = [_display_row(row) for row in page_rows]
             backend, shared, problem = services.backend_name(), services.is_shared_backend(), None
         except ConfigError as exc:
-            rows, backend, shared, problem = [], "?", False, str(exc)
+            rows, total, backend, shared, problem = [], 0, "?", False, str(exc)
+        paginator = Paginator(range(total), self.list_per_page)
         context = {
             **self.admin_site.each_context(request),
             "title": _("Circuit breakers"),
             "subtitle": None,
             "opts": self.opts,
             "rows": rows,
+            "total": total,
+            "page_number": number,
+            "first_row": (number - 1) * self.list_per_page + 1 if rows else 0,
+            "last_row": (number - 1) * self.list_per_page + len(rows),
+            "pagination_required": paginator.num_pages > 1,
+            "page_range": list(paginator.get_elided_page_range(number, on_each_side=3, on_ends=2))
+            if paginator.num_pages > 1
+            else [],
+            "page_var": PAGE_VAR,
+            "ellipsis": Paginator.ELLIPSIS,
             "backend": backend,
             "shared_backend": shared,
             "config_problem": problem,
@@ -202,8 +247,8 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
                 messages.WARNING,
             )
             return HttpResponseRedirect(self._list_url())
-        known = {row["service"]: row for row in services.status_rows()}
-        unknown = [name for name in selected if name not in known]
+        registered = set(services.status_names())  # the names only: no record, no breaker
+        unknown = [name for name in selected if name not in registered]
         if unknown:
             self.message_user(
                 request,
@@ -212,6 +257,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
             )
             return HttpResponseRedirect(self._list_url())
         mode, label, button = BREAKER_ACTIONS[action]
+        known = {row["service"]: row for row in services.status_rows_for(selected)}  # the selected records only
         form_class = ReleaseForm if mode in (None, "forget") else ForceForm
         if request.POST.get("post") == "yes":
             form = form_class(request.POST)
