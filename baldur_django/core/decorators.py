@@ -60,6 +60,8 @@ def _validate_arguments(service: str, overrides: dict[str, Any]) -> None:
     name and the overrides), none on a setting: a mistake there is refused at decoration."""
     if not isinstance(service, str) or not service:
         raise ConfigError(f"breaker name {service!r}: must be a non-empty string")
+    if not overrides:
+        return
     unknown = overrides.keys() - _KNOWN
     if unknown:
         raise ConfigError(
@@ -76,6 +78,8 @@ def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
     raises the ConfigError there, while ``manage.py check`` reports the setting with its id."""
     _validate_arguments(service, overrides)
     try:
+        if not overrides:  # circuit_breaker(name): the name is checked, no override to filter
+            return registry.get(service)
         return _breaker(service, overrides)
     except ConfigError:
         if _fails_on_defaults(service, overrides):
