@@ -69,6 +69,9 @@ class SettingsSource:
         self._cache: dict[str, tuple[Any, str]] = {}
         self._lock = threading.Lock()
         self.version = 0
+        #: ``(version, clock, config)``: the configuration of a breaker with no override and
+        #: no ``BALDUR_SERVICES`` entry, built at that settings version (see :func:`build_config`).
+        self.default_memo: tuple[int, Clock | None, BreakerConfig] | None = None
 
     def set_lookup(self, lookup: Callable[[str], Any] | None) -> None:
         """Install (or remove) the settings lookup and drop every cached value."""
@@ -392,6 +395,27 @@ def build_config(
             names no callable. Implements CFG-1, CFG-3, CB-15, CB-16, CB-17, CB-18.
     """
     s = source or settings
+    if overrides:
+        return _build(service, overrides, s, clock)
+    # No override: unless BALDUR_SERVICES has an entry for *service*, the configuration
+    # depends on the settings and the clock only, so every such breaker shares one frozen
+    # object, built once per settings version. reset() (every settings change, CFG-2)
+    # bumps the version; the version is read before the build, so a build that raced
+    # with a reset is stored under the old version and never served after it. A bad
+    # setting raises on every build, as it did, since nothing is stored then.
+    version = s.version
+    if service in s.get("BALDUR_SERVICES"):
+        return _build(service, overrides, s, clock)
+    memo = s.default_memo  # one read: a tuple, replaced whole
+    if memo is not None and memo[0] == version and memo[1] is clock:
+        return memo[2]
+    config = _build(service, overrides, s, clock)
+    s.default_memo = (version, clock, config)
+    return config
+
+
+def _build(service: str, overrides: Mapping[str, Any], s: SettingsSource, clock: Clock | None) -> BreakerConfig:
+    """:func:`build_config` without the memo: every value resolved again."""
     per_service = s.get("BALDUR_SERVICES").get(service, {})
     predicates = service_predicates(service, per_service)
     predicates.update({key: overrides[key] for key in PREDICATE_KEYS if overrides.get(key) is not None})

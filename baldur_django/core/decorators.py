@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -36,10 +37,15 @@ __all__ = ["protected", "aprotected", "protect", "aprotect", "circuit_breaker"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _OVERRIDE_NAMES = OVERRIDE_NAMES  # derived from the rows of the knobs table
+_KNOWN = frozenset(OVERRIDE_NAMES)
+_CODE_GENERATORS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+# From Python 3.12, inspect.markcoroutinefunction() makes a plain def a coroutine function:
+# a function carrying its marker is left to inspect.
+_MARKS = sys.version_info >= (3, 12)
 
 
 def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
-    unknown = set(overrides) - set(_OVERRIDE_NAMES)
+    unknown = overrides.keys() - _KNOWN
     if unknown:
         raise ConfigError(
             f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}"
@@ -54,12 +60,16 @@ def _validate_arguments(service: str, overrides: dict[str, Any]) -> None:
     name and the overrides), none on a setting: a mistake there is refused at decoration."""
     if not isinstance(service, str) or not service:
         raise ConfigError(f"breaker name {service!r}: must be a non-empty string")
-    unknown = set(overrides) - set(_OVERRIDE_NAMES)
+    if not overrides:
+        return
+    unknown = overrides.keys() - _KNOWN
     if unknown:
         raise ConfigError(
             f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}"
         )
-    validate_overrides(service, {k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given:  # nothing given: nothing to validate
+        validate_overrides(service, given)
 
 
 def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
@@ -68,6 +78,8 @@ def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
     raises the ConfigError there, while ``manage.py check`` reports the setting with its id."""
     _validate_arguments(service, overrides)
     try:
+        if not overrides:  # circuit_breaker(name): the name is checked, no override to filter
+            return registry.get(service)
         return _breaker(service, overrides)
     except ConfigError:
         if _fails_on_defaults(service, overrides):
@@ -118,7 +130,19 @@ def _check_fallback(service: str, fallback: Any) -> None:
         raise ConfigError(f"breaker {service!r}: fallback={fallback!r} is not callable")
 
 
+def _plain_flags(func: Any) -> int | None:
+    """The code flags of a plain ``def`` or lambda, which inspect would read as well; None
+    for anything else (a partial, a method, a callable object, a marked function), which
+    is then asked of inspect."""
+    if type(func) is types.FunctionType and not (_MARKS and hasattr(func, "_is_coroutine_marker")):
+        return func.__code__.co_flags
+    return None
+
+
 def _refuse_generators(func: Callable[..., Any]) -> None:
+    flags = _plain_flags(func)
+    if flags is not None and not flags & _CODE_GENERATORS:
+        return  # a plain function, not a generator function (what the tests below find)
     if not callable(func):
         raise ConfigError(f"{func!r} is not callable")
     if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
@@ -130,6 +154,9 @@ def _refuse_generators(func: Callable[..., Any]) -> None:
 
 
 def _is_async(func: Callable[..., Any]) -> bool:
+    flags = _plain_flags(func)
+    if flags is not None:
+        return bool(flags & inspect.CO_COROUTINE)  # inspect.iscoroutinefunction's test
     while isinstance(func, functools.partial):
         func = func.func
     if inspect.iscoroutinefunction(func):
@@ -139,13 +166,25 @@ def _is_async(func: Callable[..., Any]) -> bool:
 
 
 def _decorate(
-    service: str, func: F, policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any], force_async: bool
+    service: str,
+    func: F,
+    policy: RetryPolicy | None,
+    fallback: Any,
+    overrides: dict[str, Any],
+    force_async: bool,
+    registered: CircuitBreaker | None = None,
 ) -> F:
+    """Wrap *func*. *registered*: the breaker the decorator factory registered for the same
+    arguments (validated then); used while the registry still holds it, else (a bad
+    setting at that time, or the registry forgot it since) everything is done again."""
     _refuse_generators(func)
     if force_async and not _is_async(func):
         name = getattr(func, "__qualname__", repr(func))
         raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
-    breaker = _register(service, overrides)
+    if registered is not None and registry.get(service, create=False) is registered:
+        breaker: CircuitBreaker | None = registered
+    else:
+        breaker = _register(service, overrides)
     if breaker is None:  # a bad setting: never raised at import time (CFG-3)
         deferred = _deferred(service, func, policy, fallback, overrides)
         functools.update_wrapper(deferred, func)
@@ -237,10 +276,10 @@ def protected(
         slow_call_duration=slow_call_duration,
         slow_call_rate_threshold=slow_call_rate_threshold,
     )
-    _register(service, overrides)  # validate now; register now unless a setting is bad (CFG-3)
+    registered = _register(service, overrides)  # validate now; register now unless a setting is bad (CFG-3)
 
     def decorate(func: F) -> F:
-        return _decorate(service, func, policy, fallback, overrides, force_async=False)
+        return _decorate(service, func, policy, fallback, overrides, False, registered)
 
     return decorate
 
@@ -255,10 +294,10 @@ def aprotected(service: str, **options: Any) -> Callable[[F], F]:
     fallback = options.pop("fallback", None)
     policy = coerce_retry(retry)
     _check_fallback(service, fallback)
-    _register(service, options)
+    registered = _register(service, options)
 
     def decorate(func: F) -> F:
-        return _decorate(service, func, policy, fallback, options, force_async=True)
+        return _decorate(service, func, policy, fallback, options, True, registered)
 
     return decorate
 
@@ -277,10 +316,10 @@ def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
         ConfigError: bad override or a generator function (at decoration time).
         CircuitOpenError: at call time while the breaker rejects.
     """
-    _register(service, overrides)
+    registered = _register(service, overrides)
 
     def decorate(func: F) -> F:
-        return _decorate(service, func, None, None, overrides, force_async=False)
+        return _decorate(service, func, None, None, overrides, False, registered)
 
     return decorate
 

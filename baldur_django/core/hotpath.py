@@ -315,7 +315,7 @@ class Route:
         self.retry = retry
         self.policy = policy
         self.overrides = dict(overrides)
-        self.kinds = tuple(map(type, overrides.values()))
+        self.kinds = [*map(type, overrides.values())]  # a list: compared with a list per call
         self.key: Any = None  # str, or None (then no call matches through key/value)
         self.value: Any = None
         if len(overrides) == 1:
@@ -341,7 +341,7 @@ def _same_overrides(overrides: dict[str, Any], route: Route) -> bool:
     """True when *overrides* validate exactly as the route's did: the same names with equal
     values of the very same types (so ``True`` never passes for ``1``, nor a ``Decimal``
     for a float)."""
-    return overrides == route.overrides and tuple(map(type, overrides.values())) == route.kinds
+    return overrides == route.overrides and [*map(type, overrides.values())] == route.kinds
 
 
 def call_wrappers(breaker: CircuitBreaker, policy: RetryPolicy | None) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -418,7 +418,8 @@ def protect(
             not overrides  # (a route of the table without overrides has none)
             # one override, the very value object that was checked (a call site's constant)
             or (len(overrides) == 1 and overrides.get(route.key, route) is route.value)
-            or _same_overrides(overrides, route)
+            # _same_overrides, inlined (no Python call per check)
+            or (overrides == route.overrides and [*map(type, overrides.values())] == route.kinds)
         )
         and not (_MARKS and hasattr(call, "_is_coroutine_marker"))
     ):
@@ -468,7 +469,8 @@ async def aprotect(
         and (
             not overrides
             or (len(overrides) == 1 and overrides.get(route.key, route) is route.value)
-            or _same_overrides(overrides, route)
+            # _same_overrides, inlined (no Python call per check)
+            or (overrides == route.overrides and [*map(type, overrides.values())] == route.kinds)
         )
     ):
         if fallback is None:

@@ -181,6 +181,42 @@ OVERRIDES: list[Callable[[], dict[str, Any]]] = [
     lambda: {"ignore_exceptions": ["not an exception"]},
     lambda: {"nonsense": 1},
     lambda: {"recovery_timeout": 10**400},
+    # five knobs (issue 21): equal values of another type, and another value, on a later call
+    lambda: {
+        "failure_threshold": 3,
+        "recovery_timeout": 5,
+        "failure_rate_threshold": 50,
+        "minimum_calls": 10,
+        "sliding_window_size": 20,
+    },
+    lambda: {
+        "failure_threshold": 3,
+        "recovery_timeout": 5,
+        "failure_rate_threshold": 50,
+        "minimum_calls": 10.0,
+        "sliding_window_size": 20,
+    },
+    lambda: {
+        "failure_threshold": 3,
+        "recovery_timeout": 5,
+        "failure_rate_threshold": 50,
+        "minimum_calls": True,
+        "sliding_window_size": 20,
+    },
+    lambda: {
+        "failure_threshold": 3,
+        "recovery_timeout": 5,
+        "failure_rate_threshold": 50,
+        "minimum_calls": 11,
+        "sliding_window_size": 20,
+    },
+    lambda: {
+        "failure_threshold": 3,
+        "recovery_timeout": 5,
+        "failure_rate_threshold": 50,
+        "minimum_calls": 30,
+        "sliding_window_size": 20,
+    },
 ]
 
 
