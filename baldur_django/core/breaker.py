@@ -731,16 +731,20 @@ class CircuitBreaker:
                 first: Outcome = engine.raised(exc)
             else:
                 plain = self.plain_types  # the configuration's, swapped whole on reconfigure
-                if type(result) not in plain and not recorded_since(self, mark):
+                if type(result) not in plain:
                     # settle_result()'s response lane, inlined: a plain int status on neither
                     # list is a success like a plain value; anything else is classified there
-                    # (everything, while a result_predicate is set: *plain* is then empty).
+                    # (everything, while a result_predicate is set: *plain* is then empty),
+                    # unless a nested call already settled this one (CB-19; asked last: a
+                    # healthy status never needs the context variable).
                     try:
                         code = result.status_code if plain else None  # a result_predicate: no status read
                     except Exception:
                         code = None
                     config = self.config
-                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                    if (
+                        type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes
+                    ) and not recorded_since(self, mark):
                         if not retrying:
                             engine.settle_result(self, permit, result)
                             return result
@@ -832,13 +836,15 @@ class CircuitBreaker:
                         self.note_recorded()
                     return result
                 plain = self.plain_types  # as in build_wrapper
-                if type(result) not in plain and not recorded_since(self, mark):  # the response lane
+                if type(result) not in plain:  # the response lane, as in build_wrapper
                     try:
                         code = result.status_code if plain else None  # a result_predicate: no status read
                     except Exception:
                         code = None
                     config = self.config
-                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
+                    if (
+                        type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes
+                    ) and not recorded_since(self, mark):
                         if not retrying:
                             engine.settle_result(self, permit, result)
                             return result
