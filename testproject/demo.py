@@ -1847,7 +1847,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--short",
         action="store_true",
-        help="fewer requests and short hang phases (about 35 s; the full run takes about 45 s)",
+        help="fewer requests and short hang phases (about 30 s; the full run takes about 40 s)",
     )
     parser.add_argument("--no-color", action="store_true", help="no ANSI colours")
     parser.add_argument("--no-plot", action="store_true", help="do not draw timeline.png (needs matplotlib)")
