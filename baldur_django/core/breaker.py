@@ -962,8 +962,8 @@ class CircuitBreaker:
         Returns:
             A permit. Raises CircuitOpenError as :meth:`acquire` does.
         """
-        permit = self._fast_permit
-        if permit is not None and not (self._timed and self._mono() >= self._sync_due):
+        permit = self.ready_permit()
+        if permit is not None:
             return permit
         if self._timed:
             now = self._mono()
