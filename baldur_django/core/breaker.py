@@ -948,6 +948,10 @@ class CircuitBreaker:
         For an async caller that wants to skip awaiting :meth:`aacquire` on the hot path:
         a permit returned here is the one :meth:`aacquire` would return at once; None means
         "await :meth:`aacquire`" (it decides, off the loop where the store may be reached).
+
+        Returns:
+            The CLOSED permit, or None. Raises nothing. Implements ST-3, IN-7 (no store
+            I/O on the loop).
         """
         permit = self._fast_permit
         if permit is not None and not (self._timed and self._mono() >= self._sync_due):
