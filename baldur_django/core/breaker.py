@@ -39,7 +39,7 @@ from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
 from .emergency import frozen
-from .errors import CircuitOpenError, ConfigError, new_open_error
+from .errors import CircuitOpenError, ConfigError, awaitable_refused, is_awaitable, new_open_error
 from .events import (
     CallRejected,
     Event,
@@ -894,6 +894,8 @@ class CircuitBreaker:
                     self.record_success(permit)
                 return result
             if not call.__code__.co_flags & engine.not_plain:
+                if is_awaitable(result):  # a lambda around an async def: refused, nothing recorded
+                    raise awaitable_refused(f"protect({self.name!r})'s call", result)
                 if not recorded_since(self, mark):
                     engine.settle_result(self, permit, result)  # the response lane too
                 return result
