@@ -234,6 +234,7 @@ _GENERATORS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITE
 # From Python 3.12, inspect.markcoroutinefunction() makes a plain def a coroutine function.
 _MARKS = sys.version_info >= (3, 12)
 _COROUTINE = types.CoroutineType
+_GENERATOR = types.GeneratorType
 
 
 def _fallback_second(call: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
@@ -350,7 +351,8 @@ def call_wrappers(breaker: CircuitBreaker, policy: RetryPolicy | None) -> tuple[
         # a callable that hands back an awaitable (``lambda: fetch()`` of an async def) is
         # refused: the breaker would judge the call before it ran (nothing is recorded)
         value = call()
-        if value.__class__ is _COROUTINE or is_awaitable(value):
+        kind = value.__class__
+        if (kind is _COROUTINE or hasattr(kind, "__await__") or kind is _GENERATOR) and is_awaitable(value):
             raise awaitable_refused(what, value)
         return value
 
