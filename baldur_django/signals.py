@@ -92,7 +92,7 @@ circuit_closed = Signal()
 circuit_forced = Signal()
 #: A force was released or lapsed (OP-3, CB-14).
 circuit_released = Signal()
-#: ``breaker.reset()`` put a breaker back to a fresh CLOSED one (CB-14).
+#: ``breaker.reset()`` put a breaker back to a fresh CLOSED one.
 circuit_reset = Signal()
 #: A call was rejected, or would have been under dry-run (CB-4, CB-6, OP-5, CB-14).
 call_rejected = Signal()

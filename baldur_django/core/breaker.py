@@ -1975,7 +1975,7 @@ class CircuitBreaker:
         logged as ``circuit_breaker.reset`` and sent as the Django signal ``circuit_reset``.
 
         Raises:
-            StoreError: a shared store could not store the reset; nothing changed (OP-4).
+            StoreError: a shared store could not store the reset; nothing changed.
         """
         events = self._outbox
         with self._sync.serial():

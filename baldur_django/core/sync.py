@@ -11,8 +11,8 @@ hook                          moment
 ``push_trip``                 a local trigger fired: the store decides who publishes
 ``acquire_probe``             the local timer says a probe is due
 ``finish_probe``              each trial outcome (and a trial's slot given back)
-``store_force`` /             an operator's force, release or reset (errors raise,
-``store_release`` /           OP-4)
+``store_force`` /             an operator's force, release or reset (errors raise:
+``store_release`` /           an operator's act never fails silently)
 ``store_reset``
 ``sweep``                     a read of an OPEN breaker past its recovery timeout
 ============================  =========================================================
@@ -500,7 +500,7 @@ class StoreSync:
 
     def store_reset(self, breaker: CircuitBreaker) -> Answer:
         """Store I/O: put the shared record back to a fresh CLOSED one (the store's ``clear``),
-        so every worker adopts the reset. Raises StoreError when the store fails (OP-4)."""
+        so every worker adopts the reset. Raises StoreError when the store fails, as a force does."""
         self.consult(breaker, breaker.clock.monotonic())
         answer = self._operator(breaker, "clear")
         with self._mutex:  # a trip still waiting for its write is undone by the reset

@@ -292,8 +292,8 @@ class StoreContract:
         assert answer.result == "open" and answer.record.state == "half_open" and answer.moved
         assert store.release(NAME).result is None
 
-    def test_cb20_clear_resets_to_a_fresh_closed_record(self, store_under_test: StoreUnderTest) -> None:
-        """CB-20: ``clear`` (a breaker's reset) leaves a CLOSED, unforced record with no round,
+    def test_clear_resets_to_a_fresh_closed_record(self, store_under_test: StoreUnderTest) -> None:
+        """``clear`` (a breaker's reset) leaves a CLOSED, unforced record with no round,
         no open times and no backoff count, in a new version, from any state: backed-off
         OPEN, forced open, HALF_OPEN with a probe out, even while frozen."""
         store = store_under_test.store
