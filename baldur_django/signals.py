@@ -8,6 +8,7 @@ signal                   sent when
 ``circuit_closed``       enough probes succeeded and the breaker closed
 ``circuit_forced``       an operator forced a breaker open or closed
 ``circuit_released``     a force was released by an operator or lapsed at the end of its TTL
+``circuit_reset``        ``breaker.reset()`` put a breaker back to a fresh CLOSED one
 ``call_rejected``        a call was refused (or, under dry-run, would have been)
 ``emergency_level_...``  ``emergency_level_changed``: the Emergency Mode level changed (EM-1)
 =======================  ===================================================================
@@ -23,6 +24,8 @@ class), ``service`` (the breaker's name) and ``event`` (the core event object), 
   (Unix seconds), ``actor``, ``dry_run``;
 * ``circuit_released``: ``from_state``, ``to_state``, ``trigger`` (``"released"`` or
   ``"force_lapsed"``), ``reason``, ``previous`` (the force that ended), ``actor``;
+* ``circuit_reset``: ``from_state``, ``to_state`` (``"closed"``), ``trigger="reset"``,
+  ``forced`` (the force it removed, ``"open"``/``"closed"``, or None);
 * ``call_rejected``: ``reason`` (``"open"``, ``"half_open_full"`` or ``"frozen"``),
   ``state`` (the breaker's state) and ``dry_run``.
 
@@ -32,8 +35,9 @@ class), ``service`` (the breaker's name) and ``event`` (the core event object), 
 ``actor``, plus ``reason``, ``expires_at`` (Unix seconds or None), ``action`` (``"set"``,
 ``"step_down"`` or ``"auto"``) and ``event``.
 
-A force and a release are announced on ``circuit_forced`` / ``circuit_released`` only
-(with their ``from_state`` and ``to_state``), not again on the state signals.
+A force, a release and a reset are announced on ``circuit_forced`` / ``circuit_released`` /
+``circuit_reset`` only (with their ``from_state`` and ``to_state``), not again on the state
+signals.
 
 Signals are sent synchronously in the thread (or task) that made the decision, after
 the breaker's lock is released. A receiver that raises is logged on logger
@@ -53,7 +57,16 @@ from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 
 from .core.breaker import CircuitBreaker
-from .core.events import CallRejected, EmergencyLevelChanged, Event, Forced, ForceLapsed, Released, StateChanged
+from .core.events import (
+    CallRejected,
+    EmergencyLevelChanged,
+    Event,
+    Forced,
+    ForceLapsed,
+    Released,
+    Reset,
+    StateChanged,
+)
 
 __all__ = [
     "circuit_opened",
@@ -61,6 +74,7 @@ __all__ = [
     "circuit_closed",
     "circuit_forced",
     "circuit_released",
+    "circuit_reset",
     "call_rejected",
     "emergency_level_changed",
     "bridge",
@@ -78,6 +92,8 @@ circuit_closed = Signal()
 circuit_forced = Signal()
 #: A force was released or lapsed (OP-3, CB-14).
 circuit_released = Signal()
+#: ``breaker.reset()`` put a breaker back to a fresh CLOSED one.
+circuit_reset = Signal()
 #: A call was rejected, or would have been under dry-run (CB-4, CB-6, OP-5, CB-14).
 call_rejected = Signal()
 #: The Emergency Mode level changed: kwargs ``level``, ``previous``, ``source``, ``actor`` (EM-1).
@@ -158,6 +174,15 @@ def bridge(event: Event) -> None:
             reason="",
             previous=event.previous,
             actor=None,
+        )
+    elif isinstance(event, Reset):
+        _send(
+            circuit_reset,
+            event,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            trigger="reset",
+            forced=event.forced or None,
         )
     elif isinstance(event, CallRejected):
         _send(call_rejected, event, reason=event.reason, state=event.state, dry_run=event.dry_run)

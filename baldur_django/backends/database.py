@@ -204,6 +204,9 @@ class DatabaseStore:
     def release(self, name: str, *, frozen: bool = False) -> Answer:
         return self._op(name, "release", frozen=frozen)
 
+    def clear(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "clear", frozen=frozen)
+
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
         return self._op(name, "sweep", frozen=frozen, touch=False)
 

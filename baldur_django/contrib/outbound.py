@@ -23,7 +23,15 @@ from ..core.hotpath import Route
 from ..core.registry import registry
 from ..core.retry import RetryPolicy
 
-__all__ = ["IDEMPOTENT_METHODS", "DEFAULT_PORTS", "HTTPRetryPolicy", "NotAnOutcome", "host_breaker_name", "Breakers"]
+__all__ = [
+    "IDEMPOTENT_METHODS",
+    "DEFAULT_PORTS",
+    "HTTPRetryPolicy",
+    "NotAnOutcome",
+    "canonical_host",
+    "host_breaker_name",
+    "Breakers",
+]
 
 #: Methods retried by default (RFC 9110 idempotent methods); a policy with a ``methods``
 #: attribute names its own set instead (HC-3).
@@ -74,6 +82,32 @@ class NotAnOutcome(BaseException):
         self.error = error
 
 
+def canonical_host(host: str) -> str:
+    """The one spelling of *host* that names its breaker, whichever client read the URL.
+
+    An internationalised name is written as it goes on the wire: its IDNA ASCII form
+    (``"Bücher.example"`` -> ``"xn--bcher-kva.example"``), as requests already hands it
+    over and httpx does not. Every host is lowercased. A name the IDNA rules refuse is
+    kept as given, lowercased (the client itself refuses such a URL).
+
+    Args:
+        host: a URL's host, any case, Unicode or ASCII.
+
+    Returns:
+        str: the lowercase ASCII host (or the lowercased *host* when it cannot be encoded).
+    """
+    if host.isascii():
+        return host.lower()
+    try:
+        try:
+            import idna  # a dependency of both requests and httpx: IDNA 2008 with UTS 46 mapping
+        except ImportError:  # pragma: no cover - neither client installed: the stdlib's IDNA 2003
+            return host.encode("idna").decode("ascii").lower()
+        return idna.encode(host, uts46=True).decode("ascii").lower()
+    except UnicodeError:  # idna.IDNAError included
+        return host.lower()
+
+
 def host_breaker_name(owner: str, url: str, scheme: str | None, host: str | None, port: int | None) -> str:
     """The per-host breaker name of a request: ``"api.example.com"``, or
     ``"api.example.com:8443"`` when the port is not the scheme's default (HC-1).
@@ -86,15 +120,15 @@ def host_breaker_name(owner: str, url: str, scheme: str | None, host: str | None
         port: the URL's explicit port, or None.
 
     Returns:
-        str: the host lowercased (an IPv6 address in brackets), with ``:port`` when the
-        port is given and not 80 for http/ws or 443 for https/wss.
+        str: the host as :func:`canonical_host` writes it (an IPv6 address in brackets),
+        with ``:port`` when the port is given and not 80 for http/ws or 443 for https/wss.
 
     Raises:
         ConfigError: the URL has no host.
     """
     if not host:
         raise ConfigError(f"{owner}: the URL {url!r} names no host, so no breaker can be chosen for it")
-    name = host.lower()
+    name = canonical_host(host)
     if ":" in name and not name.startswith("["):
         name = f"[{name}]"
     if port is not None and port != DEFAULT_PORTS.get((scheme or "").lower()):

@@ -76,7 +76,7 @@ from ..core.breaker import PEER_APPLIED, PEER_BLOCKED, PEER_LIFTED, PEER_UNCHANG
 from ..core.config import SettingsSource
 from ..core.config import settings as default_settings
 from ..core.errors import ConfigError
-from ..core.events import Event, EventBus, Forced, ForceLapsed, Released, StateChanged
+from ..core.events import Event, EventBus, Forced, ForceLapsed, Released, Reset, StateChanged
 from ..core.events import bus as default_bus
 from ..core.log import log_event
 from ..core.outbox import Outbox
@@ -160,7 +160,8 @@ def decision_of(event: Event) -> str | None:
     * a force (``Forced``): the state it left the breaker in;
     * a release or a lapse (``Released``, ``ForceLapsed``) only when it moved the breaker
       into OPEN or CLOSED; usually it does not (a forced open goes to HALF_OPEN, a forced
-      closed stays CLOSED), and then nothing is published.
+      closed stays CLOSED), and then nothing is published;
+    * a reset (``Reset``) of a breaker that was not CLOSED: ``"closed"``.
 
     Implements EM-6.
     """
@@ -170,7 +171,7 @@ def decision_of(event: Event) -> str | None:
         return event.to_state if event.to_state in _DECISIONS else None
     if isinstance(event, Forced):
         return event.to_state if event.to_state in _DECISIONS else None
-    if isinstance(event, (Released, ForceLapsed)) and event.to_state != event.from_state:
+    if isinstance(event, (Released, ForceLapsed, Reset)) and event.to_state != event.from_state:
         return event.to_state if event.to_state in _DECISIONS else None
     return None
 
@@ -182,6 +183,8 @@ def _trigger_of(event: Event) -> str:
         return Trigger.FORCED
     if isinstance(event, Released):
         return Trigger.RELEASED
+    if isinstance(event, Reset):
+        return Trigger.RESET
     return Trigger.FORCE_LAPSED
 
 

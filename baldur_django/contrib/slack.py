@@ -39,7 +39,7 @@ from ..core.classify import parse_retry_after
 from ..core.config import SettingsSource
 from ..core.config import settings as default_settings
 from ..core.errors import ConfigError
-from ..core.events import Event, Forced, StateChanged, bus
+from ..core.events import Event, Forced, Reset, StateChanged, bus
 from ..core.knobs import KNOBS
 from ..core.outbox import Outbox
 
@@ -172,7 +172,8 @@ class SlackNotifier:
         """The Slack text for *event*, or None when it is neither an open nor a close.
 
         Opens: a transition to OPEN, or a force open of a breaker that was not OPEN.
-        Closes: a transition to CLOSED, or a force closed of a breaker that was not CLOSED.
+        Closes: a transition to CLOSED, a force closed of a breaker that was not CLOSED, or
+        a reset of a breaker that was not CLOSED.
         Transitions adopted from a peer (trigger ``propagated``) are posted by the peer
         that made them, not here. Dry-run transitions are marked.
         """
@@ -190,6 +191,10 @@ class SlackNotifier:
             if event.reason:
                 trigger += f" ({event.reason})"
             trigger += f", for {event.ttl_minutes:g} min"
+        elif isinstance(event, Reset):
+            if event.to_state == event.from_state:
+                return None
+            to_state, trigger, dry_run = event.to_state, "reset", False
         else:
             return None
         emoji, verb = (OPEN_EMOJI, "opened") if to_state == "open" else (CLOSE_EMOJI, "closed")

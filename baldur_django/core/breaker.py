@@ -39,7 +39,7 @@ from .classify import parse_retry_after
 from .clock import SYSTEM_CLOCK, Clock
 from .config import BreakerConfig
 from .emergency import frozen
-from .errors import CircuitOpenError, ConfigError, new_open_error
+from .errors import CircuitOpenError, ConfigError, awaitable_refused, is_awaitable, new_open_error
 from .events import (
     CallRejected,
     Event,
@@ -48,6 +48,7 @@ from .events import (
     ForceLapsed,
     RateLimitStorm,
     Released,
+    Reset,
     StateChanged,
     TripBlocked,
 )
@@ -894,6 +895,8 @@ class CircuitBreaker:
                     self.record_success(permit)
                 return result
             if not call.__code__.co_flags & engine.not_plain:
+                if is_awaitable(result):  # a lambda around an async def: refused, nothing recorded
+                    raise awaitable_refused(f"protect({self.name!r})'s call", result)
                 if not recorded_since(self, mark):
                     engine.settle_result(self, permit, result)  # the response lane too
                 return result
@@ -1963,15 +1966,45 @@ class CircuitBreaker:
             self._refresh_fast()
 
     def reset(self) -> None:
-        """Return to a fresh CLOSED breaker: counts, cooldown and force cleared (for tests and operators)."""
-        with self._lock:
-            self._clear_force()
-            self._enter(CLOSED, Trigger.RESET, None)
-            self._consecutive = 0
-            self._window.clear()
-            self._cascade.clear()
-            self._cooldown_until = 0.0
-            self.dry_run_rejections = 0
+        """Return to a fresh CLOSED breaker: counts, 429 cooldown, backoff and any force
+        cleared (for tests and operator tooling), whatever the state was.
+
+        With a shared store the shared record is reset too (one store operation), so every
+        worker follows at its next consult; a trip of this worker still waiting to be
+        written is dropped. Publishes a :class:`~baldur_django.core.events.Reset` event,
+        logged as ``circuit_breaker.reset`` and sent as the Django signal ``circuit_reset``.
+
+        Raises:
+            StoreError: a shared store could not store the reset; nothing changed.
+        """
+        events = self._outbox
+        with self._sync.serial():
+            answer = self._sync.store_reset(self)
+            now = self._mono()
+            with self._lock:
+                if answer is None:
+                    self._evaluate(now, events)  # a lapse due now is announced first
+                before = self._state
+                previous = self._forced if answer is None else answer.result
+                if answer is not None:
+                    self._adopt(answer, now, [], force=True)  # the record's version: not adopted again
+                self._clear_force()
+                self._enter(CLOSED, Trigger.RESET, None)  # a new generation: calls in flight are stale
+                self._consecutive = 0
+                self._window.clear()
+                self._cascade.clear()
+                self._cooldown_until = 0.0
+                self.dry_run_rejections = 0
+                events.append(
+                    Reset(
+                        self.name,
+                        self._clock.wall(),
+                        from_state=before.value,
+                        to_state=CLOSED.value,
+                        forced=previous or "",
+                    )
+                )
+        self._settle(events)
 
     # ------------------------------------------------------------------- events
     def _settle(self, events: Collection[Event] = ()) -> None:

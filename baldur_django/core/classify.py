@@ -16,7 +16,7 @@ from datetime import timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from .errors import CircuitOpenError
+from .errors import CircuitOpenError, ConfigError
 from .log import logger
 
 __all__ = [
@@ -279,7 +279,9 @@ class Classifier:
     1. a ``BaseException`` that is not an ``Exception`` is never a failure (CB-10);
     2. an instance of an exception *type* listed in ``ignore_exceptions`` is ignored, 429s
        included (RL-7);
-    3. the breaker's own :class:`CircuitOpenError` (nested use) is ignored (CB-19);
+    3. the breaker's own :class:`CircuitOpenError` (nested use) is ignored (CB-19), and
+       so is the package's :class:`ConfigError` (a misuse of the call, such as a factory
+       that returns no awaitable: the dependency never answered);
     4. a 429 sighting (RL-1) is a rate-limited failure, before any predicate runs;
     5. a *callable* of ``ignore_exceptions`` that returns true makes it ignored;
     6. ``failure_predicate(exc)``, when set, decides: true is a failure, false ignored;
@@ -346,7 +348,7 @@ class Classifier:
         Args:
             exc: what the call raised.
             service: the breaker's name: its own CircuitOpenError is not counted (CB-19),
-                and the predicate-error line names it.
+                nor a ConfigError (a misuse), and the predicate-error line names it.
 
         Never raises for a predicate's error: that outcome is a counted failure.
         """
@@ -356,6 +358,8 @@ class Classifier:
         if types and isinstance(exc, types):
             return _IGNORED
         if exc.__class__ is CircuitOpenError and exc.service == service:
+            return _IGNORED
+        if exc.__class__ is ConfigError:  # a misuse of the call: the dependency never answered
             return _IGNORED
         if exception_is_rate_limit(exc, self.rate_limit_codes):
             return _RATE_LIMITED

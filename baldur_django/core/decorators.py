@@ -130,6 +130,17 @@ def _check_fallback(service: str, fallback: Any) -> None:
         raise ConfigError(f"breaker {service!r}: fallback={fallback!r} is not callable")
 
 
+def _refuse_async_fallback(what: str, fallback: Any) -> None:
+    """A synchronous call's fallback must be synchronous: an ``async def`` one would hand
+    the caller its coroutine, never awaited."""
+    if fallback is not None and _is_async(fallback):
+        name = getattr(fallback, "__qualname__", repr(fallback))
+        raise ConfigError(
+            f"{what}: fallback {name!r} is an async def, but the protected call is synchronous and could "
+            "never await it; give a def, or protect an async def (aprotect() / @aprotected)"
+        )
+
+
 def _plain_flags(func: Any) -> int | None:
     """The code flags of a plain ``def`` or lambda, which inspect would read as well; None
     for anything else (a partial, a method, a callable object, a marked function), which
@@ -181,6 +192,8 @@ def _decorate(
     if force_async and not _is_async(func):
         name = getattr(func, "__qualname__", repr(func))
         raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
+    if not _is_async(func):
+        _refuse_async_fallback(f"breaker {service!r}", fallback)
     if registered is not None and registry.get(service, create=False) is registered:
         breaker: CircuitBreaker | None = registered
     else:
@@ -252,8 +265,9 @@ def protected(
         A decorator; the wrapped function returns what the call (or fallback) returns.
 
     Raises:
-        ConfigError: at decoration time for a bad override, a generator function, or a
-            non-callable fallback. A bad ``BALDUR_*`` setting is never raised at
+        ConfigError: at decoration time for a bad override, a generator function, a
+            non-callable fallback, or an ``async def`` fallback for a ``def`` (at call
+            time, a sync call's fallback that returns an awaitable). A bad ``BALDUR_*`` setting is never raised at
             decoration (import) time: each call raises it until it is fixed (CFG-3).
         CircuitOpenError, RateLimitCooldownError: at call time when no fallback applies.
     """
@@ -373,6 +387,7 @@ def protect_route(service: str, call: Callable[[], Any], retry: Any, fallback: A
         raise ConfigError(f"protect({service!r}) got a coroutine function; use aprotect() for async calls")
     _refuse_generators(call)
     _check_fallback(service, fallback)
+    _refuse_async_fallback(f"protect({service!r})", fallback)
     breaker = _breaker(service, overrides)
     policy = coerce_retry(retry)
     table = hotpath.knob_routes if overrides else hotpath.routes

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import types
 from typing import Any
 
-__all__ = ["BaldurError", "ConfigError", "CircuitOpenError", "RateLimitCooldownError", "StoreError", "new_open_error"]
+__all__ = [
+    "BaldurError",
+    "ConfigError",
+    "CircuitOpenError",
+    "RateLimitCooldownError",
+    "StoreError",
+    "new_open_error",
+    "is_awaitable",
+    "awaitable_refused",
+]
 
 
 class BaldurError(Exception):
@@ -13,9 +24,12 @@ class BaldurError(Exception):
 
 
 class ConfigError(BaldurError, ValueError):
-    """A setting or an argument has a bad value. Implements CFG-3.
+    """A setting or an argument has a bad value, or the package was used the wrong way.
+    Implements CFG-3.
 
-    The message names the setting (or argument) and the offending value.
+    The message names the setting (or argument) and the offending value. Raised during a
+    protected call, it is the caller's mistake, never the dependency's answer: the breaker
+    records neither a success nor a failure for it.
     """
 
 
@@ -91,3 +105,35 @@ class RateLimitCooldownError(BaldurError):
 
     def __reduce__(self) -> tuple[type[RateLimitCooldownError], tuple[str, float]]:
         return (type(self), (self.service, self.remaining))
+
+
+_COROUTINE = types.CoroutineType
+_GENERATOR = types.GeneratorType
+
+
+def is_awaitable(value: Any) -> bool:
+    """True when *value* can be awaited (a coroutine, a future, a task, any object with
+    ``__await__``, or a generator-based coroutine), as :func:`inspect.isawaitable` says,
+    with the common answers first."""
+    kind = value.__class__
+    if kind is _COROUTINE or hasattr(kind, "__await__"):
+        return True
+    return kind is _GENERATOR and bool(value.gi_code.co_flags & inspect.CO_ITERABLE_COROUTINE)
+
+
+def awaitable_refused(what: str, value: Any) -> ConfigError:
+    """The error for a synchronous call that handed back an awaitable (*what* names it:
+    ``"protect('payments')'s call"``). A coroutine or generator *value* is closed first,
+    before any of its body ran, so it never warns "never awaited".
+
+    Returns:
+        ConfigError: to raise; the breaker records nothing for it.
+    """
+    close = getattr(value, "close", None) if value.__class__ in (_COROUTINE, _GENERATOR) else None
+    if close is not None:
+        close()
+    return ConfigError(
+        f"{what} returned an awaitable ({type(value).__name__}), which a synchronous call cannot wait for: "
+        "the breaker would judge the call before it ran. Await it in an async def protected with "
+        "aprotect() or @aprotected, or return its result."
+    )

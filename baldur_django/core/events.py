@@ -1,6 +1,6 @@
 """Typed events and the in-process event bus (CB-14).
 
-The breaker publishes one event per transition, force, release, lapse and rejection.
+The breaker publishes one event per transition, force, release, lapse, reset and rejection.
 Logging, Django signals, Slack and metrics are listeners; a listener that raises is
 logged and skipped, and never changes what a protected call returns or raises.
 """
@@ -19,6 +19,7 @@ __all__ = [
     "Forced",
     "Released",
     "ForceLapsed",
+    "Reset",
     "CallRejected",
     "TripBlocked",
     "RateLimitStorm",
@@ -87,6 +88,17 @@ class ForceLapsed(Event):
     from_state: str = ""
     to_state: str = ""
     kind: str = field(init=False, default="force_lapsed")
+
+
+@dataclass(frozen=True)
+class Reset(Event):
+    """``CircuitBreaker.reset()`` put the breaker back to a fresh CLOSED one (trigger
+    ``reset``). ``forced`` is the force it removed (``"open"``, ``"closed"``) or ``""``."""
+
+    from_state: str = ""
+    to_state: str = ""
+    forced: str = ""
+    kind: str = field(init=False, default="reset")
 
 
 @dataclass(frozen=True)

@@ -64,14 +64,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import operator
 import sys
 import types
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from .breaker import CircuitBreaker, Engine, Permit, enter_trial, leave_trial, recorded_since
-from .errors import ConfigError
+from .errors import ConfigError, awaitable_refused, is_awaitable
 from .registry import registry
 from .retry import Raised, RetryPolicy, Returned, exception_outcome, settled
 from .runner import (
@@ -235,13 +234,7 @@ _GENERATORS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITE
 # From Python 3.12, inspect.markcoroutinefunction() makes a plain def a coroutine function.
 _MARKS = sys.version_info >= (3, 12)
 _COROUTINE = types.CoroutineType
-
-#: ``trampoline(call)`` -> ``call()``: in C on Python 3.11+ (no frame of its own).
-_call_it: Callable[[Callable[[], Any]], Any] = getattr(operator, "call", None) or (lambda call: call())
-
-
-def _call_first(call: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
-    return call()
+_GENERATOR = types.GeneratorType
 
 
 def _fallback_second(call: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
@@ -352,7 +345,18 @@ def call_wrappers(breaker: CircuitBreaker, policy: RetryPolicy | None) -> tuple[
         policy, None)()`` does; ``run_fallback(call, fallback)`` the same with *fallback*
         (called without arguments) as the fallback.
     """
-    return sync_wrapper(breaker, _call_it, policy, None), sync_wrapper(breaker, _call_first, policy, _fallback_second)
+    what = f"protect({breaker.name!r})'s call"
+
+    def attempt(call: Callable[[], Any], fallback: Any = None) -> Any:
+        # a callable that hands back an awaitable (``lambda: fetch()`` of an async def) is
+        # refused: the breaker would judge the call before it ran (nothing is recorded)
+        value = call()
+        kind = value.__class__
+        if (kind is _COROUTINE or hasattr(kind, "__await__") or kind is _GENERATOR) and is_awaitable(value):
+            raise awaitable_refused(what, value)
+        return value
+
+    return sync_wrapper(breaker, attempt, policy, None), sync_wrapper(breaker, attempt, policy, _fallback_second)
 
 
 def acall_wrappers(
@@ -362,8 +366,8 @@ def acall_wrappers(
     :func:`async_wrapper`; each attempt awaits ``factory()``.
 
     Raises (when awaited):
-        ConfigError: the factory returned something that is not awaitable (recorded as
-            the attempt's failure, as any error of the call).
+        ConfigError: the factory returned something that is not awaitable (a misuse:
+            nothing is recorded, and a trial gives its slot back).
     """
 
     async def attempt(factory: Callable[[], Any], fallback: Any = None) -> Any:
@@ -402,7 +406,9 @@ def protect(
         What ``call()`` (or the fallback) returned.
 
     Raises:
-        ConfigError: bad option.
+        ConfigError: bad option; a coroutine function as *call* or *fallback*; ``call()``
+            or the fallback returned an awaitable (``lambda: fetch()`` of an ``async def``:
+            use :func:`aprotect`). Nothing is recorded for such a misuse.
         CircuitOpenError: the breaker rejects and no fallback applies (likewise
             RateLimitCooldownError, and the call's own exception).
     """
@@ -437,7 +443,12 @@ def protect(
                     return result
             elif not call.__code__.co_flags & _NOT_PLAIN:
                 return route.run(call)  # anything but the plain CLOSED path: the full wrapper
-        elif callable(fallback) and not call.__code__.co_flags & _NOT_PLAIN:
+        elif (
+            callable(fallback)
+            and not call.__code__.co_flags & _NOT_PLAIN
+            # a coroutine-function fallback goes the full way, which refuses it
+            and not (type(fallback) is _FUNCTION and fallback.__code__.co_flags & _NOT_PLAIN)
+        ):
             return route.run_fallback(call, fallback)
     route = _builders[0](service, call, retry, fallback, overrides)  # decorators.protect_route
     return route.run(call) if fallback is None else route.run_fallback(call, fallback)

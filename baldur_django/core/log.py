@@ -19,6 +19,7 @@ from .events import (
     RateLimitStorm,
     RecordAdopted,
     Released,
+    Reset,
     StateChanged,
     StoreProblem,
     TripBlocked,
@@ -50,7 +51,7 @@ def log_event(level: int, event: str, service: str | None, message: str = "", *a
 class LoggingListener:
     """Turns bus events into log lines. ``level`` is a callable returning the level name.
 
-    Transitions, forces, releases and lapses go out at the configured level
+    Transitions, forces, releases, lapses and resets go out at the configured level
     (``BALDUR_EVENT_LOGGING_CB_LOG_LEVEL``); the step to HALF_OPEN is never logged (CB-5);
     a cascade open adds the three warnings of RL-4.
     """
@@ -105,6 +106,18 @@ class LoggingListener:
                 from_state=event.from_state,
                 to_state=event.to_state,
                 trigger="force_lapsed",
+            )
+        elif isinstance(event, Reset):
+            log_event(
+                level,
+                "circuit_breaker.reset",
+                event.service,
+                "from=%s forced=%s",
+                event.from_state,
+                event.forced or "-",
+                from_state=event.from_state,
+                to_state=event.to_state,
+                trigger="reset",
             )
         elif isinstance(event, TripBlocked):
             log_event(

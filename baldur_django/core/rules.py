@@ -50,6 +50,7 @@ __all__ = [
     "op_finish_probe",
     "op_force",
     "op_release",
+    "op_clear",
     "op_sweep",
     "prunable",
     "run",
@@ -351,6 +352,22 @@ def op_release(record: Record, now: float) -> str | None:
     return previous
 
 
+def op_clear(record: Record, now: float) -> str | None:
+    """An explicit reset (``CircuitBreaker.reset()``): back to a fresh CLOSED record whatever
+    it held: the force, the probing round and the backoff count are cleared, and a new
+    version makes every worker adopt it. Applies while frozen too (an operator's act, like
+    a force). Returns the force it removed, or None."""
+    previous = record.forced
+    record.forced = None
+    record.force_expires_at = None
+    record.force_reason = ""
+    record.force_actor = None
+    _bump(record, "closed", now, "reset")  # the round and the backoff count go with it
+    record.opened_at = None
+    record.open_until = None
+    return previous
+
+
 def prunable(record: Record) -> bool:
     """Only a CLOSED, unforced record may be forgotten by the registry prune (ST-5)."""
     return record.state == "closed" and record.forced is None
@@ -378,6 +395,8 @@ def run(op: str, record: Record, now: float, *args: object, frozen: bool = False
         op_force(record, now, *args)  # type: ignore[arg-type]
     elif op == "release":
         result = op_release(record, now)
+    elif op == "clear":
+        result = op_clear(record, now)
     elif op == "sweep":
         result = op_sweep(record, now, frozen)
     else:  # pragma: no cover - programming error

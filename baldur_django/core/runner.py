@@ -11,11 +11,13 @@ RL-5, RL-6, RL-7.
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .breaker import CircuitBreaker, Permit, recorded_since
 from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of, status_of
+from .errors import awaitable_refused, is_awaitable
 from .retry import (
     ATTEMPT,
     Done,
@@ -42,6 +44,9 @@ __all__ = [
     "continue_sync",
     "continue_async",
 ]
+
+
+_COROUTINE = types.CoroutineType
 
 
 def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException) -> bool:
@@ -123,9 +128,16 @@ def settle_status(
 def call_fallback(
     fallback: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException
 ) -> Any:
-    """Run *fallback* with the call's own arguments; its errors are chained from *error* (FAC-4)."""
+    """Run *fallback* with the call's own arguments; its errors are chained from *error* (FAC-4).
+
+    A synchronous call's fallback that returns an awaitable (an ``async def`` one the
+    decorator could not see as such) raises ConfigError: the caller would get a coroutine
+    nobody awaits."""
     try:
-        return fallback(*args, **kwargs)
+        value = fallback(*args, **kwargs)
+        if value.__class__ is _COROUTINE or is_awaitable(value):
+            raise awaitable_refused(f"the fallback {getattr(fallback, '__qualname__', fallback)!r}", value)
+        return value
     except Exception as fallback_error:
         raise fallback_error from error
 

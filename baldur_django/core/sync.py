@@ -11,8 +11,9 @@ hook                          moment
 ``push_trip``                 a local trigger fired: the store decides who publishes
 ``acquire_probe``             the local timer says a probe is due
 ``finish_probe``              each trial outcome (and a trial's slot given back)
-``store_force`` /             an operator's force or release (errors raise, OP-4)
-``store_release``
+``store_force`` /             an operator's force, release or reset (errors raise:
+``store_release`` /           an operator's act never fails silently)
+``store_reset``
 ``sweep``                     a read of an OPEN breaker past its recovery timeout
 ============================  =========================================================
 
@@ -203,6 +204,10 @@ class LocalSync:
 
     def store_release(self, breaker: CircuitBreaker) -> None:
         """None: the release is applied locally."""
+        return None
+
+    def store_reset(self, breaker: CircuitBreaker) -> None:
+        """None: the reset is applied locally."""
         return None
 
     def after_peer(self, breaker: CircuitBreaker) -> None:
@@ -477,7 +482,8 @@ class StoreSync:
         try:
             answer: Answer = getattr(self.guard.store, op)(breaker.name, frozen=frozen(), **kwargs)
         except Exception as exc:  # OP-4: a force never fails silently
-            raise StoreError(f"could not store the {op} of {breaker.name!r}: {describe(exc)}") from exc
+            what = "reset" if op == "clear" else op
+            raise StoreError(f"could not store the {what} of {breaker.name!r}: {describe(exc)}") from exc
         return answer
 
     def store_force(
@@ -491,6 +497,15 @@ class StoreSync:
         """Store I/O: remove a force from the record. Raises StoreError when the store fails (OP-4)."""
         self.consult(breaker, breaker.clock.monotonic())
         return self._operator(breaker, "release")
+
+    def store_reset(self, breaker: CircuitBreaker) -> Answer:
+        """Store I/O: put the shared record back to a fresh CLOSED one (the store's ``clear``),
+        so every worker adopts the reset. Raises StoreError when the store fails, as a force does."""
+        self.consult(breaker, breaker.clock.monotonic())
+        answer = self._operator(breaker, "clear")
+        with self._mutex:  # a trip still waiting for its write is undone by the reset
+            self.pending, self._held, self._unpushed = None, [], None
+        return answer
 
     def after_peer(self, breaker: CircuitBreaker) -> None:
         """A peer's decision was adopted from cluster propagation (EM-6; state lock held).

@@ -33,6 +33,7 @@ import baldur_django as baldur
 from baldur_django import CircuitOpenError, ConfigError, RetryPolicy
 from baldur_django.core import decorators, hotpath
 from baldur_django.core.breaker import CircuitBreaker
+from baldur_django.core.errors import awaitable_refused, is_awaitable
 from baldur_django.core.events import bus
 from baldur_django.core.registry import registry
 from baldur_django.core.retry import coerce_retry
@@ -50,8 +51,16 @@ def protect_without_routes(service, call, *, retry=False, fallback=None, **overr
         raise ConfigError(f"protect({service!r}) got a coroutine function; use aprotect() for async calls")
     decorators._refuse_generators(call)
     decorators._check_fallback(service, fallback)
+    decorators._refuse_async_fallback(f"protect({service!r})", fallback)
     breaker = decorators._breaker(service, overrides)
-    return hotpath.sync_wrapper(breaker, call, coerce_retry(retry), fallback)()
+
+    def attempt():  # a call that hands back an awaitable is refused (FAC-1)
+        value = call()
+        if is_awaitable(value):
+            raise awaitable_refused(f"protect({service!r})'s call", value)
+        return value
+
+    return hotpath.sync_wrapper(breaker, attempt, coerce_retry(retry), fallback)()
 
 
 async def aprotect_without_routes(service, factory, *, retry=False, fallback=None, **overrides):

@@ -99,6 +99,9 @@ class DictStore:
     def release(self, name: str, *, frozen: bool = False) -> Answer:
         return self.apply(name, "release", frozen=frozen)
 
+    def clear(self, name: str, *, frozen: bool = False) -> Answer:
+        return self.apply(name, "clear", frozen=frozen)
+
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
         return self.apply(name, "sweep", frozen=frozen, register=False)
 

@@ -5,7 +5,7 @@ and through the Lua scripts on the real Redis server, and the whole record and t
 (``result``, ``lapsed``, ``moved``, ``now``) must be equal after every step. The events:
 trips of every trigger, with and without backoff and a cap; probe requests; trial outcomes
 (success, failure, slow, abandon), including stale ones (an old or unknown token, an older
-version); forces open and closed with a lifetime; releases; loads and inspects; sweeps;
+version); forces open and closed with a lifetime; releases; resets (``clear``); loads and inspects; sweeps;
 time passing (also exactly onto a deadline: a lease, ``open_until``, a force's expiry, so
 ``>=`` against ``>`` shows); and Level 3 switched on and off (the ``frozen`` argument).
 
@@ -119,7 +119,7 @@ def _event(seq: Sequence, last: Answer | None) -> tuple[str, dict[str, Any]] | N
         return None
     record = last.record if last is not None else None
     ops = ("trip", "trip", "acquire_probe", "acquire_probe", "finish_probe", "finish_probe", "finish_probe")
-    ops += ("force", "release", "sweep", "load", "inspect")
+    ops += ("force", "release", "clear", "sweep", "load", "inspect")
     op = rng.choice(ops)
     if op == "trip":
         return op, {"trigger": rng.choice(TRIGGERS), **seq.timing}
@@ -247,4 +247,14 @@ def test_st2_differential_lua_scripts_match_the_python_rules(redis_client, diffe
     elapsed = time.perf_counter() - started
     print(f"differential: {SEQUENCES} sequences, {compared} steps compared in {elapsed:.1f} s; ops {seen_ops}")
     assert compared >= SEQUENCES * 4  # the run really compared something
-    assert set(seen_ops) == {"trip", "acquire_probe", "finish_probe", "force", "release", "sweep", "load", "inspect"}
+    assert set(seen_ops) == {
+        "trip",
+        "acquire_probe",
+        "finish_probe",
+        "force",
+        "release",
+        "clear",
+        "sweep",
+        "load",
+        "inspect",
+    }

@@ -220,6 +220,11 @@ class StateStore(Protocol):
     def release(self, name: str, *, frozen: bool = False) -> Answer:
         """Remove a force (``result`` = previous force or None). Forced open -> HALF_OPEN."""
 
+    def clear(self, name: str, *, frozen: bool = False) -> Answer:
+        """Reset the record to a fresh CLOSED one, whatever it held (force, probing round,
+        backoff count), in a new version; applies while *frozen* too. ``result`` = the force
+        removed or None. Registers *name*."""
+
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
         """Recovery sweep for one record: OPEN past its timeout (unforced) -> HALF_OPEN.
         Does not register *name*. ``result`` True when it moved."""
@@ -255,6 +260,7 @@ STORE_METHODS = (
     "finish_probe",
     "force",
     "release",
+    "clear",
     "sweep",
     "names",
     "prune",

@@ -292,6 +292,35 @@ class StoreContract:
         assert answer.result == "open" and answer.record.state == "half_open" and answer.moved
         assert store.release(NAME).result is None
 
+    def test_clear_resets_to_a_fresh_closed_record(self, store_under_test: StoreUnderTest) -> None:
+        """``clear`` (a breaker's reset) leaves a CLOSED, unforced record with no round,
+        no open times and no backoff count, in a new version, from any state: backed-off
+        OPEN, forced open, HALF_OPEN with a probe out, even while frozen."""
+        store = store_under_test.store
+        store.trip(NAME, trigger="consecutive_failures", recovery_timeout=5.0, backoff_factor=2.0)
+        before = store.load(NAME).record
+        answer = store.clear(NAME)
+        record = answer.record
+        assert answer.result is None and answer.moved and record.version > before.version
+        assert (record.state, record.trigger, record.opens, record.opened_at, record.open_until) == (
+            "closed",
+            "reset",
+            0,
+            None,
+            None,
+        )
+        store.force(NAME, mode="open", ttl_seconds=60.0, reason="outage", actor="ops")
+        answer = store.clear(NAME, frozen=True)
+        assert answer.result == "open" and answer.record.state == "closed"
+        assert (answer.record.forced, answer.record.force_expires_at, answer.record.force_actor) == (None, None, None)
+        store.force(NAME, mode="open", ttl_seconds=60.0, reason="", actor=None)
+        store.release(NAME)
+        assert store.acquire_probe(NAME, token="t1", max_calls=2, lease_seconds=30.0).result is True
+        answer = store.clear(NAME)
+        assert answer.record.state == "closed" and answer.record.probes == {} and answer.record.successes == 0
+        again = store.clear(NAME)  # already fresh: still a new version, nothing else moves
+        assert not again.moved and again.record.version == answer.record.version + 1
+
     def test_op3_end_of_forced_closed_is_a_new_version(self, store_under_test: StoreUnderTest) -> None:
         """OP-3/ST-3: a forced closed that is released or lapses stays CLOSED but gets a new
         record version, so workers that adopted the force see it end (they adopt by version)."""

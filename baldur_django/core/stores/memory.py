@@ -113,6 +113,9 @@ class MemoryStore:
     def release(self, name: str, *, frozen: bool = False) -> Answer:
         return self._op(name, "release", frozen=frozen)
 
+    def clear(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._op(name, "clear", frozen=frozen)
+
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
         return self._op(name, "sweep", frozen=frozen)
 

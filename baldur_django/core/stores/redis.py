@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # redis is imported lazily at run time
 
 __all__ = ["ClusterClient", "RedisStore", "connect", "decode_answer", "is_cluster", "store_errors"]
 
-_SCRIPTS = ("load", "trip", "acquire_probe", "finish_probe", "force", "release", "sweep")
+_SCRIPTS = ("load", "trip", "acquire_probe", "finish_probe", "force", "release", "clear", "sweep")
 
 
 def _read(name: str) -> str:
@@ -354,6 +354,9 @@ class RedisStore:
 
     def release(self, name: str, *, frozen: bool = False) -> Answer:
         return self._run("release", name, frozen=frozen)
+
+    def clear(self, name: str, *, frozen: bool = False) -> Answer:
+        return self._run("clear", name, frozen=frozen, touch=True)
 
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
         return self._run("sweep", name, frozen=frozen)
