@@ -52,7 +52,7 @@ class Codes:
     RECOVERY_MAX_BELOW_TIMEOUT = "baldur.E007"
     SERVICE_RECOVERY_MAX_BELOW_TIMEOUT = "baldur.E008"
     PROPAGATION_WITHOUT_REDIS = "baldur.E009"
-    UNKNOWN_SETTING = "baldur.W001"
+    UNKNOWN_SETTING = "baldur.E090"  # a BALDUR_* Django setting the package does not know (a typo)
     UNKNOWN_ENV = "baldur.W002"
     MINIMUM_FOLLOWS_WINDOW = "baldur.W003"
     MEMORY_BACKEND = "baldur.W004"
@@ -110,7 +110,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         above its count-based window, E007 for ``BALDUR_CB_RECOVERY_TIMEOUT_MAX`` set below
         ``BALDUR_CB_RECOVERY_TIMEOUT``, E008 for a ``BALDUR_SERVICES`` entry whose
         ``recovery_timeout_max`` is below its recovery timeout, W007 when a recovery
-        backoff is asked for but the default cap is below the timeout (CB-16), W001 for
+        backoff is asked for but the default cap is below the timeout (CB-16), E090 for
         an unknown ``BALDUR_*`` Django setting, W002 for an unknown ``BALDUR_*``
         environment variable close to a known name, W006 for a reserved knob (feature not
         built yet) set to anything but its default, E006 for the redis backend with
@@ -476,10 +476,11 @@ def _check_unknown_names() -> list[CheckMessage]:
             continue
         near = closest_setting(name)
         out.append(
-            Warning(
+            Error(
                 f"Unknown setting {name}" + (f"; did you mean {near}?" if near else ": baldur_django does not read it"),
-                hint="baldur_django ignores settings it does not know, so this value has no effect. "
-                "Every known setting is listed in docs/settings.md.",
+                hint="A misspelt setting would silently leave the default in force, so it stops the start. Fix the "
+                "name (every known one is listed on the Settings page of the documentation), or, if another tool "
+                f"owns it, add '{Codes.UNKNOWN_SETTING}' to SILENCED_SYSTEM_CHECKS.",
                 id=Codes.UNKNOWN_SETTING,
             )
         )
