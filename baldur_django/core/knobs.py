@@ -15,9 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -549,10 +547,6 @@ class Knob:
         return self.parse(self.name, value, from_env)
 
 
-def _default_emergency_file() -> str:
-    return os.path.join(tempfile.gettempdir(), "baldur_emergency_state.json")
-
-
 _ROWS: list[Knob] = [
     # ------------------------------------------------------------ one breaker (per-call / BALDUR_SERVICES keys)
     Knob(
@@ -931,11 +925,11 @@ _ROWS: list[Knob] = [
     ),
     Knob(
         "BALDUR_EMERGENCY_STATE_FILE",
-        _default_emergency_file(),
-        _text(),
-        "file backend path",
+        None,
+        _text(optional=True),
+        "file backend path; unset: a file of this project's own in the system temp directory",
         "baldur.E059",
-        accepts="A file path the worker processes may write.",
+        accepts="A file path the worker processes may write, or unset.",
     ),
     Knob(
         "BALDUR_EMERGENCY_CACHE_SECONDS",
