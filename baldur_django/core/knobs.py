@@ -237,7 +237,7 @@ class _StoreChoice(_Choice):
     def accepts(self) -> str:
         return (
             super().accepts[:-1] + ", or the dotted path of a store class such as 'myproject.stores.MyStore' "
-            "(see docs/stores.md)."
+            '(see "Shared stores", section "Writing a store of your own", in the documentation).'
         )
 
 
