@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timezone
 import math
 import pickle
+from datetime import datetime, timezone
 from http import HTTPStatus
 
 import pytest
