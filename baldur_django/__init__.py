@@ -8,7 +8,7 @@ reads environment variables until the Django app
 
 from .core.breaker import CircuitBreaker
 from .core.decorators import aprotect, aprotected, circuit_breaker, protect, protected
-from .core.errors import BaldurError, CircuitOpenError, ConfigError, RateLimitCooldownError
+from .core.errors import BaldurError, CallRefusedError, CircuitOpenError, ConfigError, RateLimitCooldownError
 from .core.marks import mark_rate_limited
 from .core.registry import force_close_circuit, force_open_circuit, get_breaker, record_rate_limit, release_circuit
 from .core.retry import RetryPolicy
@@ -33,6 +33,7 @@ __all__ = [
     "RetryPolicy",
     "BaldurError",
     "ConfigError",
+    "CallRefusedError",
     "CircuitOpenError",
     "RateLimitCooldownError",
     "__version__",

@@ -35,15 +35,22 @@ class BaldurDjangoConfig(AppConfig):
           the shared store named by ``BALDUR_STATE_BACKEND`` is installed (ST-2). No
           connection or query happens here.
 
-        A bad setting is logged (ERROR, logger ``baldur.config``) rather than raised, so the
-        system checks can report it with a hint; breakers keep their import-time
-        configuration meanwhile.
+        Outside management commands (gunicorn, uvicorn, a Celery worker, a script), a
+        setting the system checks reject stops the start with ``ImproperlyConfigured``,
+        which lists each error with its id and hint. Under a management command the bad
+        setting is only logged (ERROR, logger ``baldur.config``), so Django's own check run
+        reports it with its hint and exits with status 1.
+
+        Raises:
+            ImproperlyConfigured: a ``BALDUR_*`` setting is unknown or has a bad value, and
+                no management command is running.
         """
-        from . import checks, conf, services, signals  # noqa: F401 - registers checks and receivers
+        from . import checks, conf, services, signals, startup
         from .contrib import propagation, slack
         from .core.events import bus
 
         conf.install()
+        startup.refuse_bad_settings(checks.check_settings)
         # bus listeners; EventBus.subscribe ignores a second subscription of the same one
         bus.subscribe(signals.bridge)  # Django signals (CB-14)
         services.install_audit_listener()  # one audit row per force and release (OP-6)

@@ -31,6 +31,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from .conf import closest_setting, django_lookup, format_default, redact
 from .core.config import MISSING, SettingsSource, import_reference
+from .core.docpages import see, see_setting
 from .core.errors import ConfigError
 from .core.knobs import CHECK_IDS, KNOBS, PREDICATE_KEYS, RESERVED, is_exception_type, is_predicate
 
@@ -52,7 +53,7 @@ class Codes:
     RECOVERY_MAX_BELOW_TIMEOUT = "baldur.E007"
     SERVICE_RECOVERY_MAX_BELOW_TIMEOUT = "baldur.E008"
     PROPAGATION_WITHOUT_REDIS = "baldur.E009"
-    UNKNOWN_SETTING = "baldur.W001"
+    UNKNOWN_SETTING = "baldur.E090"  # a BALDUR_* Django setting the package does not know (a typo)
     UNKNOWN_ENV = "baldur.W002"
     MINIMUM_FOLLOWS_WINDOW = "baldur.W003"
     MEMORY_BACKEND = "baldur.W004"
@@ -83,7 +84,7 @@ def _hint(name: str, from_env: bool) -> str:
     text = f"{name}: {knob.help}; default {format_default(name)}."
     if accepts:
         text += " " + accepts
-    text += f" Fix {where}, or remove it to use the default. See docs/settings.md."
+    text += f" Fix {where}, or remove it to use the default. {see_setting(name)}"
     return redact(text)
 
 
@@ -110,7 +111,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         above its count-based window, E007 for ``BALDUR_CB_RECOVERY_TIMEOUT_MAX`` set below
         ``BALDUR_CB_RECOVERY_TIMEOUT``, E008 for a ``BALDUR_SERVICES`` entry whose
         ``recovery_timeout_max`` is below its recovery timeout, W007 when a recovery
-        backoff is asked for but the default cap is below the timeout (CB-16), W001 for
+        backoff is asked for but the default cap is below the timeout (CB-16), E090 for
         an unknown ``BALDUR_*`` Django setting, W002 for an unknown ``BALDUR_*``
         environment variable close to a known name, W006 for a reserved knob (feature not
         built yet) set to anything but its default, E006 for the redis backend with
@@ -179,8 +180,8 @@ def _check_predicates(values: dict[str, Any]) -> list[CheckMessage]:
             where = f"BALDUR_SERVICES[{service!r}][{key!r}]"
             hint = (
                 f"{where} must be {_PREDICATE_HINTS[key]}, for example 'myapp.breakers.is_outage'. Check the "
-                "spelling and that the module is importable from the project (on the Python path). See "
-                "docs/settings.md."
+                "spelling and that the module is importable from the project (on the Python path). "
+                + see_setting("BALDUR_SERVICES")
             )
             items = entry[key] if key == "ignore_exceptions" else (entry[key],)
             for item in items:
@@ -229,7 +230,7 @@ def _check_reserved(values: dict[str, Any]) -> list[CheckMessage]:
                 hint=redact(
                     f"{name} ({knob.help}) is reserved: baldur_django already reads and validates it, but this "
                     f"version does not act on it. Remove it, or set it to its default {format_default(name)}, "
-                    "to silence this warning. See docs/settings.md."
+                    "to silence this warning. " + see_setting(name)
                 ),
                 id=Codes.RESERVED_SETTING,
             )
@@ -303,7 +304,7 @@ def _check_redis_cluster(values: dict[str, Any]) -> list[CheckMessage]:
                 hint="Set BALDUR_REDIS_URL to one node of the Redis Cluster, for example "
                 "redis://10.0.0.5:6379/0: the client discovers the others. A django-redis cache alias "
                 "(BALDUR_REDIS_CACHE_ALIAS) cannot be used, its client does not speak the cluster protocol. "
-                "See docs/fleet.md, Redis Cluster.",
+                + see("Running a fleet", "Redis Cluster"),
                 id=Codes.REDIS_CLUSTER_WITHOUT_URL,
             )
         ]
@@ -316,7 +317,7 @@ def _check_redis_cluster(values: dict[str, Any]) -> list[CheckMessage]:
             Error(
                 redact(str(exc)),
                 hint="A Redis Cluster is reached over TCP and has only database 0: use a redis:// or rediss:// "
-                "URL of one node, such as redis://10.0.0.5:6379/0. See docs/fleet.md, Redis Cluster.",
+                "URL of one node, such as redis://10.0.0.5:6379/0. " + see("Running a fleet", "Redis Cluster"),
                 id=Codes.REDIS_CLUSTER_BAD_URL,
             )
         ]
@@ -353,7 +354,7 @@ def _check_propagation(values: dict[str, Any]) -> list[CheckMessage]:
             "keep judging for themselves, and when one of them closes its breaker the CLOSED it publishes is "
             "applied over the force. To make forces hold, use the 'database' or 'redis' backend (the force is "
             "then kept in the shared record) or leave propagation off. Silence baldur.W010 if you never force "
-            "breakers. See docs/fleet.md.",
+            "breakers. " + see("Running a fleet", "Cluster propagation"),
             id=Codes.PROPAGATION_LIFTS_FORCES,
         )
     ]
@@ -476,10 +477,11 @@ def _check_unknown_names() -> list[CheckMessage]:
             continue
         near = closest_setting(name)
         out.append(
-            Warning(
+            Error(
                 f"Unknown setting {name}" + (f"; did you mean {near}?" if near else ": baldur_django does not read it"),
-                hint="baldur_django ignores settings it does not know, so this value has no effect. "
-                "Every known setting is listed in docs/settings.md.",
+                hint="A misspelt setting would silently leave the default in force, so it stops the start. Fix the "
+                "name (every known one is listed on the Settings page of the documentation), or, if another tool "
+                f"owns it, add '{Codes.UNKNOWN_SETTING}' to SILENCED_SYSTEM_CHECKS.",
                 id=Codes.UNKNOWN_SETTING,
             )
         )
@@ -493,7 +495,7 @@ def _check_unknown_names() -> list[CheckMessage]:
             Warning(
                 f"Unknown environment variable {name}; did you mean {near}?",
                 hint="baldur_django ignores environment variables it does not know, so this value has no "
-                "effect. Every known name is listed in docs/settings.md.",
+                "effect. Every known name is listed on the Settings reference page of the documentation.",
                 id=Codes.UNKNOWN_ENV,
             )
         )

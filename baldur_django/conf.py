@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import re
-import tempfile
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -99,22 +97,18 @@ def format_default(name: str) -> str:
     """The default of knob *name* written as a Python literal for docs and hints.
 
     Status-code sets read as sorted lists, ``None`` reads ``unset`` and the emergency
-    state file reads ``<system temp dir>/<file name>``.
+    state file names the per-project file used while it is unset.
 
     Raises:
         KeyError: *name* is not a knob.
     """
     default = KNOBS[name].default
+    if name == "BALDUR_EMERGENCY_STATE_FILE" and default is None:
+        return "unset (<system temp dir>/baldur_emergency_<project hash>.json)"
     if default is None:
         return "unset"
     if isinstance(default, (set, frozenset)):
         return repr(sorted(default))
-    if (
-        name == "BALDUR_EMERGENCY_STATE_FILE"
-        and isinstance(default, str)
-        and os.path.dirname(default) == tempfile.gettempdir()
-    ):
-        return "<system temp dir>/" + os.path.basename(default)
     if isinstance(default, str):
         return f'"{default}"'
     return repr(default)

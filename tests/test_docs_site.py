@@ -439,3 +439,48 @@ def test_q3_strict_build_fails_on_an_undefined_id(tmp_path):
     assert done.returncode != 0, done.stderr
     assert "names CB-99, which the Behaviour reference" in done.stderr, done.stderr
     assert "CB-6," not in done.stderr
+
+
+def test_offline_build_without_the_script_shows_a_note_instead_of_the_diagram(tmp_path, monkeypatch):
+    """Offline docs: when the mermaid script could not be fetched, ./dev docs builds the site
+    anyway with BALDUR_DOCS_NO_DIAGRAMS set: the strict build passes and each diagram is replaced
+    by a note, never shown as its source."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Probe\n\n```mermaid\nflowchart LR\n  alpha --> beta\n```\n", encoding="utf-8")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
+        "docs_dir: docs\n"
+        "nav: [index.md]\n"
+        f"hooks: [{HOOKS / 'mermaid_offline.py'}]\n"
+        "plugins:\n"
+        "  mkdocstrings:\n"
+        "    handlers:\n"
+        "      python:\n"
+        f"        paths: [{ROOT}]\n"
+        "        options:\n"
+        f"          extensions: [griffe_sphinx, {HOOKS / 'sphinx_roles.py'}]\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("BALDUR_DOCS_NO_DIAGRAMS", "1")
+    done = mkdocs(config, tmp_path / "site")
+    assert done.returncode == 0, done.stderr
+    html = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "This diagram is not shown" in html
+    assert "alpha --&gt; beta" not in html and "alpha --> beta" not in html
+
+
+def test_fetch_gives_up_with_a_clear_message_when_npm_hangs(tmp_path, monkeypatch, capsys):
+    """Offline docs: the fetch says what it fetches before it starts, and a registry that never
+    answers ends in a RuntimeError naming the timeout, not an endless silent wait."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    npm = fake / "npm"
+    npm.write_text("#!/bin/sh\nexec sleep 600\n")  # a registry that never answers
+    npm.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setattr(mermaid_offline, "FETCH_TIMEOUT", 1.0)
+    with pytest.raises(RuntimeError, match=r"within 1 s"):
+        mermaid_offline.fetch(tmp_path / "docs")
+    assert "fetching mermaid" in capsys.readouterr().err

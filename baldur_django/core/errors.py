@@ -10,6 +10,7 @@ from typing import Any
 __all__ = [
     "BaldurError",
     "ConfigError",
+    "CallRefusedError",
     "CircuitOpenError",
     "RateLimitCooldownError",
     "StoreError",
@@ -40,7 +41,25 @@ class StoreError(BaldurError):
     """
 
 
-class CircuitOpenError(BaldurError):
+class CallRefusedError(BaldurError):
+    """A call was refused before it reached the dependency: nothing was sent, and the refusal
+    is not counted as the dependency's failure. Every refusal of the package derives from it,
+    so ``except CallRefusedError`` answers them all; a ``fallback=`` answers them too.
+
+    Attributes:
+        service (str): the breaker's name.
+        reason (str): why, in one word (``"open"``, ``"half_open_full"``, ``"frozen"``,
+            ``"cooldown"``, ...).
+        retry_after (float | None): seconds after which a call may be admitted again, or
+            None when unknown.
+    """
+
+    service: str
+    reason: str
+    retry_after: float | None
+
+
+class CircuitOpenError(CallRefusedError):
     """The breaker refused the call without invoking it. Implements CB-4, CB-6.
 
     Attributes:
@@ -90,17 +109,23 @@ _FIELDS = {"service": 0, "reason": 1, "retry_after": 2}
 new_open_error = functools.partial(BaseException.__new__, CircuitOpenError)
 
 
-class RateLimitCooldownError(BaldurError):
+class RateLimitCooldownError(CallRefusedError):
     """An attempt was refused because the service's 429 cooldown outlasts the allowed wait (RL-6).
 
     Attributes:
         service (str): the breaker's name.
+        reason (str): ``"cooldown"``.
         remaining (float): seconds left on the cooldown when the attempt was refused.
+        retry_after (float): the same seconds as ``remaining``, under the name every refusal
+            shares.
     """
+
+    reason = "cooldown"
 
     def __init__(self, service: str, remaining: float) -> None:
         self.service = service
         self.remaining = remaining
+        self.retry_after = remaining
         super().__init__(f"service {service!r} is cooling down after a 429; {remaining:.3f}s remaining")
 
     def __reduce__(self) -> tuple[type[RateLimitCooldownError], tuple[str, float]]:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -239,7 +237,7 @@ class _StoreChoice(_Choice):
     def accepts(self) -> str:
         return (
             super().accepts[:-1] + ", or the dotted path of a store class such as 'myproject.stores.MyStore' "
-            "(see docs/stores.md)."
+            '(see "Shared stores", section "Writing a store of your own", in the documentation).'
         )
 
 
@@ -547,10 +545,6 @@ class Knob:
     def coerce(self, value: Any, from_env: bool = False) -> Any:
         """Parse and validate *value* for this knob. Raises ConfigError (CFG-3)."""
         return self.parse(self.name, value, from_env)
-
-
-def _default_emergency_file() -> str:
-    return os.path.join(tempfile.gettempdir(), "baldur_emergency_state.json")
 
 
 _ROWS: list[Knob] = [
@@ -931,11 +925,11 @@ _ROWS: list[Knob] = [
     ),
     Knob(
         "BALDUR_EMERGENCY_STATE_FILE",
-        _default_emergency_file(),
-        _text(),
-        "file backend path",
+        None,
+        _text(optional=True),
+        "file backend path; unset: a file of this project's own in the system temp directory",
         "baldur.E059",
-        accepts="A file path the worker processes may write.",
+        accepts="A file path the worker processes may write, or unset.",
     ),
     Knob(
         "BALDUR_EMERGENCY_CACHE_SECONDS",

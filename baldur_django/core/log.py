@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from .events import (
@@ -36,6 +37,15 @@ _LEVELS = {
     "ERROR": logging.ERROR,
     "CRITICAL": logging.CRITICAL,
 }
+
+
+def wall_time(seconds: float | None) -> str:
+    """A wall-clock time (Unix seconds) as a log reader reads it: ISO 8601 in UTC, to the
+    millisecond, for example ``2026-12-06T10:20:08.968Z``; ``-`` for None (no expiry)."""
+    if seconds is None:
+        return "-"
+    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def log_event(level: int, event: str, service: str | None, message: str = "", *args: Any, **fields: Any) -> None:
@@ -74,12 +84,13 @@ class LoggingListener:
                 event.ttl_minutes,
                 event.reason,
                 event.actor,
-                event.expires_at,
+                wall_time(event.expires_at),
                 " dry_run=true" if event.dry_run else "",
                 from_state=event.from_state,
                 to_state=event.to_state,
                 trigger="forced",
                 actor=event.actor,
+                expires_at=event.expires_at,
                 reason=event.reason,
                 dry_run=event.dry_run,
             )

@@ -12,8 +12,10 @@ the diagram's source). This hook serves the script from the built site instead:
 * On each built page with a diagram, the hook adds a ``<script>`` for that local copy
   before the theme's own script, so the theme finds the library loaded and fetches nothing.
 
-It warns (which fails ``mkdocs build --strict``) when a page has a diagram and the local
-script is missing, when a ``mermaid`` block was rendered as highlighted code (its source
+When the script cannot be had (no network, no npm cache), ``./dev docs`` still builds the
+site, without diagrams: it sets ``BALDUR_DOCS_NO_DIAGRAMS=1`` and the hook puts a short note
+in place of each diagram. Otherwise it warns (which fails ``mkdocs build --strict``) when a
+page has a diagram and the local script is missing, when a ``mermaid`` block was rendered as highlighted code (its source
 would show), and when a page loads a script or a stylesheet from another host.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -37,6 +40,17 @@ VERSION = "11.17.2"
 #: Where the script lives, relative to the docs directory (and so to the built site).
 SCRIPT = "_vendor/mermaid.min.js"
 DOCS = Path(__file__).resolve().parents[1]
+#: Seconds ``npm pack`` may take before the fetch gives up (``BALDUR_DOCS_FETCH_TIMEOUT``).
+FETCH_TIMEOUT = float(os.environ.get("BALDUR_DOCS_FETCH_TIMEOUT", "60"))
+#: Set (to anything but empty or 0) by ``./dev docs`` when the script could not be fetched.
+NO_DIAGRAMS = "BALDUR_DOCS_NO_DIAGRAMS"
+NOTE = (
+    '<p class="admonition note">This diagram is not shown: the site was built without the mermaid '
+    "script (it could not be fetched). Run <code>./dev docs</code> with access to the npm registry "
+    "to build it with diagrams.</p>"
+)
+#: A whole diagram block as the theme renders it.
+DIAGRAM_BLOCK = re.compile(r'<(pre|div)\b[^>]*\bclass="mermaid"[^>]*>.*?</\1>', re.S)
 
 log = logging.getLogger("mkdocs.hooks.mermaid_offline")
 
@@ -71,14 +85,25 @@ def fetch(docs_dir: Path = DOCS) -> Path:
     if npm is None:
         raise RuntimeError("npm is not installed: it fetches the mermaid script the docs serve (apt-get install npm)")
     script = docs_dir / SCRIPT
+    print(
+        f"docs: fetching mermaid {VERSION} (the diagrams' script) with npm, once; giving up after "
+        f"{FETCH_TIMEOUT:g} s (BALDUR_DOCS_FETCH_TIMEOUT)...",
+        file=sys.stderr,
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="baldur-mermaid-") as tmp:
-        done = subprocess.run(
-            [npm, "pack", f"mermaid@{VERSION}", "--json", "--pack-destination", tmp],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        try:
+            done = subprocess.run(
+                [npm, "pack", f"mermaid@{VERSION}", "--json", "--pack-destination", tmp],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=FETCH_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"npm did not fetch mermaid@{VERSION} within {FETCH_TIMEOUT:g} s (no network or registry?)"
+            ) from None
         if done.returncode != 0:
             raise RuntimeError(f"npm pack mermaid@{VERSION} failed:\n{done.stderr[-2000:]}")
         tarball = Path(tmp) / json.loads(done.stdout)[0]["filename"]
@@ -107,6 +132,8 @@ def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
         log.warning("%s: a mermaid block was rendered as code, so its source would show instead of the diagram", where)
     if not DIAGRAM.search(output):
         return output
+    if os.environ.get(NO_DIAGRAMS, "") not in ("", "0"):
+        return DIAGRAM_BLOCK.sub(NOTE, output)
     if fetched(Path(config["docs_dir"])) is None:
         log.warning(
             "%s: has a diagram but %s (mermaid %s) is missing from the docs, so the diagram's source would show "

@@ -22,6 +22,7 @@ from baldur_django.core.config import (
     settings,
     validate_overrides,
 )
+from baldur_django.core.emergency.backends import project_level_file
 from baldur_django.core.errors import BaldurError, ConfigError
 from baldur_django.core.knobs import (
     CHECK_IDS,
@@ -125,8 +126,9 @@ def test_cfg1_every_spec_knob_is_one_row_with_the_spec_default():
             assert value == expected, name
             assert type(value) is type(expected) or isinstance(expected, (int, float)), name
         assert src.source(name) == "default", name
-    state_file = src.get("BALDUR_EMERGENCY_STATE_FILE")
-    assert state_file.startswith(tempfile.gettempdir())
+    # unset by default: the level file then used is one of the project's own in the system temp dir
+    assert src.get("BALDUR_EMERGENCY_STATE_FILE") is None
+    assert project_level_file().startswith(tempfile.gettempdir())
 
 
 def test_cfg1_env_var_beats_default_and_records_its_source():

@@ -191,20 +191,22 @@ def test_cfg3_unknown_key_in_services_names_the_closest_known_key():
     assert "half_open_max_calls" in message.hint  # the hint lists the allowed keys
 
 
-def test_cfg3_misspelt_django_setting_warns_with_closest_known_name():
-    """CFG-3: a misspelt BALDUR_* Django setting is a Warning naming the closest known setting."""
+def test_cfg3_misspelt_django_setting_is_an_error_with_closest_known_name():
+    """CFG-3: a misspelt BALDUR_* Django setting is an Error (check exits 1) naming the closest known
+    setting, and the hint says how to silence it when another tool owns the name."""
     with override_settings(BALDUR_CB_FAILURE_TRESHOLD=3, BALDUR_SERVICE={}):
         found = [m for m in baldur_messages(check_settings()) if m.id == Codes.UNKNOWN_SETTING]
     texts = sorted(m.msg for m in found)
-    assert len(found) == 2 and all(m.level == WARNING and m.hint for m in found)
+    assert len(found) == 2 and all(m.level == ERROR and m.is_serious() for m in found)
+    assert all("SILENCED_SYSTEM_CHECKS" in m.hint and Codes.UNKNOWN_SETTING in m.hint for m in found)
     assert "BALDUR_CB_FAILURE_TRESHOLD; did you mean BALDUR_CB_FAILURE_THRESHOLD?" in texts[0]
     assert "BALDUR_SERVICE; did you mean BALDUR_SERVICES?" in texts[1]
 
 
-def test_cfg3_unrelated_baldur_setting_still_warns_without_a_suggestion():
-    """CFG-3: an unknown BALDUR_* setting close to nothing still warns (the value has no effect)."""
+def test_cfg3_unrelated_baldur_setting_is_an_error_without_a_suggestion():
+    """CFG-3: an unknown BALDUR_* setting close to nothing is still an error (the value has no effect)."""
     with override_settings(BALDUR_WIDGETS=1):
-        message = only(check_settings(), WARNING)
+        message = only(check_settings(), ERROR)
     assert message.id == Codes.UNKNOWN_SETTING and "BALDUR_WIDGETS" in message.msg and "did you mean" not in message.msg
 
 

@@ -92,7 +92,19 @@ def _env(project: Path) -> dict[str, str]:
     return env
 
 
-RUNS = [(setting, "check") for setting, _, _ in TYPOS] + [("BALDUR_CB_FAILURE_RATE_THRESHOLD = 150", "migrate")]
+MISSPELT = "BALDUR_CB_FAILURE_TRESHOLD = 3"
+SILENCED = MISSPELT + '\nSILENCED_SYSTEM_CHECKS = ["baldur.E090"]'
+# what a WSGI server (gunicorn, uvicorn) does at start: no management command, no system checks
+WSGI_START = "from django.core.wsgi import get_wsgi_application; get_wsgi_application(); print('started')"
+
+RUNS = [(setting, "check") for setting, _, _ in TYPOS] + [
+    ("BALDUR_CB_FAILURE_RATE_THRESHOLD = 150", "migrate"),
+    (MISSPELT, "check"),
+    (MISSPELT, "wsgi"),
+    ("BALDUR_CB_FAILURE_RATE_THRESHOLD = 150", "wsgi"),
+    (SILENCED, "wsgi"),
+    ("", "wsgi"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +114,13 @@ def reports(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str]]:
     started = {}
     for setting, command in RUNS:
         project = make_project(tmp_path_factory.mktemp("cfg3"), setting)
-        args = [sys.executable, "manage.py", command] + (["--noinput"] if command == "migrate" else [])
+        if command == "wsgi":
+            args = [sys.executable, "-c", WSGI_START]
+        else:
+            args = [sys.executable, "manage.py", command] + (["--noinput"] if command == "migrate" else [])
+        env = _env(project) | ({"DJANGO_SETTINGS_MODULE": "settings"} if command == "wsgi" else {})
         started[(setting, command)] = subprocess.Popen(
-            args, cwd=project, env=_env(project), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            args, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
     out = {}
     for key, process in started.items():
@@ -131,6 +147,32 @@ def test_cfg3_migrate_reports_the_id_too(reports):
     status, output = reports[("BALDUR_CB_FAILURE_RATE_THRESHOLD = 150", "migrate")]
     assert status == 1, output
     assert "(baldur.E011)" in output and "Traceback" not in output, output
+
+
+def test_cfg3_misspelt_setting_makes_check_exit_1(reports):
+    """CFG-3: a misspelt BALDUR_* Django setting stops `manage.py check` (exit 1) with its id and
+    the closest known name, as Django's own report rather than a traceback."""
+    status, output = reports[(MISSPELT, "check")]
+    assert status == 1, output
+    assert "(baldur.E090)" in output and "did you mean BALDUR_CB_FAILURE_THRESHOLD?" in output, output
+    assert "SystemCheckError" in output and "Traceback" not in output, output
+
+
+@pytest.mark.parametrize("setting", [MISSPELT, "BALDUR_CB_FAILURE_RATE_THRESHOLD = 150"], ids=["misspelt", "bad-value"])
+def test_cfg3_a_server_does_not_start_on_a_bad_setting(reports, setting):
+    """CFG-3: a WSGI server never runs the system checks, so the app itself refuses to start on a
+    setting they reject: ImproperlyConfigured naming the id and the hint, before any request."""
+    status, output = reports[(setting, "wsgi")]
+    assert status != 0 and "started" not in output, output
+    assert "ImproperlyConfigured" in output and "stop the start" in output, output
+    assert ("baldur.E090" if setting == MISSPELT else "baldur.E011") in output and "HINT:" in output, output
+
+
+@pytest.mark.parametrize("setting", ["", SILENCED], ids=["good", "silenced"])
+def test_cfg3_a_server_starts_on_good_or_silenced_settings(reports, setting):
+    """CFG-3: good settings start; a check id in SILENCED_SYSTEM_CHECKS does not stop the start."""
+    status, output = reports[(setting, "wsgi")]
+    assert status == 0 and "started" in output, output
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,9 @@ Implements EM-1 (the backends).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -40,6 +42,32 @@ __all__ = [
 #: A read-modify-write step: gets the current record (None when corrupt), returns the new
 #: one or None to write nothing.
 Change = Callable[["LevelState | None"], "LevelState | None"]
+
+
+def project_level_file(environ: Any = None, modules: Any = None) -> str:
+    """The level file used when ``BALDUR_EMERGENCY_STATE_FILE`` is unset.
+
+    A file in the system temp directory whose name is derived from the Django project (the
+    path of its settings module), so every process of one project on a host shares it and
+    two projects on the same host never do: a level declared for one site cannot freeze
+    another. Without Django (no ``DJANGO_SETTINGS_MODULE``) the name comes from the path of
+    the running program's main module.
+
+    Args:
+        environ (Mapping[str, str] | None): environment variables (``os.environ`` by default).
+        modules (Mapping[str, module] | None): loaded modules (``sys.modules`` by default).
+
+    Returns:
+        str: ``<temp dir>/baldur_emergency_<12 hex digits>.json``.
+    """
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    name = environ.get("DJANGO_SETTINGS_MODULE") or "__main__"
+    module = modules.get(name)
+    where = getattr(module, "__file__", None) or name
+    identity = os.path.realpath(where) if where != name else name
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"baldur_emergency_{digest}.json")
 
 
 class LevelBackend(Protocol):

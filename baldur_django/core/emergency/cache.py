@@ -24,7 +24,14 @@ from ..config import settings as _settings
 from ..errors import ConfigError
 from ..events import EmergencyLevelChanged, bus
 from .activation import ActivationSettings, Decision, decide, fleet_ratio, is_over, reason_text
-from .backends import FileLevelBackend, LevelBackend, RedisLevelBackend, default_redis_client, redis_client_factory
+from .backends import (
+    FileLevelBackend,
+    LevelBackend,
+    RedisLevelBackend,
+    default_redis_client,
+    project_level_file,
+    redis_client_factory,
+)
 from .record import (
     AUTO_ACTOR,
     FREEZE_LEVEL,
@@ -94,7 +101,7 @@ class EmergencyMode:
                 client = factory() if factory is not None else default_redis_client(self.source)
                 backend = RedisLevelBackend(client)
             else:
-                backend = FileLevelBackend(self.source.get("BALDUR_EMERGENCY_STATE_FILE"))
+                backend = FileLevelBackend(self.source.get("BALDUR_EMERGENCY_STATE_FILE") or project_level_file())
             self._backend, self._backend_version = backend, version
         return self._backend
 

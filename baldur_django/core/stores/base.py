@@ -320,7 +320,8 @@ def import_store_class(path: str, *, importer: Callable[[str], Any] | None = Non
         what = "is not callable" if not callable(candidate) else "lacks " + ", ".join(missing)
         raise ConfigError(
             f"BALDUR_STATE_BACKEND={path!r} is not a store class: {getattr(candidate, '__name__', type(candidate).__name__)} "
-            f"{what} (see docs/stores.md for the store protocol)"
+            f'{what} (the store protocol is described in the documentation: "Shared stores", section "Writing a '
+            'store of your own")'
         )
     return candidate
 

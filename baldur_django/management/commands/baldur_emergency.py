@@ -23,6 +23,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
+from baldur_django.core.emergency.backends import project_level_file
 from baldur_django.core.errors import BaldurError, ConfigError
 
 from .baldur_force import command_actor
@@ -103,7 +104,7 @@ class Command(Utf8OutputMixin, BaseCommand):
         if backend == "file" and shared:
             self.stderr.write(
                 "Note: BALDUR_EMERGENCY_BACKEND is 'file': the level is kept on this host only "
-                f"({services.settings.get('BALDUR_EMERGENCY_STATE_FILE')}); processes on other hosts "
+                f"({services.settings.get('BALDUR_EMERGENCY_STATE_FILE') or project_level_file()}); processes on other hosts "
                 "do not see it. Use BALDUR_EMERGENCY_BACKEND='redis' for a fleet."
             )
 
