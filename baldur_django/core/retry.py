@@ -294,10 +294,8 @@ def retry_plan(
     outcome = first
     while True:
         if outcome is None:
-            final = yield from sequence.gate()
-            if final is not None:
-                yield final
-                return
+            if not (yield from sequence.gate()):
+                return  # the gate yielded the last step
             outcome = yield ATTEMPT
             if outcome is None:
                 raise TypeError("retry_plan: send the outcome of the attempt (Raised or Returned)")
@@ -344,16 +342,18 @@ class _Sequence(Generic[_P]):
         self.value: Any = None
         self.rate_limited = False
 
-    def gate(self) -> Generator[Step, Outcome | None, Refuse | Done | None]:
+    def gate(self) -> Generator[Step, Outcome | None, bool]:
         """The gate before an attempt (RL-6), read again after every wait: yields the
-        :class:`Sleep` steps, then returns None when the attempt may go, else the final step."""
+        :class:`Sleep` steps, then returns True when the attempt may go, else yields the
+        last step (:class:`Refuse` or :class:`Done`) and returns False."""
         breaker = self.breaker
         while True:
             if self.attempts and self.permit.generation != breaker.generation:
-                return self.give_up()  # the breaker changed state since admission (a trip): no further attempt
+                yield self.give_up()  # the breaker changed state since admission (a trip): no further attempt
+                return False
             remaining = breaker.cooldown_remaining()
             if remaining <= 0:
-                return None
+                return True
             config = breaker.config
             allowed = config.max_cooldown_wait if self.deadline is None else max(0.0, self.deadline - self.now())
             if remaining <= allowed:
@@ -361,8 +361,9 @@ class _Sequence(Generic[_P]):
                 continue
             if config.dry_run:
                 breaker.note_dry_run_refusal(remaining)  # OP-5: counted and logged, never refused
-                return None
-            return self.refuse(remaining)
+                return True
+            yield self.refuse(remaining)
+            return False
 
     def refuse(self, remaining: float) -> Refuse:
         """The cooldown outlasts the allowed wait: the refused attempt is recorded nowhere;
