@@ -183,16 +183,25 @@ def forget(service: str, actor: str | None = None, source: str = "api", reason: 
         raise BreakerForcedError(service, str(snapshot["forced"]), snapshot.get("force_expires_at"))
     store = registry.store
     if store is not None:
-        try:
-            store.reset(service)
-        except Exception as exc:
-            raise StoreError(
-                f"the shared record of {service!r} could not be removed ({type(exc).__name__}: {exc}); "
-                "nothing was forgotten"
-            ) from exc
+        _remove_shared_record(store, service)
     registry.forget(service)
     _log.info("baldur.forgotten service=%r actor=%s source=%s", service, actor, source)
-    now = registry.clock.wall()
+    _audit_forget(service, str(snapshot.get("state") or ""), actor, source, reason, registry.clock.wall())
+    return {"service": service, "state": snapshot.get("state"), "shared": store is not None}
+
+
+def _remove_shared_record(store: Any, service: str) -> None:
+    try:
+        store.reset(service)
+    except Exception as exc:
+        raise StoreError(
+            f"the shared record of {service!r} could not be removed ({type(exc).__name__}: {exc}); "
+            "nothing was forgotten"
+        ) from exc
+
+
+def _audit_forget(service: str, state: str, actor: str | None, source: str, reason: str, now: float) -> None:
+    """The audit row of a forget (*now*: Unix seconds)."""
     write_audit_row(
         {
             "at": dt.datetime.fromtimestamp(now, tz=dt.timezone.utc),
@@ -203,9 +212,8 @@ def forget(service: str, actor: str | None = None, source: str = "api", reason: 
             "expires_at": None,
             "reason": reason,
             "source": source,
-            "from_state": str(snapshot.get("state") or ""),
+            "from_state": state,
             "to_state": "",
             "dry_run": bool(settings.get("BALDUR_DRY_RUN")),
         }
     )
-    return {"service": service, "state": snapshot.get("state"), "shared": store is not None}

@@ -256,14 +256,7 @@ def record_row(name: str, answer: Answer | None, config: dict[str, Any], backend
     record = answer.record if answer is not None else Record()
     state = record.state
     forced = record.forced
-    if state == "closed":
-        open_until, open_duration = None, None
-    elif forced == "open":
-        open_until, open_duration = record.force_expires_at, None
-    else:
-        open_until = record.open_until if state == "open" else None
-        known = record.open_until is not None and record.opened_at is not None
-        open_duration = record.open_until - record.opened_at if known else None  # type: ignore[operator]
+    open_until, open_duration = _open_timing(record)
     half_open = state == "half_open"
     return {
         "service": name,
@@ -291,3 +284,15 @@ def record_row(name: str, answer: Answer | None, config: dict[str, Any], backend
         "shared_version": record.version if answer is not None else -1,
         "from_record": True,
     }
+
+
+def _open_timing(record: Record) -> tuple[float | None, float | None]:
+    """``(open_until, open_duration)`` of a row: when the open ends (Unix seconds; a forced
+    open's expiry) and the backed-off length of the current or last open (seconds)."""
+    if record.state == "closed":
+        return None, None
+    if record.forced == "open":
+        return record.force_expires_at, None
+    open_until = record.open_until if record.state == "open" else None
+    known = record.open_until is not None and record.opened_at is not None
+    return open_until, record.open_until - record.opened_at if known else None  # type: ignore[operator]
