@@ -114,6 +114,8 @@ __all__ = [
     "TRANSITIONS",
     "STATE",
     "EMERGENCY_LEVEL",
+    "Transition",
+    "View",
 ]
 
 log = logging.getLogger("baldur.metrics")

@@ -72,20 +72,23 @@ from ..core.events import bus as default_bus
 from .propagation_wire import (
     DEFAULT_PREFIX,
     HEALTH_INTERVAL,
+    MAX_MESSAGE_BYTES,
+    VERSION,
     ClientFactory,
     channel_name,
     decision_of,
     decode,
     encode,
 )
-from .propagation_wire import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
-from .propagation_wire import VERSION as VERSION
 from .propagator import INSTANCES, Propagator
 
 __all__ = [
     "SETTING",
     "DEFAULT_PREFIX",
     "HEALTH_INTERVAL",
+    "VERSION",
+    "MAX_MESSAGE_BYTES",
+    "ClientFactory",
     "Propagator",
     "channel_name",
     "decision_of",
