@@ -407,8 +407,8 @@ class _Sequence(Generic[_P]):
 
     def wait_after(self, *, retried: bool) -> float | None:
         """The backoff before another attempt, or None when there is none: the failure is
-        not retried, the breaker changed state (CB-8), no attempt is left (a trial has one,
-        CB-6) or the backoff does not fit in the budget."""
+        not retried, the breaker changed state since admission, no attempt is left (a trial
+        has one) or the backoff does not fit in the budget."""
         if not retried or self.permit.generation != self.breaker.generation or self.attempts >= self.limit:
             return None
         wait = self.policy.backoff(self.attempts)
