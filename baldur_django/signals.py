@@ -139,7 +139,26 @@ def bridge(event: Event) -> None:
                 trigger=event.trigger,
                 dry_run=event.dry_run,
             )
-    elif isinstance(event, Forced):
+    elif isinstance(event, (Forced, Released, ForceLapsed)):
+        _send_force_change(event)
+    elif isinstance(event, Reset):
+        _send(
+            circuit_reset,
+            event,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            trigger="reset",
+            forced=event.forced or None,
+        )
+    elif isinstance(event, CallRejected):
+        _send(call_rejected, event, reason=event.reason, state=event.state, dry_run=event.dry_run)
+    elif isinstance(event, EmergencyLevelChanged):
+        _send_emergency(event)
+
+
+def _send_force_change(event: Forced | Released | ForceLapsed) -> None:
+    """``circuit_forced`` for a force; ``circuit_released`` for a release or a lapse."""
+    if isinstance(event, Forced):
         _send(
             circuit_forced,
             event,
@@ -164,7 +183,7 @@ def bridge(event: Event) -> None:
             previous=event.previous,
             actor=event.actor,
         )
-    elif isinstance(event, ForceLapsed):
+    else:
         _send(
             circuit_released,
             event,
@@ -175,19 +194,6 @@ def bridge(event: Event) -> None:
             previous=event.previous,
             actor=None,
         )
-    elif isinstance(event, Reset):
-        _send(
-            circuit_reset,
-            event,
-            from_state=event.from_state,
-            to_state=event.to_state,
-            trigger="reset",
-            forced=event.forced or None,
-        )
-    elif isinstance(event, CallRejected):
-        _send(call_rejected, event, reason=event.reason, state=event.state, dry_run=event.dry_run)
-    elif isinstance(event, EmergencyLevelChanged):
-        _send_emergency(event)
 
 
 def _send_emergency(event: EmergencyLevelChanged) -> None:

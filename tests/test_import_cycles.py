@@ -3,8 +3,9 @@
 The graph is built from the source with :mod:`ast`: one edge for every ``import`` and
 ``from ... import`` of a ``baldur_django.core`` module, at module level and inside functions
 and classes alike (a lazy import inside a function is still a dependency: it only hides the
-cycle from the interpreter); imports under ``if TYPE_CHECKING:`` are left out (they never
-run). ``from package import name`` points at ``package.name`` when that is a module, else at
+cycle from the interpreter). Imports under ``if TYPE_CHECKING:`` never run: the first rule
+leaves them out, a second one counts them too (a type-only circle still means two modules
+that cannot be read, or typed, one without the other). ``from package import name`` points at ``package.name`` when that is a module, else at
 the package. Like grimp (import-linter's graph), an import of ``a.b.c`` points at ``a.b.c``
 only, not at the packages ``a`` and ``a.b`` the interpreter also initialises on the way.
 """
@@ -39,14 +40,19 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 class _Imports(ast.NodeVisitor):
-    """The modules one file imports at run time (its TYPE_CHECKING-only imports left out)."""
+    """The modules one file imports at run time (its TYPE_CHECKING-only imports left out,
+    unless *type_checking*: then every import counts)."""
 
-    def __init__(self, module: str, is_package: bool, known: set[str]) -> None:
+    def __init__(self, module: str, is_package: bool, known: set[str], type_checking: bool = False) -> None:
         self.package = module if is_package else module.rpartition(".")[0]
         self.known = known
+        self.type_checking = type_checking
         self.targets: set[str] = set()
 
     def visit_If(self, node: ast.If) -> None:
+        if self.type_checking:
+            self.generic_visit(node)
+            return
         negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
         test = node.test.operand if isinstance(node.test, ast.UnaryOp) and negated else node.test
         if _is_type_checking(test):
@@ -78,13 +84,14 @@ class _Imports(ast.NodeVisitor):
             self._add(candidate if candidate in self.known else base)
 
 
-def import_graph(root: Path = REPO, package: str = CORE) -> dict[str, set[str]]:
-    """``{module: modules of the package it imports}`` for every module of *package*."""
+def import_graph(root: Path = REPO, package: str = CORE, *, type_checking: bool = False) -> dict[str, set[str]]:
+    """``{module: modules of the package it imports}`` for every module of *package*
+    (with *type_checking*, the imports under ``if TYPE_CHECKING:`` included)."""
     modules = module_names(root, package)
     known = set(modules)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        visitor = _Imports(name, path.name == "__init__.py", known)
+        visitor = _Imports(name, path.name == "__init__.py", known, type_checking)
         visitor.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
         graph[name] = visitor.targets - {name}
     return graph
@@ -182,6 +189,28 @@ def test_core_has_no_import_cycle():
     assert not found, "import cycles inside baldur_django.core:\n" + describe(found)
 
 
+#: Type-only imports that still close a circle inside core, each with why it stays for now.
+#: The list can only shrink: an entry whose import is gone fails the test below.
+TYPE_ONLY_EDGES_ALLOWED = {
+    (f"{CORE}.sync", f"{CORE}.breaker"): "sync types its breaker argument with the class; the breaker "
+    "refactor gives it a small interface of its own",
+}
+
+
+def test_core_has_no_import_cycle_counting_type_checking_imports():
+    """Issue 26: no import circle inside ``baldur_django.core`` when the imports under
+    ``if TYPE_CHECKING:`` count too (retry reads the breaker through the protocols of
+    ``core.retry_target``), apart from the listed type-only edges."""
+    graph = import_graph(type_checking=True)
+    stale = sorted(edge for edge in TYPE_ONLY_EDGES_ALLOWED if edge[1] not in graph.get(edge[0], set()))
+    assert not stale, f"remove these from TYPE_ONLY_EDGES_ALLOWED, the import is gone: {stale}"
+    for source, target in TYPE_ONLY_EDGES_ALLOWED:
+        graph[source] = graph[source] - {target}
+    found = cycles(graph)
+    assert not found, "import cycles inside baldur_django.core (TYPE_CHECKING imports counted):\n" + describe(found)
+    assert f"{CORE}.breaker" not in graph[f"{CORE}.retry"]
+
+
 def test_the_emergency_package_is_acyclic():
     """Issue 18: the emergency package's modules import each other in one direction only,
     and none of its parts imports the package itself (which imports them all)."""
@@ -245,5 +274,7 @@ def test_the_graph_leaves_out_type_checking_imports(tmp_path):
     graph = import_graph(tmp_path, "pkg")
     assert graph["pkg.b"] == {"pkg.c", "pkg.d"}
     assert cycles(graph) == []
+    assert import_graph(tmp_path, "pkg", type_checking=True)["pkg.b"] == {"pkg.a", "pkg.c", "pkg.d"}
+    assert cycles(import_graph(tmp_path, "pkg", type_checking=True)) == [["pkg.a", "pkg.b", "pkg.a"]]
     _write(tmp_path, {"pkg/c.py": "def f():\n    import pkg.a\n"})
     assert cycles(import_graph(tmp_path, "pkg")) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]

@@ -186,6 +186,14 @@ def pubsub_client(socket_timeout: float | None = None) -> Any:
         return redis.Redis.from_url(url, **options)
     if baldur_settings.get("BALDUR_REDIS_CLUSTER"):
         raise ConfigError(f"{purpose} with BALDUR_REDIS_CLUSTER=True needs BALDUR_REDIS_URL naming one node")
+    return _client_like_cache(options, purpose)
+
+
+def _client_like_cache(options: dict[str, Any], purpose: str) -> Any:
+    """A client with the connection parameters of the django-redis cache
+    ``BALDUR_REDIS_CACHE_ALIAS`` and the pub/sub *options* (ConfigError when they cannot be copied)."""
+    import redis
+
     alias = baldur_settings.get("BALDUR_REDIS_CACHE_ALIAS")
     try:
         from django_redis import get_redis_connection

@@ -158,6 +158,17 @@ async def _aprobe() -> None:
     """Stands for the request in aprotect_route's checks (a coroutine function: accepted)."""
 
 
+def _policy_of(owner: str, retry: Any) -> RetryPolicy | None:
+    """The retry policy an adapter's *retry* argument names: None/False none, True the default."""
+    if retry is None or retry is False:
+        return None
+    if retry is True:
+        return RetryPolicy()
+    if isinstance(retry, RetryPolicy):
+        return retry
+    raise ConfigError(f"{owner}(retry={retry!r}): expected a baldur_django.RetryPolicy (or True, or None)")
+
+
 class Breakers:
     """The breakers one adapter or transport uses, with their routes.
 
@@ -191,14 +202,7 @@ class Breakers:
                 f"{owner}(service={service!r}): expected a non-empty breaker name, a callable of the "
                 "request returning one, or None for one breaker per host"
             )
-        if retry is None or retry is False:
-            policy = None
-        elif retry is True:
-            policy = RetryPolicy()
-        elif isinstance(retry, RetryPolicy):
-            policy = retry
-        else:
-            raise ConfigError(f"{owner}(retry={retry!r}): expected a baldur_django.RetryPolicy (or True, or None)")
+        policy = _policy_of(owner, retry)
         if fallback is not None and not callable(fallback):
             raise ConfigError(f"{owner}(fallback={fallback!r}): expected a callable of the request, or None")
         unknown = sorted(set(overrides) - set(OVERRIDE_NAMES))

@@ -59,13 +59,11 @@ from __future__ import annotations
 
 import atexit
 import logging
-import operator
 import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 try:
@@ -81,11 +79,25 @@ except ImportError as exc:  # exercised by tests/metrics (prometheus_client hidd
         "pip install 'baldur-django[prometheus]'"
     ) from exc
 
-from ..core import emergency
-from ..core.breaker import METRIC_COUNTS
 from ..core.errors import ConfigError
-from ..core.registry import registry as _breakers
-from ..core.states import CircuitState
+from .prometheus_readings import (
+    BLOCKED,
+    CALLS,
+    COUNT_FAMILY,
+    COUNT_LABEL,
+    COUNTERS,
+    EMERGENCY_LEVEL,
+    HELP,
+    LABELS,
+    NO_TRANSITIONS,
+    STATE,
+    TRANSITIONS,
+    ZEROS,
+    Transition,
+    View,
+)
+from .prometheus_readings import TALLY as _tally
+from .prometheus_readings import WARNINGS as _warnings
 
 __all__ = [
     "install",
@@ -102,6 +114,8 @@ __all__ = [
     "TRANSITIONS",
     "STATE",
     "EMERGENCY_LEVEL",
+    "Transition",
+    "View",
 ]
 
 log = logging.getLogger("baldur.metrics")
@@ -135,205 +149,28 @@ def flush_pause(took: float) -> float:
     return max(0.0, min(wanted, FLUSH_DEADLINE - took))
 
 
-# Names as a scrape shows them (the counters without their ``_total`` suffix, as
-# prometheus_client names counter families), with help texts and label names.
-CALLS = "baldur_circuit_breaker_calls"
-BLOCKED = "baldur_circuit_breaker_blocked_requests"
-TRANSITIONS = "baldur_circuit_breaker_transitions"
-STATE = "baldur_circuit_breaker_state"
-EMERGENCY_LEVEL = "baldur_emergency_level"
-
-_HELP = {
-    CALLS: "Calls through a circuit breaker by final outcome (success, failure, ignored, rate_limited).",
-    BLOCKED: "Requests a circuit breaker refused, by reason (open, half_open_full, frozen).",
-    TRANSITIONS: "State changes of a circuit breaker, by from_state, to_state and trigger.",
-    STATE: "Circuit breaker state: 0 closed, 1 open, 2 half_open.",
-    EMERGENCY_LEVEL: "Emergency Mode level in force: 0 normal to 3 (every breaker frozen).",
-}
-_LABELS: dict[str, tuple[str, ...]] = {
-    CALLS: ("service", "outcome"),
-    BLOCKED: ("service", "reason"),
-    TRANSITIONS: ("service", "from_state", "to_state", "trigger"),
-    STATE: ("service",),
-    EMERGENCY_LEVEL: (),
-}
-_COUNTERS = (CALLS, BLOCKED, TRANSITIONS)
-_STATE_VALUES = {CircuitState.CLOSED: 0, CircuitState.OPEN: 1, CircuitState.HALF_OPEN: 2}
-
-#: A transition's labels: ``(from_state, to_state, trigger)``.
-Transition = tuple[str, str, str]
-
-
 def multiprocess_dir() -> str | None:
     """The prometheus_client multiprocess directory (``PROMETHEUS_MULTIPROC_DIR``), or None."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
-class _Warnings:
-    """One warning, then at most one a minute (a scrape or flush that keeps failing)."""
-
-    def __init__(self) -> None:
-        self._last = float("-inf")
-
-    def warn(self, message: str, *args: Any) -> None:
-        now = time.monotonic()
-        if now - self._last >= 60.0:
-            self._last = now
-            log.warning(message, *args, exc_info=True)
-
-
-_warnings = _Warnings()
-
-
-# ------------------------------------------------------------------------ readings
-# The label value and family of each count of CircuitBreaker.metric_values(), in its order.
-_COUNT_FAMILY = tuple(CALLS if group == "calls" else BLOCKED for group, _ in METRIC_COUNTS)
-_COUNT_LABEL = tuple(key for _, key in METRIC_COUNTS)
-_ZEROS: tuple[int, ...] = (0,) * len(METRIC_COUNTS)
-_NONE: Mapping[Transition, int] = MappingProxyType({})
-
-
-class _Series:
-    """The counter series of one service: what every breaker registered under its name
-    in this process counted, summed (a replaced breaker's counts stay in them).
-
-    ``totals`` and ``transitions`` are replaced as a whole, never changed in place, by
-    the thread folding a reading (under the tally's lock): a reader outside the lock
-    reads each attribute once and sees one consistent value, and an unchanged series
-    keeps the very same objects (the flusher compares identities). Every value only grows.
-    """
-
-    __slots__ = ("ref", "seen", "seen_transitions", "base", "base_transitions", "totals", "transitions")
-
-    def __init__(self, breaker: Any) -> None:
-        self.ref: weakref.ref[Any] = weakref.ref(breaker)
-        self.seen = _ZEROS  # the current breaker's highest reading
-        self.seen_transitions: dict[Transition, int] = {}
-        self.base = _ZEROS  # what the breakers it replaced counted
-        self.base_transitions: Mapping[Transition, int] = _NONE
-        self.totals = _ZEROS  # base + seen
-        self.transitions: Mapping[Transition, int] = _NONE  # base + seen
-
-    def replace(self, breaker: Any) -> None:
-        """A new breaker under the name (the registry cleared): its counts add to these."""
-        self.ref = weakref.ref(breaker)
-        self.base, self.base_transitions = self.totals, self.transitions
-        self.seen, self.seen_transitions = _ZEROS, {}
-
-    def fold(self, counts: tuple[int, ...], transitions: tuple[tuple[Transition, int], ...]) -> None:
-        """Keep the highest of each count (two readers may fold out of order)."""
-        seen = self.seen
-        if counts != seen:
-            highest = tuple(map(max, counts, seen))
-            if highest != seen:
-                self.seen = highest
-                base = self.base
-                self.totals = highest if base is _ZEROS else tuple(map(operator.add, base, highest))
-        if transitions:
-            mine = self.seen_transitions
-            changed = False
-            for key, value in transitions:
-                if value > mine.get(key, 0):
-                    mine[key] = value
-                    changed = True
-            if changed:
-                merged = dict(self.base_transitions)
-                for key, value in mine.items():
-                    merged[key] = merged.get(key, 0) + value
-                self.transitions = MappingProxyType(merged)
-
-
-class View:
-    """One reading of every breaker of the process.
-
-    Attributes:
-        series: service -> :class:`_Series`, for every service a breaker of this process
-            ever had (a forgotten breaker's counts stay exported).
-        states: ``(service, state gauge value 0/1/2)`` of each breaker registered now.
-        level: the emergency level (0..3).
-    """
-
-    __slots__ = ("series", "states", "level")
-
-    def __init__(self, series: dict[str, _Series], states: list[tuple[str, int]], level: int) -> None:
-        self.series = series
-        self.states = states
-        self.level = level
-
-
-class _Tally:
-    """Turns readings of the breakers into counter series that never go down.
-
-    A breaker's counts only grow, but two readers (a scrape and the flusher) may fold
-    their readings out of order, and a breaker may be replaced under its name (the
-    registry cleared): each series keeps the highest value seen per breaker, and a
-    replaced breaker's last counts are carried into its successor's series.
-    """
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget everything (a forked child: its breakers' counts restart at zero; the
-        lock is new, as another thread of the parent may have held the old one)."""
-        self.lock = threading.Lock()
-        self._series: dict[str, _Series] = {}
-
-    def read(self) -> View:
-        """Read every breaker of the process and the emergency level. Never raises."""
-        readings = []
-        states = []
-        for breaker in _breakers:
-            try:
-                state, counts, transitions = breaker.metric_values()
-            except Exception:
-                _warnings.warn("metrics.read_failed service=%s: its series are left out of this reading", breaker.name)
-                continue
-            readings.append((breaker, counts, transitions))
-            states.append((breaker.name, _STATE_VALUES.get(state, 0)))
-        try:
-            level = int(emergency.current_level())
-        except Exception:  # current_level() never raises; belt and braces
-            _warnings.warn("metrics.read_failed: the emergency level could not be read")
-            level = 0
-        with self.lock:
-            self._fold(readings)
-            series = dict(self._series)
-        return View(series, states, level)
-
-    def _fold(self, readings: Iterable[tuple[Any, tuple[int, ...], tuple[tuple[Transition, int], ...]]]) -> None:
-        known = self._series
-        for breaker, counts, transitions in readings:
-            entry = known.get(breaker.name)
-            if entry is None:
-                entry = known[breaker.name] = _Series(breaker)
-            elif entry.ref() is not breaker:
-                entry.replace(breaker)
-            elif not transitions and counts == entry.seen:
-                continue  # nothing new (an idle breaker)
-            entry.fold(counts, transitions)
-
-
-_tally = _Tally()
-
-
 # ----------------------------------------------------------------------- collector
 def _families(view: View | None) -> Iterator[Metric]:
-    calls = CounterMetricFamily(CALLS, _HELP[CALLS], labels=_LABELS[CALLS])
-    blocked = CounterMetricFamily(BLOCKED, _HELP[BLOCKED], labels=_LABELS[BLOCKED])
-    moved = CounterMetricFamily(TRANSITIONS, _HELP[TRANSITIONS], labels=_LABELS[TRANSITIONS])
-    states = GaugeMetricFamily(STATE, _HELP[STATE], labels=_LABELS[STATE])
-    level = GaugeMetricFamily(EMERGENCY_LEVEL, _HELP[EMERGENCY_LEVEL])
+    calls = CounterMetricFamily(CALLS, HELP[CALLS], labels=LABELS[CALLS])
+    blocked = CounterMetricFamily(BLOCKED, HELP[BLOCKED], labels=LABELS[BLOCKED])
+    moved = CounterMetricFamily(TRANSITIONS, HELP[TRANSITIONS], labels=LABELS[TRANSITIONS])
+    states = GaugeMetricFamily(STATE, HELP[STATE], labels=LABELS[STATE])
+    level = GaugeMetricFamily(EMERGENCY_LEVEL, HELP[EMERGENCY_LEVEL])
     if view is not None:
         family = {CALLS: calls, BLOCKED: blocked}
-        add = {name: family[name].add_metric for name in _COUNT_FAMILY}
-        adders = tuple(add[name] for name in _COUNT_FAMILY)
+        add = {name: family[name].add_metric for name in COUNT_FAMILY}
+        adders = tuple(add[name] for name in COUNT_FAMILY)
         series = view.series
         for service in sorted(series):
             entry = series[service]
             totals = entry.totals
-            if totals is not _ZEROS:
-                for value, add_metric, label in zip(totals, adders, _COUNT_LABEL, strict=True):
+            if totals is not ZEROS:
+                for value, add_metric, label in zip(totals, adders, COUNT_LABEL, strict=True):
                     if value:  # a series that never counted anything is not exported
                         add_metric((service, label), value)
             if entry.transitions:
@@ -400,12 +237,10 @@ class _Flusher:
         if self.metrics is None:
             from prometheus_client import Counter, Gauge
 
-            made: dict[str, Any] = {
-                name: Counter(name, _HELP[name], _LABELS[name], registry=None) for name in _COUNTERS
-            }
-            made[STATE] = Gauge(STATE, _HELP[STATE], _LABELS[STATE], registry=None, multiprocess_mode="liveall")
+            made: dict[str, Any] = {name: Counter(name, HELP[name], LABELS[name], registry=None) for name in COUNTERS}
+            made[STATE] = Gauge(STATE, HELP[STATE], LABELS[STATE], registry=None, multiprocess_mode="liveall")
             made[EMERGENCY_LEVEL] = Gauge(
-                EMERGENCY_LEVEL, _HELP[EMERGENCY_LEVEL], registry=None, multiprocess_mode="livemax"
+                EMERGENCY_LEVEL, HELP[EMERGENCY_LEVEL], registry=None, multiprocess_mode="livemax"
             )
             self.metrics = made
         return self.metrics
@@ -445,19 +280,19 @@ class _Flusher:
         with self.lock:
             view = _tally.read()
             metrics = self._metrics()
-            families = tuple(metrics[name] for name in _COUNT_FAMILY)
+            families = tuple(metrics[name] for name in COUNT_FAMILY)
             moved = metrics[TRANSITIONS]
             pushed, pushed_transitions = self.pushed, self.pushed_transitions
             for service, entry in view.series.items():
                 totals = entry.totals  # read once: the fold replaces it, never changes it
-                before = pushed.get(service, _ZEROS)
+                before = pushed.get(service, ZEROS)
                 if totals is not before:
-                    for now, was, family, label in zip(totals, before, families, _COUNT_LABEL, strict=True):
+                    for now, was, family, label in zip(totals, before, families, COUNT_LABEL, strict=True):
                         if now > was:  # a series reaches the files with its first count
                             family.labels(service, label).inc(now - was)
                     pushed[service] = totals
                 transitions = entry.transitions
-                written = pushed_transitions.get(service, _NONE)
+                written = pushed_transitions.get(service, NO_TRANSITIONS)
                 if transitions is not written:
                     for key, now in transitions.items():
                         was = written.get(key, 0)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json as jsonlib
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -243,22 +244,8 @@ class BreakerAdapter(BaseAdapter):
         name = self.breaker_name(request)
         entry = breakers.entry(name)
         route = breakers.route(entry, request.method, isinstance(request.body, _REPLAYABLE))
-        adapter = self._adapter
         options = {"stream": stream, "timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
-        previous: list[Response] = []
-
-        def attempt() -> Response:
-            # a failure response that the retry stage sends again is closed first: its
-            # pooled connection is released, and nobody else will ever read it
-            while previous:
-                previous.pop().close()
-            try:
-                response = adapter.send(request, **options)
-            except _CLIENT_ERRORS as exc:
-                raise NotAnOutcome(exc) from None
-            previous.append(response)
-            return response
-
+        attempt = _attempts(self._adapter, request, options)
         fallback = breakers.fallback
         try:
             if fallback is None:
@@ -294,3 +281,22 @@ class BreakerAdapter(BaseAdapter):
     def __repr__(self) -> str:
         service = self._breakers.service
         return f"<BreakerAdapter service={'per host' if service is None else service!r} adapter={self._adapter!r}>"
+
+
+def _attempts(adapter: BaseAdapter, request: PreparedRequest, options: dict[str, Any]) -> Callable[[], Response]:
+    """One attempt of *request* through *adapter*, as often as the retry stage calls it."""
+    previous: list[Response] = []
+
+    def attempt() -> Response:
+        # a failure response that the retry stage sends again is closed first: its
+        # pooled connection is released, and nobody else will ever read it
+        while previous:
+            previous.pop().close()
+        try:
+            response = adapter.send(request, **options)
+        except _CLIENT_ERRORS as exc:
+            raise NotAnOutcome(exc) from None
+        previous.append(response)
+        return response
+
+    return attempt

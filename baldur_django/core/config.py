@@ -419,52 +419,8 @@ def _build(service: str, overrides: Mapping[str, Any], s: SettingsSource, clock:
     per_service = s.get("BALDUR_SERVICES").get(service, {})
     predicates = service_predicates(service, per_service)
     predicates.update({key: overrides[key] for key in PREDICATE_KEYS if overrides.get(key) is not None})
-    values: dict[str, Any] = {}
-    # how specifically each value was given: 3 per-call, 2 BALDUR_SERVICES, 1 global
-    # setting or env var, 0 the table's default
-    level: dict[str, int] = {}
-    origin: dict[str, str] = {}
-    for key, knob in OVERRIDE_KEYS.items():
-        if key in overrides:
-            values[key], level[key], origin[key] = overrides[key], 3, "per-call argument"
-        elif key in per_service:
-            values[key], level[key], origin[key] = per_service[key], 2, f"BALDUR_SERVICES[{service!r}]"
-        else:
-            values[key] = s.get(knob)
-            explicit = s.source(knob) != "default"
-            level[key], origin[key] = (1, knob) if explicit else (0, f"default of {knob}")
-
-    def given(key: str) -> str:
-        return f"{key}={values[key]!r} (from {origin[key]})"
-
-    def conflict(small: str, big: str) -> bool:
-        # *small* below *big* is an error when *small* was given explicitly, at least as
-        # specifically as *big*; otherwise *small* follows *big* (the caller adjusts it)
-        return level[small] > 0 and level[small] >= level[big]
-
-    if values["sliding_window_type"] == "count" and values["minimum_calls"] > values["sliding_window_size"]:
-        # CB-3: a count window can never hold more than its size (a time window has no
-        # such bound: minimum_calls is counted over its seconds)
-        if conflict("minimum_calls", "sliding_window_size"):
-            raise ConfigError(
-                f"breaker {service!r}: minimum_calls={values['minimum_calls']!r} is above "
-                f"sliding_window_size={values['sliding_window_size']!r} "
-                f"(minimum_calls from {origin['minimum_calls']}, "
-                f"sliding_window_size from {origin['sliding_window_size']})"
-            )
-        # the window was narrowed more specifically than minimum_calls (or minimum_calls
-        # is the default): the gate follows the window
-        values["minimum_calls"] = values["sliding_window_size"]
-    if values["recovery_timeout_max"] < values["recovery_timeout"]:
-        # CB-16: the cap of the backed-off open duration below the first open's length
-        if conflict("recovery_timeout_max", "recovery_timeout"):
-            raise ConfigError(
-                f"breaker {service!r}: {given('recovery_timeout_max')} is below {given('recovery_timeout')}; "
-                "the cap of the backed-off recovery timeout cannot be shorter than the timeout itself"
-            )
-        # a timeout given more specifically than the cap (or a default cap): the cap
-        # follows, so an open never lasts less than recovery_timeout
-        values["recovery_timeout_max"] = float(values["recovery_timeout"])
+    values, level, origin = _resolve(service, overrides, per_service, s)
+    _reconcile(service, values, level, origin)
     return BreakerConfig(
         failure_threshold=values["failure_threshold"],
         failure_rate_threshold=values["failure_rate_threshold"],
@@ -499,3 +455,61 @@ def _build(service: str, overrides: Mapping[str, Any], s: SettingsSource, clock:
         slow_call_duration=values["slow_call_duration"],
         slow_call_rate_threshold=values["slow_call_rate_threshold"],
     )
+
+
+def _resolve(
+    service: str, overrides: Mapping[str, Any], per_service: Mapping[str, Any], s: SettingsSource
+) -> tuple[dict[str, Any], dict[str, int], dict[str, str]]:
+    """Every per-breaker value, ``(values, level, origin)``: the value, how specifically it
+    was given (3 per-call, 2 ``BALDUR_SERVICES``, 1 global setting or env var, 0 the table's
+    default) and where it came from, in words."""
+    values: dict[str, Any] = {}
+    level: dict[str, int] = {}
+    origin: dict[str, str] = {}
+    for key, knob in OVERRIDE_KEYS.items():
+        if key in overrides:
+            values[key], level[key], origin[key] = overrides[key], 3, "per-call argument"
+        elif key in per_service:
+            values[key], level[key], origin[key] = per_service[key], 2, f"BALDUR_SERVICES[{service!r}]"
+        else:
+            values[key] = s.get(knob)
+            explicit = s.source(knob) != "default"
+            level[key], origin[key] = (1, knob) if explicit else (0, f"default of {knob}")
+    return values, level, origin
+
+
+def _reconcile(service: str, values: dict[str, Any], level: dict[str, int], origin: dict[str, str]) -> None:
+    """Make values that bound each other agree: the less specific one follows the other, and
+    two given as specifically raise ConfigError."""
+
+    def given(key: str) -> str:
+        return f"{key}={values[key]!r} (from {origin[key]})"
+
+    def conflict(small: str, big: str) -> bool:
+        # *small* below *big* is an error when *small* was given explicitly, at least as
+        # specifically as *big*; otherwise *small* follows *big* (the caller adjusts it)
+        return level[small] > 0 and level[small] >= level[big]
+
+    if values["sliding_window_type"] == "count" and values["minimum_calls"] > values["sliding_window_size"]:
+        # CB-3: a count window can never hold more than its size (a time window has no
+        # such bound: minimum_calls is counted over its seconds)
+        if conflict("minimum_calls", "sliding_window_size"):
+            raise ConfigError(
+                f"breaker {service!r}: minimum_calls={values['minimum_calls']!r} is above "
+                f"sliding_window_size={values['sliding_window_size']!r} "
+                f"(minimum_calls from {origin['minimum_calls']}, "
+                f"sliding_window_size from {origin['sliding_window_size']})"
+            )
+        # the window was narrowed more specifically than minimum_calls (or minimum_calls
+        # is the default): the gate follows the window
+        values["minimum_calls"] = values["sliding_window_size"]
+    if values["recovery_timeout_max"] < values["recovery_timeout"]:
+        # CB-16: the cap of the backed-off open duration below the first open's length
+        if conflict("recovery_timeout_max", "recovery_timeout"):
+            raise ConfigError(
+                f"breaker {service!r}: {given('recovery_timeout_max')} is below {given('recovery_timeout')}; "
+                "the cap of the backed-off recovery timeout cannot be shorter than the timeout itself"
+            )
+        # a timeout given more specifically than the cap (or a default cap): the cap
+        # follows, so an open never lasts less than recovery_timeout
+        values["recovery_timeout_max"] = float(values["recovery_timeout"])

@@ -237,26 +237,25 @@ def protected(
     Args:
         service: breaker name (CB-12).
         retry: False (default), True for ``RetryPolicy()``, or a :class:`RetryPolicy`.
-        fallback: called with the call's own arguments when the breaker rejects, the
-            cooldown refuses, or the final outcome is a counted exception; a coroutine
-            function is awaited in the async form.
+        fallback: called with the call's own arguments when the breaker rejects, the cooldown refuses, or
+            the final outcome is a counted exception; a coroutine function is awaited in the async form.
         failure_threshold: per-call override: consecutive failures that open the breaker.
         failure_rate_threshold: per-call override: failure percentage (0-100) that opens it.
         sliding_window_size: per-call override: calls kept in the failure-rate window.
         minimum_calls: per-call override: window calls needed before the rate counts.
         recovery_timeout: per-call override: seconds (float allowed) OPEN waits before probing.
         half_open_max_calls: per-call override: trial calls per probing round.
-        ignore_exceptions: per-call override: exception types, and callables(exc) -> bool
-            returning True, counted as neither outcome (CB-10, CB-18).
-        failure_predicate: per-call override: callable(exc) -> bool; an exception it
-            answers False for is ignored (neither outcome). Asked after the 429 test and
-            after ``ignore_exceptions``; one that raises makes the call a failure (CB-18).
-        result_predicate: per-call override: callable(value) -> bool; True records the
-            returned value as a failure (returned unchanged, never a fallback; CB-18).
+        ignore_exceptions: per-call override: exception types, and callables(exc) -> bool returning True,
+            counted as neither outcome (CB-10, CB-18).
+        failure_predicate: per-call override: callable(exc) -> bool; an exception it answers False for is
+            ignored (neither outcome). Asked after the 429 test and after ``ignore_exceptions``; one that
+            raises makes the call a failure (CB-18).
+        result_predicate: per-call override: callable(value) -> bool; True records the returned value as a
+            failure (returned unchanged, never a fallback; CB-18).
         sliding_window_type: per-call override: ``"count"`` or ``"time"`` (CB-15).
         sliding_window_seconds: per-call override: span of the time window, whole seconds (CB-15).
-        recovery_backoff_factor: per-call override: growth of the open duration per
-            consecutive open, 1.0 = off (CB-16).
+        recovery_backoff_factor: per-call override: growth of the open duration per consecutive open,
+            1.0 = off (CB-16).
         recovery_timeout_max: per-call override: cap of the backed-off open duration, seconds (CB-16).
         slow_call_duration: per-call override: seconds from which a call is slow, 0 = off (CB-17).
         slow_call_rate_threshold: per-call override: slow percentage that opens (CB-17).
@@ -265,37 +264,14 @@ def protected(
         A decorator; the wrapped function returns what the call (or fallback) returns.
 
     Raises:
-        ConfigError: at decoration time for a bad override, a generator function, a
-            non-callable fallback, or an ``async def`` fallback for a ``def`` (at call
-            time, a sync call's fallback that returns an awaitable). A bad ``BALDUR_*`` setting is never raised at
-            decoration (import) time: each call raises it until it is fixed (CFG-3).
+        ConfigError: at decoration time for a bad override, a generator function, a non-callable
+            fallback, or an ``async def`` fallback for a ``def`` (at call time, a sync fallback that returns
+            an awaitable). A bad ``BALDUR_*`` setting is raised by each call, never at decoration (import) time.
         CircuitOpenError, RateLimitCooldownError: at call time when no fallback applies.
     """
-    policy = coerce_retry(retry)
-    _check_fallback(service, fallback)
-    overrides = dict(
-        failure_threshold=failure_threshold,
-        failure_rate_threshold=failure_rate_threshold,
-        sliding_window_size=sliding_window_size,
-        minimum_calls=minimum_calls,
-        recovery_timeout=recovery_timeout,
-        half_open_max_calls=half_open_max_calls,
-        ignore_exceptions=ignore_exceptions,
-        failure_predicate=failure_predicate,
-        result_predicate=result_predicate,
-        sliding_window_type=sliding_window_type,
-        sliding_window_seconds=sliding_window_seconds,
-        recovery_backoff_factor=recovery_backoff_factor,
-        recovery_timeout_max=recovery_timeout_max,
-        slow_call_duration=slow_call_duration,
-        slow_call_rate_threshold=slow_call_rate_threshold,
-    )
-    registered = _register(service, overrides)  # validate now; register now unless a setting is bad (CFG-3)
-
-    def decorate(func: F) -> F:
-        return _decorate(service, func, policy, fallback, overrides, False, registered)
-
-    return decorate
+    # the per-call overrides: every parameter but the first three, in their order
+    overrides = {name: value for name, value in locals().items() if name in _KNOWN}
+    return _decorator(service, retry, fallback, overrides, is_async=False)
 
 
 def aprotected(service: str, **options: Any) -> Callable[[F], F]:
@@ -306,12 +282,20 @@ def aprotected(service: str, **options: Any) -> Callable[[F], F]:
     """
     retry = options.pop("retry", False)
     fallback = options.pop("fallback", None)
+    return _decorator(service, retry, fallback, options, is_async=True)
+
+
+def _decorator(
+    service: str, retry: Any, fallback: Any, overrides: dict[str, Any], *, is_async: bool
+) -> Callable[[F], F]:
+    """The decorator of :func:`protected` / :func:`aprotected`: checks *retry*, *fallback* and
+    *overrides* now, and registers the breaker now unless a setting is bad (CFG-3)."""
     policy = coerce_retry(retry)
     _check_fallback(service, fallback)
-    registered = _register(service, options)
+    registered = _register(service, overrides)
 
     def decorate(func: F) -> F:
-        return _decorate(service, func, policy, fallback, options, True, registered)
+        return _decorate(service, func, policy, fallback, overrides, is_async, registered)
 
     return decorate
 

@@ -75,116 +75,11 @@ class LoggingListener:
         level = _LEVELS.get(self._level(), logging.WARNING)
         if isinstance(event, StateChanged):
             self._state(level, event)
-        elif isinstance(event, Forced):
-            log_event(
-                level,
-                f"circuit_breaker.forced_{event.mode}",
-                event.service,
-                "ttl_minutes=%s reason=%r actor=%s expires_at=%s%s",
-                event.ttl_minutes,
-                event.reason,
-                event.actor,
-                wall_time(event.expires_at),
-                " dry_run=true" if event.dry_run else "",
-                from_state=event.from_state,
-                to_state=event.to_state,
-                trigger="forced",
-                actor=event.actor,
-                expires_at=event.expires_at,
-                reason=event.reason,
-                dry_run=event.dry_run,
-            )
-        elif isinstance(event, Released):
-            log_event(
-                level,
-                "circuit_breaker.released",
-                event.service,
-                "previous=%s actor=%s",
-                event.previous,
-                event.actor,
-                from_state=event.from_state,
-                to_state=event.to_state,
-                trigger="released",
-                actor=event.actor,
-            )
-        elif isinstance(event, ForceLapsed):
-            log_event(
-                level,
-                "circuit_breaker.force_lapsed",
-                event.service,
-                "previous=%s",
-                event.previous,
-                from_state=event.from_state,
-                to_state=event.to_state,
-                trigger="force_lapsed",
-            )
-        elif isinstance(event, Reset):
-            log_event(
-                level,
-                "circuit_breaker.reset",
-                event.service,
-                "from=%s forced=%s",
-                event.from_state,
-                event.forced or "-",
-                from_state=event.from_state,
-                to_state=event.to_state,
-                trigger="reset",
-            )
-        elif isinstance(event, TripBlocked):
-            log_event(
-                logging.WARNING,
-                "circuit_breaker.trip_blocked",
-                event.service,
-                "forced=%s trigger=%s",
-                event.forced,
-                event.trigger,
-                trigger=event.trigger,
-            )
-        elif isinstance(event, RateLimitStorm):
-            log_event(
-                logging.WARNING,
-                "circuit_breaker.rate_limit_storm",
-                event.service,
-                "count=%d calls=%d rate=%.1f%%",
-                event.count,
-                event.calls,
-                event.rate,
-                trigger="rate_limit_cascade",
-                count=event.count,
-                rate=event.rate,
-            )
-        elif isinstance(event, CallRejected) and event.dry_run:
-            log_event(
-                logging.WARNING,
-                "circuit_breaker.dry_run_reject",
-                event.service,
-                "reason=%s state=%s",
-                event.reason,
-                event.state,
-                reason=event.reason,
-            )
-        elif isinstance(event, RecordAdopted):
-            log_event(
-                logging.INFO,
-                "circuit_breaker.store_adopted",
-                event.service,
-                "state=%s forced=%s version=%d was=%s",
-                event.state,
-                event.forced or "-",
-                event.version,
-                event.local_state,
-                to_state=event.state,
-                from_state=event.local_state,
-            )
-        elif isinstance(event, StoreProblem):
-            name = "circuit_breaker.store_recovered" if event.recovered else "circuit_breaker.store_unavailable"
-            log_event(
-                logging.INFO if event.recovered else logging.WARNING,
-                name,
-                event.service,
-                "error=%s",
-                event.error,
-            )
+            return
+        for kind, write in _WRITERS:
+            if isinstance(event, kind):
+                write(level, event)
+                return
 
     def _state(self, level: int, event: StateChanged) -> None:
         if event.to_state == "half_open":
@@ -216,3 +111,147 @@ class LoggingListener:
             if level == logging.WARNING:
                 return  # the WARNING 'opened' line above is the state-change line too
         log_event(level, name, event.service, "from=%s trigger=%s" + suffix, event.from_state, event.trigger, **fields)
+
+
+def _forced(level: int, event: Forced) -> None:
+    log_event(
+        level,
+        f"circuit_breaker.forced_{event.mode}",
+        event.service,
+        "ttl_minutes=%s reason=%r actor=%s expires_at=%s%s",
+        event.ttl_minutes,
+        event.reason,
+        event.actor,
+        wall_time(event.expires_at),
+        " dry_run=true" if event.dry_run else "",
+        from_state=event.from_state,
+        to_state=event.to_state,
+        trigger="forced",
+        actor=event.actor,
+        expires_at=event.expires_at,
+        reason=event.reason,
+        dry_run=event.dry_run,
+    )
+
+
+def _released(level: int, event: Released) -> None:
+    log_event(
+        level,
+        "circuit_breaker.released",
+        event.service,
+        "previous=%s actor=%s",
+        event.previous,
+        event.actor,
+        from_state=event.from_state,
+        to_state=event.to_state,
+        trigger="released",
+        actor=event.actor,
+    )
+
+
+def _reset(level: int, event: Reset) -> None:
+    log_event(
+        level,
+        "circuit_breaker.reset",
+        event.service,
+        "from=%s forced=%s",
+        event.from_state,
+        event.forced or "-",
+        from_state=event.from_state,
+        to_state=event.to_state,
+        trigger="reset",
+    )
+
+
+def _lapsed(level: int, event: ForceLapsed) -> None:
+    log_event(
+        level,
+        "circuit_breaker.force_lapsed",
+        event.service,
+        "previous=%s",
+        event.previous,
+        from_state=event.from_state,
+        to_state=event.to_state,
+        trigger="force_lapsed",
+    )
+
+
+def _trip_blocked(level: int, event: TripBlocked) -> None:
+    log_event(
+        logging.WARNING,
+        "circuit_breaker.trip_blocked",
+        event.service,
+        "forced=%s trigger=%s",
+        event.forced,
+        event.trigger,
+        trigger=event.trigger,
+    )
+
+
+def _storm(level: int, event: RateLimitStorm) -> None:
+    log_event(
+        logging.WARNING,
+        "circuit_breaker.rate_limit_storm",
+        event.service,
+        "count=%d calls=%d rate=%.1f%%",
+        event.count,
+        event.calls,
+        event.rate,
+        trigger="rate_limit_cascade",
+        count=event.count,
+        rate=event.rate,
+    )
+
+
+def _dry_run_rejected(level: int, event: CallRejected) -> None:
+    if not event.dry_run:
+        return  # only the rejections dry-run let through are logged
+    log_event(
+        logging.WARNING,
+        "circuit_breaker.dry_run_reject",
+        event.service,
+        "reason=%s state=%s",
+        event.reason,
+        event.state,
+        reason=event.reason,
+    )
+
+
+def _adopted(level: int, event: RecordAdopted) -> None:
+    log_event(
+        logging.INFO,
+        "circuit_breaker.store_adopted",
+        event.service,
+        "state=%s forced=%s version=%d was=%s",
+        event.state,
+        event.forced or "-",
+        event.version,
+        event.local_state,
+        to_state=event.state,
+        from_state=event.local_state,
+    )
+
+
+def _store_problem(level: int, event: StoreProblem) -> None:
+    name = "circuit_breaker.store_recovered" if event.recovered else "circuit_breaker.store_unavailable"
+    log_event(
+        logging.INFO if event.recovered else logging.WARNING,
+        name,
+        event.service,
+        "error=%s",
+        event.error,
+    )
+
+
+#: The line writer of each other kind of event, tried in this order.
+_WRITERS: tuple[tuple[type[Event], Callable[[int, Any], None]], ...] = (
+    (Forced, _forced),
+    (Released, _released),
+    (ForceLapsed, _lapsed),
+    (Reset, _reset),
+    (TripBlocked, _trip_blocked),
+    (RateLimitStorm, _storm),
+    (CallRejected, _dry_run_rejected),
+    (RecordAdopted, _adopted),
+    (StoreProblem, _store_problem),
+)

@@ -89,29 +89,32 @@ class Registry:
         with self._lock:
             breaker = self._breakers.get(name)
             if breaker is None:
-                config = build_config(name, checked or {}, self.source, self.clock)
-                breaker = CircuitBreaker(name, config, clock=self.clock, bus=bus)
-                if self.guard is not None:
-                    breaker.use_store(self.guard)
-                self._breakers[name] = breaker
-                self._overrides[name] = checked
+                breaker = self._create(name, checked)
             elif checked is not None:
-                known = self._overrides.get(name)
-                if known is None:
-                    # created by get_breaker()/an operator before any decorator: adopt these
-                    self._overrides[name] = checked
-                    breaker.reconfigure(build_config(name, checked, self.source, self.clock))
-                elif known != checked and name not in self._conflicts:
-                    self._conflicts.add(name)
-                    log_event(
-                        logging.WARNING,
-                        "circuit_breaker.config_conflict",
-                        name,
-                        "kept=%r ignored=%r",
-                        known,
-                        checked,
-                    )
+                self._meet_overrides(name, breaker, checked)
         return breaker
+
+    def _create(self, name: str, checked: dict[str, Any] | None) -> CircuitBreaker:
+        """Build and register breaker *name* with its checked overrides (lock held)."""
+        config = build_config(name, checked or {}, self.source, self.clock)
+        breaker = CircuitBreaker(name, config, clock=self.clock, bus=bus)
+        if self.guard is not None:
+            breaker.use_store(self.guard)
+        self._breakers[name] = breaker
+        self._overrides[name] = checked
+        return breaker
+
+    def _meet_overrides(self, name: str, breaker: CircuitBreaker, checked: dict[str, Any]) -> None:
+        """A registered breaker asked for with overrides (lock held): the first overrides
+        given are adopted; different ones later are ignored, with one warning per name."""
+        known = self._overrides.get(name)
+        if known is None:
+            # created by get_breaker()/an operator before any decorator: adopt these
+            self._overrides[name] = checked
+            breaker.reconfigure(build_config(name, checked, self.source, self.clock))
+        elif known != checked and name not in self._conflicts:
+            self._conflicts.add(name)
+            log_event(logging.WARNING, "circuit_breaker.config_conflict", name, "kept=%r ignored=%r", known, checked)
 
     def set_store(self, store: StateStore | None) -> None:
         """Share every breaker's state through *store* (None: back to process-local, ST-1).

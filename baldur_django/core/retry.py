@@ -25,14 +25,17 @@ import math
 import random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
+from .retry_target import RetryPermit, RetryTarget
 
 if TYPE_CHECKING:
-    from .breaker import CircuitBreaker, Permit
     from .config import BreakerConfig
+
+#: A breaker's permit type (the plan hands the breaker back its own permit).
+_P = TypeVar("_P", bound=RetryPermit)
 
 __all__ = [
     "RetryPolicy",
@@ -228,7 +231,7 @@ def result_kind(config: BreakerConfig, result: Any, service: str | None = None) 
     return config.classifier.result(result, service)
 
 
-def settled(breaker: CircuitBreaker, permit: Permit, result: Any) -> bool:
+def settled(breaker: RetryTarget[_P], permit: _P, result: Any) -> bool:
     """End the sequence on *result* if it is a success: True once it is recorded.
 
     A success is always the final outcome (FAC-2); recording it also counts its attempt
@@ -248,8 +251,8 @@ def settled(breaker: CircuitBreaker, permit: Permit, result: Any) -> bool:
 
 # ----------------------------------------------------------------------------- plan
 def retry_plan(
-    breaker: CircuitBreaker,
-    permit: Permit,
+    breaker: RetryTarget[_P],
+    permit: _P,
     policy: RetryPolicy,
     start: float,
     first: Outcome | None = None,
@@ -287,93 +290,136 @@ def retry_plan(
     Yields:
         :data:`ATTEMPT`, :class:`Sleep`, then one :class:`Refuse` or :class:`Done`.
     """
-    now = breaker.clock.monotonic
-    deadline = None if policy.budget_seconds is None else start + policy.budget_seconds
-    limit = 1 if permit.trial else policy.max_attempts
-    attempts = 0
-    # The last attempt that reached the dependency. While the sequence goes on it is a
-    # failure (a success ends it), so that is what ending the sequence records (FAC-2).
-    last_error: BaseException | None = None
-    last_value: Any = None
-    last_rate_limited = False
+    sequence = _Sequence(breaker, permit, policy, start)
     outcome = first
     while True:
         if outcome is None:
-            # ---- the gate before an attempt (RL-6), read again after every wait
-            while True:
-                if attempts and permit.generation != breaker.generation:
-                    # the breaker changed state since admission (a trip): no further attempt
-                    yield _give_up(breaker, permit, last_rate_limited, last_error, last_value)
-                    return
-                remaining = breaker.cooldown_remaining()
-                if remaining <= 0:
-                    break
-                config = breaker.config
-                allowed = config.max_cooldown_wait if deadline is None else max(0.0, deadline - now())
-                if remaining <= allowed:
-                    yield Sleep(remaining)
-                    continue
-                if config.dry_run:
-                    breaker.note_dry_run_refusal(remaining)  # OP-5: counted and logged, never refused
-                    break
-                # the refused attempt is recorded nowhere; the last one made is final
-                refusal = RateLimitCooldownError(breaker.name, remaining)
-                if attempts:
-                    breaker.record_failure(permit, rate_limited=last_rate_limited, count_attempt=False)
-                    if last_error is not None:
-                        refusal.__cause__ = last_error  # chained from the last attempt's exception
-                else:
-                    breaker.record_ignored(permit)  # nothing reached the dependency (a trial's slot comes back)
-                yield Refuse(refusal)
-                return
+            if not (yield from sequence.gate()):
+                return  # the gate yielded the last step
             outcome = yield ATTEMPT
             if outcome is None:
                 raise TypeError("retry_plan: send the outcome of the attempt (Raised or Returned)")
-        attempts += 1
-        # ---- judge the attempt
-        if isinstance(outcome, Raised):
-            error = outcome.error
-            counted, rate_limited = exception_outcome(breaker.config, error, breaker.name)
-            if not counted:
-                breaker.record_ignored(permit)  # CB-10: neither success nor failure, never retried
-                yield Done(error=error, fallback=False)
-                return
-            retried = isinstance(error, policy.retry_on) and not isinstance(error, _NEVER_RETRIED)
-            retry_after = retry_after_of(error) if rate_limited else None
-            last_error, last_value = error, None
-        else:
-            value = outcome.value
-            kind = result_kind(breaker.config, value, breaker.name)  # asked once per attempt (CB-18)
-            if kind == SUCCESS:
-                breaker.record_success(permit)  # what settled() does
-                yield Done(value=value)
-                return
-            rate_limited = kind == RATE_LIMITED
-            retried = True  # returned failure and rate-limit responses are always retried
-            retry_after = retry_after_of(value) if rate_limited else None
-            last_error, last_value = None, value
-        last_rate_limited = rate_limited
-        breaker.note_attempt(rate_limited=rate_limited, retry_after=retry_after)  # RL-5; a 429 starts the cooldown
-        # ---- another attempt?
-        wait: float | None = None
-        if retried and permit.generation == breaker.generation and attempts < limit:
-            wait = policy.backoff(attempts)
-            if deadline is not None and now() + wait >= deadline:
-                wait = None
+        verdict = sequence.judge(outcome)
+        if isinstance(verdict, Done):
+            yield verdict
+            return
+        wait = sequence.wait_after(retried=verdict)
         if wait is None:
-            yield _give_up(breaker, permit, rate_limited, last_error, last_value)
+            yield sequence.give_up()
             return
         if wait > 0:
             yield Sleep(wait)
         outcome = None
 
 
-def _give_up(
-    breaker: CircuitBreaker, permit: Permit, rate_limited: bool, error: BaseException | None, value: Any
-) -> Done:
-    """Record the last (failed) attempt as the final outcome (FAC-2) and build the Done step:
-    its exception, which a fallback may replace (FAC-4), or its response, returned unchanged (FAC-3)."""
-    breaker.record_failure(permit, rate_limited=rate_limited, count_attempt=False)
-    if error is None:
-        return Done(value=value)
-    return Done(error=error, fallback=True)
+class _Sequence(Generic[_P]):
+    """The state of one retry sequence: the attempts made so far and the last one that
+    reached the dependency. While the sequence goes on that last attempt is a failure (a
+    success ends it), so it is what ending the sequence records (FAC-2)."""
+
+    __slots__ = (
+        "breaker",
+        "permit",
+        "policy",
+        "now",
+        "deadline",
+        "limit",
+        "attempts",
+        "error",
+        "value",
+        "rate_limited",
+    )
+
+    def __init__(self, breaker: RetryTarget[_P], permit: _P, policy: RetryPolicy, start: float) -> None:
+        self.breaker = breaker
+        self.permit = permit
+        self.policy = policy
+        self.now = breaker.clock.monotonic
+        self.deadline = None if policy.budget_seconds is None else start + policy.budget_seconds
+        self.limit = 1 if permit.trial else policy.max_attempts
+        self.attempts = 0
+        self.error: BaseException | None = None
+        self.value: Any = None
+        self.rate_limited = False
+
+    def gate(self) -> Generator[Step, Outcome | None, bool]:
+        """The gate before an attempt (RL-6), read again after every wait: yields the
+        :class:`Sleep` steps, then returns True when the attempt may go, else yields the
+        last step (:class:`Refuse` or :class:`Done`) and returns False."""
+        breaker = self.breaker
+        while True:
+            if self.attempts and self.permit.generation != breaker.generation:
+                yield self.give_up()  # the breaker changed state since admission (a trip): no further attempt
+                return False
+            remaining = breaker.cooldown_remaining()
+            if remaining <= 0:
+                return True
+            config = breaker.config
+            allowed = config.max_cooldown_wait if self.deadline is None else max(0.0, self.deadline - self.now())
+            if remaining <= allowed:
+                yield Sleep(remaining)
+                continue
+            if config.dry_run:
+                breaker.note_dry_run_refusal(remaining)  # OP-5: counted and logged, never refused
+                return True
+            yield self.refuse(remaining)
+            return False
+
+    def refuse(self, remaining: float) -> Refuse:
+        """The cooldown outlasts the allowed wait: the refused attempt is recorded nowhere;
+        the last one made, if any, is final."""
+        refusal = RateLimitCooldownError(self.breaker.name, remaining)
+        if self.attempts:
+            self.breaker.record_failure(self.permit, rate_limited=self.rate_limited, count_attempt=False)
+            if self.error is not None:
+                refusal.__cause__ = self.error  # chained from the last attempt's exception
+        else:
+            self.breaker.record_ignored(self.permit)  # nothing reached the dependency (a trial's slot comes back)
+        return Refuse(refusal)
+
+    def judge(self, outcome: Outcome) -> Done | bool:
+        """Count one attempt. Returns the final step when it ends the sequence (a success or
+        an ignored exception), else whether its kind of failure is worth another attempt."""
+        self.attempts += 1
+        breaker = self.breaker
+        if isinstance(outcome, Raised):
+            error = outcome.error
+            counted, rate_limited = exception_outcome(breaker.config, error, breaker.name)
+            if not counted:
+                breaker.record_ignored(self.permit)  # CB-10: neither success nor failure, never retried
+                return Done(error=error, fallback=False)
+            retried = isinstance(error, self.policy.retry_on) and not isinstance(error, _NEVER_RETRIED)
+            retry_after = retry_after_of(error) if rate_limited else None
+            self.error, self.value = error, None
+        else:
+            value = outcome.value
+            kind = result_kind(breaker.config, value, breaker.name)  # asked once per attempt (CB-18)
+            if kind == SUCCESS:
+                breaker.record_success(self.permit)  # what settled() does
+                return Done(value=value)
+            rate_limited = kind == RATE_LIMITED
+            retried = True  # returned failure and rate-limit responses are always retried
+            retry_after = retry_after_of(value) if rate_limited else None
+            self.error, self.value = None, value
+        self.rate_limited = rate_limited
+        breaker.note_attempt(rate_limited=rate_limited, retry_after=retry_after)  # RL-5; a 429 starts the cooldown
+        return retried
+
+    def wait_after(self, *, retried: bool) -> float | None:
+        """The backoff before another attempt, or None when there is none: the failure is
+        not retried, the breaker changed state since admission, no attempt is left (a trial
+        has one) or the backoff does not fit in the budget."""
+        if not retried or self.permit.generation != self.breaker.generation or self.attempts >= self.limit:
+            return None
+        wait = self.policy.backoff(self.attempts)
+        if self.deadline is not None and self.now() + wait >= self.deadline:
+            return None
+        return wait
+
+    def give_up(self) -> Done:
+        """Record the last (failed) attempt as the final outcome (FAC-2) and build the Done step:
+        its exception, which a fallback may replace (FAC-4), or its response, returned unchanged (FAC-3)."""
+        self.breaker.record_failure(self.permit, rate_limited=self.rate_limited, count_attempt=False)
+        if self.error is None:
+            return Done(value=self.value)
+        return Done(error=self.error, fallback=True)

@@ -1,4 +1,4 @@
-"""services.py: forces with lifetimes, releases, status rows, config report, audit (OP-1..OP-6, CFG-4, CB-13)."""
+"""The services package: forces with lifetimes, releases, status rows, config report, audit (OP-1..OP-6, CFG-4, CB-13)."""
 
 from __future__ import annotations
 

@@ -184,7 +184,7 @@ def test_an_action_reads_only_the_selected_records(client, superuser, redis_flee
 def test_baldur_status_json_reads_every_record_in_batches_and_creates_no_breaker(redis_fleet, monkeypatch, db):
     """Issue 21, OP-7: ``baldur_status --json`` lists every name, sorted, from ceil(N / batch) bulk
     reads (batch of 100 here: 3), never one read per breaker, and this process holds no breaker after."""
-    monkeypatch.setattr(services, "STATUS_BATCH", 100)
+    monkeypatch.setattr(services.status, "STATUS_BATCH", 100)  # read by the status module
     out = io.StringIO()
     call_command("baldur_status", "--json", stdout=out, stderr=io.StringIO())
     document = json.loads(out.getvalue())

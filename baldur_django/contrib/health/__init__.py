@@ -86,25 +86,8 @@ def judge(critical: list[str] | tuple[str, ...] | None = None) -> Judgement:
     """
     names = tuple(settings.get("BALDUR_HEALTH_CRITICAL_SERVICES") if critical is None else critical)
     level = emergency.get_level()
-    states: dict[str, CircuitState] = {}
-    for breaker in registry:
-        states[breaker.name] = breaker.state
-    for name in names:
-        if name not in states:
-            states[name] = registry.get(name).state  # type: ignore[union-attr]  # create=True: never None
-    down: list[str] = []
-    degraded: list[str] = []
-    if level >= 3:
-        down.append("Emergency Level 3 is in force")
-    elif level:
-        degraded.append(f"Emergency Level {level} is in force")
-    for name, state in sorted(states.items()):
-        if name in names and state is CircuitState.OPEN:
-            down.append(f"critical breaker {name!r} is OPEN")
-        elif name in names and state is CircuitState.HALF_OPEN:
-            degraded.append(f"critical breaker {name!r} is HALF_OPEN")
-        elif state is CircuitState.OPEN:
-            degraded.append(f"breaker {name!r} is OPEN")
+    states = _states(names)
+    down, degraded = _reasons(level, states, names)
     status = DOWN if down else DEGRADED if degraded else OK
     return Judgement(
         status=status,
@@ -113,6 +96,35 @@ def judge(critical: list[str] | tuple[str, ...] | None = None) -> Judgement:
         critical=names,
         reasons=tuple(down + degraded),
     )
+
+
+def _states(critical: tuple[str, ...]) -> dict[str, CircuitState]:
+    """The state of every breaker of this process, and of each critical one (created if new)."""
+    states: dict[str, CircuitState] = {}
+    for breaker in registry:
+        states[breaker.name] = breaker.state
+    for name in critical:
+        if name not in states:
+            states[name] = registry.get(name).state  # type: ignore[union-attr]  # create=True: never None
+    return states
+
+
+def _reasons(level: int, states: dict[str, CircuitState], critical: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """``(why it is down, why it is degraded)``, one line each."""
+    down: list[str] = []
+    degraded: list[str] = []
+    if level >= 3:
+        down.append("Emergency Level 3 is in force")
+    elif level:
+        degraded.append(f"Emergency Level {level} is in force")
+    for name, state in sorted(states.items()):
+        if name in critical and state is CircuitState.OPEN:
+            down.append(f"critical breaker {name!r} is OPEN")
+        elif name in critical and state is CircuitState.HALF_OPEN:
+            degraded.append(f"critical breaker {name!r} is HALF_OPEN")
+        elif state is CircuitState.OPEN:
+            degraded.append(f"breaker {name!r} is OPEN")
+    return down, degraded
 
 
 def _may_see_details(request: HttpRequest) -> bool:

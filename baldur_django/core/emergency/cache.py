@@ -383,17 +383,7 @@ class EmergencyMode:
             s.get("BALDUR_EMERGENCY_AUTO_ACTIVATION_MIN_BREAKERS"),
             s.get("BALDUR_EMERGENCY_AUTO_ACTIVATION_RATIO"),
         )
-        summary: dict[str, Any] = {
-            "enabled": enabled,
-            "registered": registered,
-            "open": open_count,
-            "ratio": round(ratio, 2),
-            "over": over,
-            "streak": 0,
-            "declared": False,
-            "level": None,
-            "note": "",
-        }
+        summary = _summary(enabled, registered, open_count, ratio, over)
         if not enabled:
             summary["note"] = "auto-activation is off (BALDUR_EMERGENCY_AUTO_ACTIVATION_ENABLED)"
             summary["level"] = self.current_level()
@@ -416,41 +406,69 @@ class EmergencyMode:
         if after is not None:
             self._written(after)
         if decision.declared:
-            previous = decision.previous or 0
-            logger.warning(
-                "emergency.auto_activated level=3 open=%d registered=%d ratio=%.1f%% minutes=%g",
-                open_count,
-                registered,
-                ratio,
-                knobs.minutes,
-                extra={
-                    "event": "emergency.auto_activated",
-                    "level": FREEZE_LEVEL,
-                    "previous": previous,
-                    "open": open_count,
-                    "registered": registered,
-                    "ratio": ratio,
-                    "source": "auto",
-                },
-            )
-            bus.publish(
-                EmergencyLevelChanged(
-                    "",
-                    wall,
-                    level=FREEZE_LEVEL,
-                    previous=previous,
-                    source="auto",
-                    actor=AUTO_ACTOR,
-                    reason=reason_text(registered, open_count),
-                    expires_at=after.expires_at if after else None,
-                    minutes=knobs.minutes,
-                    action="auto",
-                )
-            )
+            self._announce_activation(decision, after, registered, open_count, knobs, wall)
         return summary
+
+    def _announce_activation(
+        self,
+        decision: Decision,
+        after: LevelState | None,
+        registered: int,
+        open_count: int,
+        knobs: ActivationSettings,
+        wall: float,
+    ) -> None:
+        """Log ``emergency.auto_activated`` and publish the level change a check declared."""
+        ratio = fleet_ratio(registered, open_count)
+        previous = decision.previous or 0
+        logger.warning(
+            "emergency.auto_activated level=3 open=%d registered=%d ratio=%.1f%% minutes=%g",
+            open_count,
+            registered,
+            ratio,
+            knobs.minutes,
+            extra={
+                "event": "emergency.auto_activated",
+                "level": FREEZE_LEVEL,
+                "previous": previous,
+                "open": open_count,
+                "registered": registered,
+                "ratio": ratio,
+                "source": "auto",
+            },
+        )
+        bus.publish(
+            EmergencyLevelChanged(
+                "",
+                wall,
+                level=FREEZE_LEVEL,
+                previous=previous,
+                source="auto",
+                actor=AUTO_ACTOR,
+                reason=reason_text(registered, open_count),
+                expires_at=after.expires_at if after else None,
+                minutes=knobs.minutes,
+                action="auto",
+            )
+        )
 
     def reset(self) -> None:
         """Forget the cache and any injected backend (tests)."""
         self._override = None
         self._backend = None
         self._forget()
+
+
+def _summary(enabled: bool, registered: int, open_count: int, ratio: float, over: bool) -> dict[str, Any]:
+    """The answer of :meth:`EmergencyMode.record_check` before its decision is known."""
+    return {
+        "enabled": enabled,
+        "registered": registered,
+        "open": open_count,
+        "ratio": round(ratio, 2),
+        "over": over,
+        "streak": 0,
+        "declared": False,
+        "level": None,
+        "note": "",
+    }

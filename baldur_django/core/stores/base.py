@@ -119,18 +119,21 @@ def decode(raw: Any) -> Record:
         data = json.loads(raw) if isinstance(raw, (str, bytes, bytearray)) else dict(raw)
         if not isinstance(data, dict) or not isinstance(data.get("version"), int) or "state" not in data:
             return Record()
-        clean = {k: v for k, v in data.items() if k in _FIELDS}
-        record = Record(**clean)
+        record = Record(**{k: v for k, v in data.items() if k in _FIELDS})
         if record.state not in ("closed", "open", "half_open") or not isinstance(record.version, int):
             return Record()
         if not isinstance(record.probes, dict):
             record.probes = {}
-        opens: Any = record.opens
-        whole = isinstance(opens, int) or (isinstance(opens, float) and opens.is_integer())
-        record.opens = int(opens) if whole and not isinstance(opens, bool) and opens >= 0 else 0
+        record.opens = _opens(record.opens)
         return record
     except (TypeError, ValueError):
         return Record()
+
+
+def _opens(value: Any) -> int:
+    """A stored count of consecutive opens as an int; anything but a whole number >= 0 reads as 0."""
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    return int(value) if whole and not isinstance(value, bool) and value >= 0 else 0
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")

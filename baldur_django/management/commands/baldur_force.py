@@ -21,6 +21,7 @@ from __future__ import annotations
 import getpass
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -99,51 +100,71 @@ class Command(Utf8OutputMixin, BaseCommand):
         **options: Any,
     ) -> None:
         require_migrated()
-        if not service:
-            raise CommandError("SERVICE: a breaker name must be a non-empty string")
-        if action == "release" and ttl is not None:
-            raise CommandError("--ttl applies to 'open' and 'close' only; a release has no lifetime")
-        if action == "release" and new:
-            raise CommandError("--new applies to 'open' and 'close' only; there is nothing to release on a new service")
-        minutes = parse_ttl(ttl)
-        if len(reason) > services.MAX_REASON_LENGTH:
-            raise CommandError(f"--reason: {len(reason)} characters, at most {services.MAX_REASON_LENGTH} allowed")
-        try:
-            shared = services.is_shared_backend()
-        except ConfigError as exc:
-            raise CommandError(f"invalid setting: {exc}") from None
-        if not shared:
-            raise CommandError(MEMORY_REFUSAL)
+        minutes = _checked_ttl(action, service, ttl, reason, new)
+        _require_shared_backend()
         actor = command_actor()
-        try:
-            if action == "release":
-                changed = services.release(service, actor=actor, source="command", reason=reason, allow_unknown=False)
-            else:
-                snapshot = services.force(
-                    service, action, minutes, reason=reason, actor=actor, source="command", allow_new=new
-                )
-        except ConfigError as exc:
-            raise CommandError(str(exc)) from None
-        except services.UnknownServiceError as exc:
-            text = str(exc) if str(exc).endswith("?") else f"{exc}."
-            text += " No process or setting (the shared registry, BALDUR_SERVICES, BALDUR_DOMAIN_MAPPING) knows it"
-            if action != "release":
-                text += "; pass --new to force a service before its first call"
-            raise CommandError(text + ". Nothing was changed.") from None
-        except BaldurError as exc:
-            verb = "release" if action == "release" else "force"
-            raise CommandError(
-                f"the {verb} of {service!r} was not stored, nothing changed for the fleet: {exc}"
-            ) from None
         if action == "release":
+            changed = _run(
+                action,
+                service,
+                lambda: services.release(service, actor=actor, source="command", reason=reason, allow_unknown=False),
+            )
             if changed:
                 self.stdout.write(f"Released {service!r}: back to automatic judgement.")
             else:
                 self.stdout.write(f"{service!r} was not forced: nothing to release, nothing changed.")
             return
+        snapshot = _run(
+            action,
+            service,
+            lambda: services.force(
+                service, action, minutes, reason=reason, actor=actor, source="command", allow_new=new
+            ),
+        )
         what = "open" if action == "open" else "closed"
         used = minutes if minutes is not None else services.default_ttl_minutes()
         self.stdout.write(
             f"Forced {service!r} {what} for {used:g} minute{'' if used == 1 else 's'} (until {format_time(snapshot.get('force_expires_at'))}); "
             f"state now {snapshot.get('state')}."
         )
+
+
+def _checked_ttl(action: str, service: str, ttl: str | None, reason: str, new: bool) -> float | None:
+    """Refuse bad input before anything is touched; returns the lifetime in minutes (None: the default)."""
+    if not service:
+        raise CommandError("SERVICE: a breaker name must be a non-empty string")
+    if action == "release" and ttl is not None:
+        raise CommandError("--ttl applies to 'open' and 'close' only; a release has no lifetime")
+    if action == "release" and new:
+        raise CommandError("--new applies to 'open' and 'close' only; there is nothing to release on a new service")
+    minutes = parse_ttl(ttl)
+    if len(reason) > services.MAX_REASON_LENGTH:
+        raise CommandError(f"--reason: {len(reason)} characters, at most {services.MAX_REASON_LENGTH} allowed")
+    return minutes
+
+
+def _require_shared_backend() -> None:
+    """Refuse on the memory backend: a force made here could not reach the running workers."""
+    try:
+        shared = services.is_shared_backend()
+    except ConfigError as exc:
+        raise CommandError(f"invalid setting: {exc}") from None
+    if not shared:
+        raise CommandError(MEMORY_REFUSAL)
+
+
+def _run(action: str, service: str, act: Callable[[], Any]) -> Any:
+    """Call *act* (the force or release), turning its errors into the command's messages."""
+    try:
+        return act()
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+    except services.UnknownServiceError as exc:
+        text = str(exc) if str(exc).endswith("?") else f"{exc}."
+        text += " No process or setting (the shared registry, BALDUR_SERVICES, BALDUR_DOMAIN_MAPPING) knows it"
+        if action != "release":
+            text += "; pass --new to force a service before its first call"
+        raise CommandError(text + ". Nothing was changed.") from None
+    except BaldurError as exc:
+        verb = "release" if action == "release" else "force"
+        raise CommandError(f"the {verb} of {service!r} was not stored, nothing changed for the fleet: {exc}") from None

@@ -1,0 +1,197 @@
+"""What the Prometheus export reads: the series' names, and the tally that turns readings
+of this process's breakers into counter series that never go down (see
+:mod:`baldur_django.contrib.prometheus`). Needs no prometheus_client."""
+
+from __future__ import annotations
+
+import logging
+import operator
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from ..core import emergency
+from ..core.breaker import METRIC_COUNTS
+from ..core.registry import registry as _breakers
+from ..core.states import CircuitState
+
+log = logging.getLogger("baldur.metrics")
+
+# Names as a scrape shows them (the counters without their ``_total`` suffix, as
+# prometheus_client names counter families), with help texts and label names.
+CALLS = "baldur_circuit_breaker_calls"
+BLOCKED = "baldur_circuit_breaker_blocked_requests"
+TRANSITIONS = "baldur_circuit_breaker_transitions"
+STATE = "baldur_circuit_breaker_state"
+EMERGENCY_LEVEL = "baldur_emergency_level"
+
+HELP = {
+    CALLS: "Calls through a circuit breaker by final outcome (success, failure, ignored, rate_limited).",
+    BLOCKED: "Requests a circuit breaker refused, by reason (open, half_open_full, frozen).",
+    TRANSITIONS: "State changes of a circuit breaker, by from_state, to_state and trigger.",
+    STATE: "Circuit breaker state: 0 closed, 1 open, 2 half_open.",
+    EMERGENCY_LEVEL: "Emergency Mode level in force: 0 normal to 3 (every breaker frozen).",
+}
+LABELS: dict[str, tuple[str, ...]] = {
+    CALLS: ("service", "outcome"),
+    BLOCKED: ("service", "reason"),
+    TRANSITIONS: ("service", "from_state", "to_state", "trigger"),
+    STATE: ("service",),
+    EMERGENCY_LEVEL: (),
+}
+COUNTERS = (CALLS, BLOCKED, TRANSITIONS)
+STATE_VALUES = {CircuitState.CLOSED: 0, CircuitState.OPEN: 1, CircuitState.HALF_OPEN: 2}
+
+#: A transition's labels: ``(from_state, to_state, trigger)``.
+Transition = tuple[str, str, str]
+
+
+class Warnings:
+    """One warning, then at most one a minute (a scrape or flush that keeps failing)."""
+
+    def __init__(self) -> None:
+        self._last = float("-inf")
+
+    def warn(self, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._last >= 60.0:
+            self._last = now
+            log.warning(message, *args, exc_info=True)
+
+
+WARNINGS = Warnings()
+
+
+# ------------------------------------------------------------------------ readings
+# The label value and family of each count of CircuitBreaker.metric_values(), in its order.
+COUNT_FAMILY = tuple(CALLS if group == "calls" else BLOCKED for group, _ in METRIC_COUNTS)
+COUNT_LABEL = tuple(key for _, key in METRIC_COUNTS)
+ZEROS: tuple[int, ...] = (0,) * len(METRIC_COUNTS)
+NO_TRANSITIONS: Mapping[Transition, int] = MappingProxyType({})
+
+
+class Series:
+    """The counter series of one service: what every breaker registered under its name
+    in this process counted, summed (a replaced breaker's counts stay in them).
+
+    ``totals`` and ``transitions`` are replaced as a whole, never changed in place, by
+    the thread folding a reading (under the tally's lock): a reader outside the lock
+    reads each attribute once and sees one consistent value, and an unchanged series
+    keeps the very same objects (the flusher compares identities). Every value only grows.
+    """
+
+    __slots__ = ("ref", "seen", "seen_transitions", "base", "base_transitions", "totals", "transitions")
+
+    def __init__(self, breaker: Any) -> None:
+        self.ref: weakref.ref[Any] = weakref.ref(breaker)
+        self.seen = ZEROS  # the current breaker's highest reading
+        self.seen_transitions: dict[Transition, int] = {}
+        self.base = ZEROS  # what the breakers it replaced counted
+        self.base_transitions: Mapping[Transition, int] = NO_TRANSITIONS
+        self.totals = ZEROS  # base + seen
+        self.transitions: Mapping[Transition, int] = NO_TRANSITIONS  # base + seen
+
+    def replace(self, breaker: Any) -> None:
+        """A new breaker under the name (the registry cleared): its counts add to these."""
+        self.ref = weakref.ref(breaker)
+        self.base, self.base_transitions = self.totals, self.transitions
+        self.seen, self.seen_transitions = ZEROS, {}
+
+    def fold(self, counts: tuple[int, ...], transitions: tuple[tuple[Transition, int], ...]) -> None:
+        """Keep the highest of each count (two readers may fold out of order)."""
+        seen = self.seen
+        if counts != seen:
+            highest = tuple(map(max, counts, seen))
+            if highest != seen:
+                self.seen = highest
+                base = self.base
+                self.totals = highest if base is ZEROS else tuple(map(operator.add, base, highest))
+        if transitions:
+            mine = self.seen_transitions
+            changed = False
+            for key, value in transitions:
+                if value > mine.get(key, 0):
+                    mine[key] = value
+                    changed = True
+            if changed:
+                merged = dict(self.base_transitions)
+                for key, value in mine.items():
+                    merged[key] = merged.get(key, 0) + value
+                self.transitions = MappingProxyType(merged)
+
+
+class View:
+    """One reading of every breaker of the process.
+
+    Attributes:
+        series: service -> :class:`Series`, for every service a breaker of this process
+            ever had (a forgotten breaker's counts stay exported).
+        states: ``(service, state gauge value 0/1/2)`` of each breaker registered now.
+        level: the emergency level (0..3).
+    """
+
+    __slots__ = ("series", "states", "level")
+
+    def __init__(self, series: dict[str, Series], states: list[tuple[str, int]], level: int) -> None:
+        self.series = series
+        self.states = states
+        self.level = level
+
+
+class Tally:
+    """Turns readings of the breakers into counter series that never go down.
+
+    A breaker's counts only grow, but two readers (a scrape and the flusher) may fold
+    their readings out of order, and a breaker may be replaced under its name (the
+    registry cleared): each series keeps the highest value seen per breaker, and a
+    replaced breaker's last counts are carried into its successor's series.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (a forked child: its breakers' counts restart at zero; the
+        lock is new, as another thread of the parent may have held the old one)."""
+        self.lock = threading.Lock()
+        self._series: dict[str, Series] = {}
+
+    def read(self) -> View:
+        """Read every breaker of the process and the emergency level. Never raises."""
+        readings = []
+        states = []
+        for breaker in _breakers:
+            try:
+                state, counts, transitions = breaker.metric_values()
+            except Exception:
+                WARNINGS.warn("metrics.read_failed service=%s: its series are left out of this reading", breaker.name)
+                continue
+            readings.append((breaker, counts, transitions))
+            states.append((breaker.name, STATE_VALUES.get(state, 0)))
+        try:
+            level = int(emergency.current_level())
+        except Exception:  # current_level() never raises; belt and braces
+            WARNINGS.warn("metrics.read_failed: the emergency level could not be read")
+            level = 0
+        with self.lock:
+            self._fold(readings)
+            series = dict(self._series)
+        return View(series, states, level)
+
+    def _fold(self, readings: Iterable[tuple[Any, tuple[int, ...], tuple[tuple[Transition, int], ...]]]) -> None:
+        known = self._series
+        for breaker, counts, transitions in readings:
+            entry = known.get(breaker.name)
+            if entry is None:
+                entry = known[breaker.name] = Series(breaker)
+            elif entry.ref() is not breaker:
+                entry.replace(breaker)
+            elif not transitions and counts == entry.seen:
+                continue  # nothing new (an idle breaker)
+            entry.fold(counts, transitions)
+
+
+TALLY = Tally()
