@@ -84,6 +84,7 @@ except ImportError as exc:  # exercised by tests/metrics (prometheus_client hidd
 from ..core import emergency
 from ..core.breaker import METRIC_COUNTS
 from ..core.errors import ConfigError
+from ..core.names import show_name
 from ..core.registry import registry as _breakers
 from ..core.states import CircuitState
 
@@ -287,7 +288,9 @@ class _Tally:
             try:
                 state, counts, transitions = breaker.metric_values()
             except Exception:
-                _warnings.warn("metrics.read_failed service=%s: its series are left out of this reading", breaker.name)
+                _warnings.warn(
+                    "metrics.read_failed service=%s: its series are left out of this reading", show_name(breaker.name)
+                )
                 continue
             readings.append((breaker, counts, transitions))
             states.append((breaker.name, _STATE_VALUES.get(state, 0)))

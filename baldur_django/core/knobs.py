@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .errors import ConfigError
+from .names import name_problem, show_name
 
 __all__ = [
     "Knob",
@@ -301,8 +302,8 @@ def _service_names(name: str, value: Any, from_env: bool) -> list[str]:
         raise _fail(name, raw, "expected a list of breaker names such as ['payments']")
     names = []
     for item in value:
-        if not isinstance(item, str) or not item:
-            raise _fail(name, raw, f"{item!r} is not a breaker name (a non-empty string)")
+        if name_problem(item) is not None:
+            raise _fail(name, raw, f"{show_name(item, 60)} is not a breaker name: it {name_problem(item)}")
         if item not in names:
             names.append(item)
     return names
@@ -386,8 +387,8 @@ class _Services:
         value = _json_dict(name, value, from_env)
         out = {}
         for service, overrides in value.items():
-            if not isinstance(service, str) or not service:
-                raise _fail(name, value, f"service names must be non-empty strings, got {service!r}")
+            if name_problem(service) is not None:
+                raise _fail(name, value, f"{show_name(service, 60)} is not a breaker name: it {name_problem(service)}")
             if not isinstance(overrides, dict):
                 raise _fail(name, value, f"the entry for {service!r} must be a mapping of overrides")
             out[service] = check_service_overrides(f"{name}[{service!r}]", overrides, from_env)
@@ -405,12 +406,20 @@ class _Services:
 _services = _Services()
 
 
+def _breaker_name(name: str, value: Any, from_env: bool) -> str:
+    if name_problem(value) is not None:
+        raise _fail(name, value, f"not a breaker name: it {name_problem(value)}")
+    return str(value)
+
+
 def _domain_mapping(name: str, value: Any, from_env: bool) -> dict[str, str]:
     value = _json_dict(name, value, from_env)
     for key, domain in value.items():
-        if not isinstance(key, str) or not key or not isinstance(domain, str) or not domain:
+        if not isinstance(key, str) or not key or name_problem(domain) is not None:
             raise _fail(
-                name, value, f"entries map a non-empty path substring to a domain name, got {key!r}: {domain!r}"
+                name,
+                value,
+                f"entries map a non-empty path substring to a domain (breaker) name, got {key!r}: {domain!r}",
             )
     return dict(value)
 
@@ -741,10 +750,10 @@ _ROWS: list[Knob] = [
     Knob(
         "BALDUR_DOMAIN_DEFAULT",
         "default",
-        _text(),
+        _breaker_name,
         "breaker for unmapped paths",
         "baldur.E034",
-        accepts="A non-empty string.",
+        accepts="A breaker name: at most 1,000 characters, no control characters, no whitespace at either end.",
     ),
     Knob(
         "BALDUR_MIDDLEWARE_SHED_LOAD",
