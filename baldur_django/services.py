@@ -42,6 +42,7 @@ from .core.errors import BaldurError, ConfigError, StoreError
 from .core.events import EmergencyLevelChanged, Event, Forced, ForceLapsed, Released, bus
 from .core.knobs import SECRETS
 from .core.maintenance import WATCHDOG_ACTOR
+from .core.names import name_problem
 from .core.stores.base import Answer, Record
 
 __all__ = [
@@ -425,9 +426,12 @@ def forget(service: str, actor: str | None = None, source: str = "api", reason: 
     registered = set(registry.names()) | set(_store_names(strict=True))
     if service not in registered:
         raise UnknownServiceError(service, closest_services(service, registered))
-    breaker = registry_module.get_breaker(service)
-    breaker.sync()  # the shared record now, not as of the last consult: a fresh force must refuse
-    snapshot = breaker.snapshot()  # lapses included
+    if name_problem(service) is None:
+        breaker = registry_module.get_breaker(service)
+        breaker.sync()  # the shared record now, not as of the last consult: a fresh force must refuse
+        snapshot = breaker.snapshot()  # lapses included
+    else:  # a name stored before names were checked: no breaker can hold it, read its record
+        snapshot = status_rows_for([service])[0]
     if snapshot.get("forced"):
         raise BreakerForcedError(service, str(snapshot["forced"]), snapshot.get("force_expires_at"))
     store = registry.store

@@ -148,3 +148,13 @@ def test_cb12_slack_message_shows_an_odd_name_on_its_one_line():
     text = SlackNotifier.message_for(StateChanged(FORGED, 0.0, from_state="closed", to_state="open", trigger="x"))
     assert text is not None and "\n" not in text
     assert "'upstream\\ncircuit_breaker.closed service=upstream'" in text
+
+
+def test_cb12_baldur_forget_removes_an_old_misleading_name(shared_store):
+    """CB-12 amended: a misleading name a store held from before the rules can be removed
+    with baldur_forget (forgetting checks only that the registry holds the name)."""
+    shared_store.load("upstream\r")
+    shared_store.load("upstream")
+    out, _ = run("baldur_forget", "upstream\r", "--yes", "--reason", "misleading name")
+    assert "Forgot 'upstream\\r'" in out
+    assert set(shared_store.names()) == {"upstream"}
