@@ -297,3 +297,17 @@ def test_hc5_the_read_timeout_is_a_module_setting_below_a_probe_timeout():
     so does the level's freshness."""
     assert 0 < DEFAULT_READ_TIMEOUT < 1
     assert 0 < reading.LEVEL_MAX_AGE_SECONDS < 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hc5_database_store_is_read_in_the_worker_thread(settings):
+    """HC-5: with the database backend the view's read runs on the worker thread's own
+    connection (closed afterwards) and reads the fleet's record."""
+    from baldur_django.backends.database import DatabaseStore
+    from baldur_django.core.registry import registry
+
+    registry.set_store(DatabaseStore())
+    settings.BALDUR_HEALTH_CRITICAL_SERVICES = ["payments"]
+    DatabaseStore().force("payments", mode="open", ttl_seconds=600)  # another worker's force
+    verdict = health.judge()
+    assert (verdict.status, verdict.store, verdict.breakers) == ("down", reading.ANSWERED, {"payments": "open"})
