@@ -22,8 +22,8 @@ from typing import Any
 
 from ..core import inbound
 from ..core.breaker import CircuitBreaker, Permit
-from ..core.errors import ConfigError
 from ..core.inbound import ShedAnswer
+from ..core.names import check_name
 from ..core.registry import registry
 
 __all__ = ["BaldurASGIMiddleware", "RawHeaders", "record_status", "check_service_name"]
@@ -50,13 +50,12 @@ def check_service_name(service_name: Any) -> str | None:
         str | None: *service_name*.
 
     Raises:
-        ConfigError: *service_name* is neither None nor a non-empty string.
+        ConfigError: *service_name* is neither None nor a valid breaker name (see
+            :func:`baldur_django.core.names.check_name`).
     """
     if service_name is None:
         return None
-    if not isinstance(service_name, str) or not service_name.strip():
-        raise ConfigError(f"service_name={service_name!r}: expected a non-empty string or None")
-    return service_name
+    return check_name(service_name, "service_name")
 
 
 class RawHeaders:

@@ -12,6 +12,7 @@ the retry stage) it takes. Implements HC-1, HC-3.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from ..core.config import OVERRIDE_NAMES, validate_overrides
 from ..core.decorators import aprotect_route, protect_route
 from ..core.errors import ConfigError
 from ..core.hotpath import Route
+from ..core.names import name_problem, show_name
 from ..core.registry import registry
 from ..core.retry import RetryPolicy
 
@@ -133,7 +135,18 @@ def host_breaker_name(owner: str, url: str, scheme: str | None, host: str | None
         name = f"[{name}]"
     if port is not None and port != DEFAULT_PORTS.get((scheme or "").lower()):
         name = f"{name}:{port}"
-    return name
+    return name if name_problem(name) is None else _odd_host_name(name)
+
+
+def _odd_host_name(name: str) -> str:
+    """A valid breaker name for a host that cannot be one as it is (control characters,
+    whitespace at an end, more than 1,000 characters): the host with its odd characters
+    escaped and, when long, cut short and followed by a digest of the whole, so the request
+    is still protected, by a breaker whose name shows what is odd and never collides."""
+    shown = repr(name)[1:-1].strip() or "?"  # escapes control characters, keeps the rest
+    if len(shown) > 200 or shown != name:
+        shown = f"{shown[:200]}~{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    return shown
 
 
 _MAX_HOSTS = 4096  # cached per-host names per adapter
@@ -197,10 +210,10 @@ class Breakers:
         *,
         is_async: bool = False,
     ) -> None:
-        if service is not None and not callable(service) and (not isinstance(service, str) or not service):
+        if service is not None and not callable(service) and name_problem(service) is not None:
             raise ConfigError(
-                f"{owner}(service={service!r}): expected a non-empty breaker name, a callable of the "
-                "request returning one, or None for one breaker per host"
+                f"{owner}(service={show_name(service, limit=60)}): expected a breaker name ({name_problem(service)}), "
+                "a callable of the request returning one, or None for one breaker per host"
             )
         policy = _policy_of(owner, retry)
         if fallback is not None and not callable(fallback):

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core import emergency
 from ..core.breaker import METRIC_COUNTS
+from ..core.names import show_name
 from ..core.registry import registry as _breakers
 from ..core.states import CircuitState
 
@@ -167,7 +168,9 @@ class Tally:
             try:
                 state, counts, transitions = breaker.metric_values()
             except Exception:
-                WARNINGS.warn("metrics.read_failed service=%s: its series are left out of this reading", breaker.name)
+                WARNINGS.warn(
+                    "metrics.read_failed service=%s: its series are left out of this reading", show_name(breaker.name)
+                )
                 continue
             readings.append((breaker, counts, transitions))
             states.append((breaker.name, STATE_VALUES.get(state, 0)))

@@ -41,6 +41,7 @@ from ..core.config import settings as default_settings
 from ..core.errors import ConfigError
 from ..core.events import Event, Forced, Reset, StateChanged, bus
 from ..core.knobs import KNOBS
+from ..core.names import show_name
 from ..core.outbox import Outbox
 
 __all__ = [
@@ -187,9 +188,9 @@ class SlackNotifier:
             to_state, dry_run = event.to_state, event.dry_run
             trigger = "forced"
             if event.actor:
-                trigger += f" by {event.actor}"
+                trigger += f" by {show_name(event.actor)}"
             if event.reason:
-                trigger += f" ({event.reason})"
+                trigger += f" ({show_name(event.reason)})"
             trigger += f", for {event.ttl_minutes:g} min"
         elif isinstance(event, Reset):
             if event.to_state == event.from_state:
@@ -198,9 +199,7 @@ class SlackNotifier:
         else:
             return None
         emoji, verb = (OPEN_EMOJI, "opened") if to_state == "open" else (CLOSE_EMOJI, "closed")
-        text = (
-            f"{emoji} Circuit breaker *{escape(event.service)}* {verb} (trigger: {escape(trigger)}) at {_utc(event.at)}"
-        )
+        text = f"{emoji} Circuit breaker *{escape(show_name(event.service))}* {verb} (trigger: {escape(trigger)}) at {_utc(event.at)}"
         if dry_run:
             text += " [dry-run: no call is rejected]"
         return text
@@ -239,7 +238,7 @@ class SlackNotifier:
                 dropped = self.dropped
             _log.warning(
                 "slack_notifier.dropped service=%s: the send queue is full (%d waiting); %d message(s) dropped so far",
-                service,
+                show_name(service),
                 self.max_queue,
                 dropped,
             )

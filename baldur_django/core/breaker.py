@@ -53,6 +53,7 @@ from .events import (
     TripBlocked,
 )
 from .events import bus as default_bus
+from .names import check_name
 from .rules import next_open
 from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
@@ -307,8 +308,7 @@ class CircuitBreaker:
         clock: Clock = SYSTEM_CLOCK,
         bus: EventBus = default_bus,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
+        check_name(name)
         config = shared_config(config)
         self.name = name
         self.config = config

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import CircuitOpenError, ConfigError
 from .log import logger
+from .names import show_name
 
 __all__ = [
     "SUCCESS",
@@ -248,7 +249,7 @@ class _Throttle:
         logger.warning(
             "circuit_breaker.predicate_failed service=%s predicate=%s role=%s error=%s: %s "
             "(the call counts as a failure; %d more since the last line)",
-            service,
+            show_name(service),
             predicate_name(predicate),
             role,
             type(error).__name__,

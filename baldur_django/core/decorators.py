@@ -29,6 +29,7 @@ from .hotpath import (
     protect,
     sync_wrapper,
 )
+from .names import check_name
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
 
@@ -58,8 +59,7 @@ def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
 def _validate_arguments(service: str, overrides: dict[str, Any]) -> None:
     """The checks of :func:`_breaker` that depend on the decorator's own arguments only (the
     name and the overrides), none on a setting: a mistake there is refused at decoration."""
-    if not isinstance(service, str) or not service:
-        raise ConfigError(f"breaker name {service!r}: must be a non-empty string")
+    check_name(service)
     if not overrides:
         return
     unknown = overrides.keys() - _KNOWN

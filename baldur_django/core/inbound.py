@@ -47,6 +47,7 @@ Implements IN-1, IN-2, IN-3, IN-6, IN-7 (the shared part), ST-2 (no store I/O on
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Awaitable, Callable
@@ -55,7 +56,7 @@ from typing import Any, Protocol
 from .breaker import CircuitBreaker, Permit
 from .classify import RATE_LIMITED, SUCCESS, classify_status
 from .config import settings
-from .errors import CircuitOpenError
+from .errors import CircuitOpenError, ConfigError
 from .hotpath import aacquire, asettle
 from .marks import is_marked
 from .registry import registry
@@ -411,6 +412,27 @@ def _breaker_of(path: str) -> CircuitBreaker:
     return breaker
 
 
+_log = logging.getLogger("baldur.inbound")
+_warned_version: list[int] = [-1]  # the settings version last warned about
+
+
+def _lookup(path: str) -> CircuitBreaker | None:
+    """The breaker of *path* (as :func:`_breaker_of`), or None when an inbound setting is
+    invalid (a domain that is no valid breaker name, say): the request is then served
+    without a breaker rather than lost, and a warning is logged once per settings version
+    (the system checks report the setting at start)."""
+    try:
+        return _breaker_of(path)
+    except ConfigError as exc:
+        version = settings.version
+        if _warned_version[0] != version:
+            _warned_version[0] = version
+            _log.warning(
+                "baldur.inbound_unprotected: requests are served without a breaker until the setting is fixed: %s", exc
+            )
+        return None
+
+
 def breaker_for(path: str) -> CircuitBreaker:
     """The breaker of a request path's domain (IN-1): ``registry.get(domain_for(path))``,
     remembered per path (a bounded memo, started over when a setting changes or the
@@ -459,12 +481,16 @@ def serve(
     Raises:
         BaseException: whatever *handler* raises (an ``Exception`` counts once as a
         failure, anything else gives the permit back).
-        ConfigError: an inbound setting is invalid.
+
+    An invalid inbound setting (``BALDUR_DOMAIN_MAPPING``, ``BALDUR_DOMAIN_DEFAULT``) does
+    not fail the request: it is served without a breaker, and a warning is logged once.
     """
     table = _table
     breaker = table[3].get(path) if table[0] == settings.version and _alive else None
     if breaker is None:
-        breaker = _breaker_of(path)
+        breaker = _lookup(path)
+        if breaker is None:
+            return handler(request)
     try:
         permit = breaker.acquire()
     except CircuitOpenError as error:
@@ -507,12 +533,13 @@ async def aserve(
 
     Raises:
         BaseException: as :func:`serve` (``CancelledError`` gives the permit back).
-        ConfigError: an inbound setting is invalid.
     """
     table = _table
     breaker = table[3].get(path) if table[0] == settings.version and _alive else None
     if breaker is None:
-        breaker = _breaker_of(path)
+        breaker = _lookup(path)
+        if breaker is None:
+            return await handler(request)
     permit = breaker.ready_permit()  # the CLOSED lock-free permit: no coroutine to await
     if permit is None:
         try:

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .errors import ConfigError
+from .names import name_problem, show_name
 
 #: ``parser(name, raw value, from_env) -> parsed value``; raises ConfigError naming *name*.
 Parser = Callable[[str, Any, bool], Any]
@@ -284,8 +285,8 @@ def service_names(name: str, value: Any, from_env: bool) -> list[str]:
         raise fail(name, raw, "expected a list of breaker names such as ['payments']")
     names = []
     for item in value:
-        if not isinstance(item, str) or not item:
-            raise fail(name, raw, f"{item!r} is not a breaker name (a non-empty string)")
+        if name_problem(item) is not None:
+            raise fail(name, raw, f"{show_name(item, 60)} is not a breaker name: it {name_problem(item)}")
         if item not in names:
             names.append(item)
     return names
@@ -331,9 +332,19 @@ def ignore_paths(name: str, value: Any, from_env: bool) -> tuple[str, ...]:
 def domain_mapping(name: str, value: Any, from_env: bool) -> dict[str, str]:
     value = json_dict(name, value, from_env)
     for key, domain in value.items():
-        if not isinstance(key, str) or not key or not isinstance(domain, str) or not domain:
-            raise fail(name, value, f"entries map a non-empty path substring to a domain name, got {key!r}: {domain!r}")
+        if not isinstance(key, str) or not key or name_problem(domain) is not None:
+            raise fail(
+                name,
+                value,
+                f"entries map a non-empty path substring to a domain (breaker) name, got {key!r}: {domain!r}",
+            )
     return dict(value)
+
+
+def breaker_name(name: str, value: Any, from_env: bool) -> str:
+    if name_problem(value) is not None:
+        raise fail(name, value, f"not a breaker name: it {name_problem(value)}")
+    return str(value)
 
 
 URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):[^@/\s]+@")

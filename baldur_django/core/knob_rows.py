@@ -11,6 +11,7 @@ from .knob_parsers import (
     SECONDS,
     STATUS_ACCEPTS,
     Parser,
+    breaker_name,
     choice,
     domain_mapping,
     flag,
@@ -257,10 +258,10 @@ TRAFFIC_ROWS: list[Knob] = [
     Knob(
         "BALDUR_DOMAIN_DEFAULT",
         "default",
-        text_value(),
+        breaker_name,
         "breaker for unmapped paths",
         "baldur.E034",
-        accepts="A non-empty string.",
+        accepts="A breaker name: at most 1,000 characters, no control characters, no whitespace at either end.",
     ),
     Knob(
         "BALDUR_MIDDLEWARE_SHED_LOAD",

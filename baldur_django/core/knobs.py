@@ -43,6 +43,7 @@ from .knob_parsers import (
     validate_number,
 )
 from .knob_rows import BREAKER_ROWS, TRAFFIC_ROWS, Knob
+from .names import name_problem, show_name
 
 __all__ = [
     "Knob",
@@ -105,8 +106,8 @@ class _Services:
         value = json_dict(name, value, from_env)
         out = {}
         for service, overrides in value.items():
-            if not isinstance(service, str) or not service:
-                raise fail(name, value, f"service names must be non-empty strings, got {service!r}")
+            if name_problem(service) is not None:
+                raise fail(name, value, f"{show_name(service, 60)} is not a breaker name: it {name_problem(service)}")
             if not isinstance(overrides, dict):
                 raise fail(name, value, f"the entry for {service!r} must be a mapping of overrides")
             out[service] = check_service_overrides(f"{name}[{service!r}]", overrides, from_env)

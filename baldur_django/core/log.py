@@ -25,6 +25,7 @@ from .events import (
     StoreProblem,
     TripBlocked,
 )
+from .names import show_name
 
 __all__ = ["logger", "log_event", "LoggingListener"]
 
@@ -49,13 +50,18 @@ def wall_time(seconds: float | None) -> str:
 
 
 def log_event(level: int, event: str, service: str | None, message: str = "", *args: Any, **fields: Any) -> None:
-    """Log one line whose message starts with *event*; *fields* become record attributes."""
+    """Log one line whose message starts with *event*; *fields* become record attributes.
+
+    The service name is shown with :func:`~baldur_django.core.names.show_name` (an odd
+    name is quoted and escaped), so no name can start a line of its own; the record's
+    ``service`` attribute keeps the name as it is.
+    """
     if not logger.isEnabledFor(level):
         return
     extra = {"event": event, "service": service, "from_state": None, "to_state": None, "trigger": None}
     extra.update(fields)
     text = f"{event} service=%s" + (f" {message}" if message else "")
-    logger.log(level, text, service, *args, extra=extra)
+    logger.log(level, text, show_name(service), *args, extra=extra)
 
 
 class LoggingListener:
@@ -121,7 +127,7 @@ def _forced(level: int, event: Forced) -> None:
         "ttl_minutes=%s reason=%r actor=%s expires_at=%s%s",
         event.ttl_minutes,
         event.reason,
-        event.actor,
+        show_name(event.actor),
         wall_time(event.expires_at),
         " dry_run=true" if event.dry_run else "",
         from_state=event.from_state,
@@ -141,7 +147,7 @@ def _released(level: int, event: Released) -> None:
         event.service,
         "previous=%s actor=%s",
         event.previous,
-        event.actor,
+        show_name(event.actor),
         from_state=event.from_state,
         to_state=event.to_state,
         trigger="released",

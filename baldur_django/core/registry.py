@@ -20,6 +20,7 @@ from .config import SettingsSource, build_config, settings, validate_overrides
 from .errors import ConfigError
 from .events import bus
 from .log import LoggingListener, log_event
+from .names import check_name, show_name
 from .stores.base import StateStore
 from .sync import StoreGuard
 
@@ -69,12 +70,15 @@ class Registry:
         """Return the breaker called *name*, creating it when *create*.
 
         Args:
-            name: service name; any non-empty string.
+            name: service name: a non-empty string of at most 1,000 characters, without
+                control characters or whitespace at either end (checked when the breaker
+                is created; a lookup with *create* False of any other string finds nothing).
             overrides: per-call overrides, validated (None registers none).
             create: when False, return None for an unknown name.
 
         Raises:
-            ConfigError: empty name, or a bad override or setting.
+            ConfigError: an invalid name (the message says what is wrong with it), or a
+                bad override or setting.
         """
         if not isinstance(name, str) or not name:
             raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
@@ -83,6 +87,8 @@ class Registry:
             return breaker
         if breaker is None and not create:
             return None
+        if breaker is None:
+            check_name(name)
         checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)
         if not self.store_configured:
             self._store_from_settings()
@@ -229,7 +235,7 @@ def _after_fork_in_child() -> None:
         try:
             breaker.after_fork()
         except Exception:  # pragma: no cover - never fail a fork
-            logging.getLogger("baldur.metrics").exception("metrics.fork_failed service=%s", breaker.name)
+            logging.getLogger("baldur.metrics").exception("metrics.fork_failed service=%s", show_name(breaker.name))
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
@@ -246,7 +252,8 @@ def get_breaker(service: str) -> CircuitBreaker:
         CircuitBreaker: ``.state`` is a :class:`CircuitState`; ``.snapshot()`` a dict.
 
     Raises:
-        ConfigError: *service* is empty or not a string (CB-12).
+        ConfigError: *service* is not a valid name: not a string, empty, longer than
+            1,000 characters, with a control character or whitespace at an end (CB-12).
     """
     return registry.get(service)  # type: ignore[return-value]  # create=True: never None
 

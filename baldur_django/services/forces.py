@@ -9,6 +9,7 @@ from typing import Any
 from ..core import registry as registry_module
 from ..core.config import settings
 from ..core.errors import ConfigError, StoreError
+from ..core.names import name_problem
 from .audit import write_audit_row
 from .common import (
     BreakerForcedError,
@@ -22,6 +23,7 @@ from .common import (
     validate_lifetime,
 )
 from .names import check_known, closest_services, store_names, unknown_here
+from .status import status_rows_for
 
 _log = logging.getLogger("baldur.audit")
 
@@ -176,9 +178,12 @@ def forget(service: str, actor: str | None = None, source: str = "api", reason: 
     registered = set(registry.names()) | set(store_names(strict=True))
     if service not in registered:
         raise UnknownServiceError(service, closest_services(service, registered))
-    breaker = registry_module.get_breaker(service)
-    breaker.sync()  # the shared record now, not as of the last consult: a fresh force must refuse
-    snapshot = breaker.snapshot()  # lapses included
+    if name_problem(service) is None:
+        breaker = registry_module.get_breaker(service)
+        breaker.sync()  # the shared record now, not as of the last consult: a fresh force must refuse
+        snapshot = breaker.snapshot()  # lapses included
+    else:  # a name stored before names were checked: no breaker can hold it, read its record
+        snapshot = status_rows_for([service])[0]
     if snapshot.get("forced"):
         raise BreakerForcedError(service, str(snapshot["forced"]), snapshot.get("force_expires_at"))
     store = registry.store

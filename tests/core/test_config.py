@@ -393,7 +393,7 @@ BAD_ENV = [
     ("BALDUR_SERVICES", '{"pay": {"failure_threshold": 0}}', "['pay']['failure_threshold']=0"),
     ("BALDUR_SERVICES", '{"pay": {"failure_threshold": true}}', "['pay']['failure_threshold']=True"),
     ("BALDUR_SERVICES", '{"pay": {"recovery_timeout": -1}}', "['pay']['recovery_timeout']=-1"),
-    ("BALDUR_SERVICES", '{"": {}}', "got ''"),
+    ("BALDUR_SERVICES", '{"": {}}', "'' is not a breaker name: it must not be empty"),
     ("BALDUR_CB_RATE_LIMIT_CASCADE_MIN_RATIO", "101"),
 ]
 

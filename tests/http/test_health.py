@@ -77,11 +77,12 @@ def test_hc5_non_critical_open_or_critical_half_open_is_degraded_200(settings, c
 
 
 def test_hc5_emergency_levels(settings):
-    """HC-5: Level 3 answers 503 "down" even with no critical service; Levels 1-2 are degraded."""
+    """HC-5 (amended): every Emergency level is "degraded" with 200; Level 3 too (a freeze
+    must not take every instance out of rotation)."""
     emergency.set_level(2, minutes=5)
     assert call() == (200, {"status": "degraded", "emergency_level": 2})
     emergency.set_level(3, minutes=5)
-    assert call() == (503, {"status": "down", "emergency_level": 3})
+    assert call() == (200, {"status": "degraded", "emergency_level": 3})
     emergency.set_level(0)
     assert call() == (200, {"status": "ok", "emergency_level": 0})
 

@@ -9,19 +9,26 @@ Add ``"baldur_django.contrib.health"`` to ``INSTALLED_APPS`` and route the view:
 The judgement, shared by :func:`health_view` and :class:`BreakerHealthCheck`:
 
 * ``"down"`` (HTTP 503): a breaker named in ``BALDUR_HEALTH_CRITICAL_SERVICES`` is OPEN
-  (forced open included), or Emergency Level 3 is in force;
+  (forced open included);
 * ``"degraded"`` (HTTP 200): a critical breaker is HALF_OPEN (probing its way back), any
-  other breaker this process knows is OPEN, or Emergency Level 1 or 2 is in force: the
-  instance still serves, with something impaired;
+  other breaker this process knows is OPEN, or an Emergency level (1, 2 or 3) is in force:
+  the instance still serves, with something impaired. A level is an operator's decision
+  for the whole fleet, never a reason to take every instance out of rotation;
 * ``"ok"`` (HTTP 200): none of these.
 
 A breaker outside the critical list never takes the instance out of rotation: its callers
 get a refusal or a fallback, which the instance survives. Anonymous callers see only
 ``status`` and ``emergency_level``; staff users (``request.user.is_staff``), or everyone
 when ``BALDUR_HEALTH_DETAILS`` is on, also see ``breakers`` (every breaker this process
-knows plus the critical ones, name -> state) and ``critical`` (the list). Reading the
-states never takes a trial slot; with a shared store a critical breaker's state is the
-fleet's.
+knows plus the critical ones, name -> state), ``critical`` (the list) and ``store`` (what
+became of the store read, see :class:`Judgement`).
+
+The view answers within a probe's timeout whatever the store does (:mod:`.reading`): the
+level and the critical breakers' shared records are read once, in a worker thread, with a
+deadline (half a second by default); every other breaker is judged from this process's
+own view without store I/O; a read that does not come back leaves the process's own view
+of everything, and ``store`` says so. A level set or cleared on the same host or Redis
+shows within half a second. Reading the states never takes a trial slot.
 """
 
 from __future__ import annotations
@@ -34,10 +41,12 @@ from django.http import HttpRequest, JsonResponse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
-from ... import emergency
+from ...core import emergency as emergency_core
+from ...core.breaker import CircuitBreaker
 from ...core.config import settings
 from ...core.registry import registry
 from ...core.states import CircuitState
+from .reading import NO_ANSWER, NO_STORE, Reading, read
 
 __all__ = ["Judgement", "judge", "health_view", "BreakerHealthCheck", "CHECK_PATH"]
 
@@ -58,6 +67,10 @@ class Judgement:
             ``"half_open"``) of every known breaker and every critical one.
         critical (tuple[str, ...]): the critical services.
         reasons (tuple[str, ...]): why the status is not ``"ok"``, one line each.
+        store (str): what became of the store read: ``"none"`` (no shared store or no
+            critical breaker), ``"answered"``, ``"failed"`` or ``"no answer"`` (not back
+            within the timeout). Unless ``"answered"`` or ``"none"``, the states are this
+            process's own view.
     """
 
     status: str
@@ -65,6 +78,7 @@ class Judgement:
     breakers: dict[str, str]
     critical: tuple[str, ...]
     reasons: tuple[str, ...]
+    store: str = NO_STORE
 
     @property
     def http_status(self) -> int:
@@ -72,11 +86,17 @@ class Judgement:
         return 503 if self.status == DOWN else 200
 
 
-def judge(critical: list[str] | tuple[str, ...] | None = None) -> Judgement:
+def judge(critical: list[str] | tuple[str, ...] | None = None, *, timeout: float | None = None) -> Judgement:
     """Judge this instance from its breakers and the Emergency level (HC-5).
+
+    Reads the level and the critical breakers' shared records once, in a worker thread, and
+    waits for that read at most *timeout* seconds (see :mod:`.reading`); every other breaker
+    is judged from this process's own view, without store I/O.
 
     Args:
         critical: the critical services; None reads ``BALDUR_HEALTH_CRITICAL_SERVICES``.
+        timeout: seconds to wait for the read; None uses
+            :data:`~baldur_django.contrib.health.reading.READ_TIMEOUT_SECONDS`.
 
     Returns:
         Judgement: see the module docstring for the rules.
@@ -85,46 +105,39 @@ def judge(critical: list[str] | tuple[str, ...] | None = None) -> Judgement:
         ConfigError: a bad ``BALDUR_HEALTH_CRITICAL_SERVICES``.
     """
     names = tuple(settings.get("BALDUR_HEALTH_CRITICAL_SERVICES") if critical is None else critical)
-    level = emergency.get_level()
-    states = _states(names)
-    down, degraded = _reasons(level, states, names)
-    status = DOWN if down else DEGRADED if degraded else OK
-    return Judgement(
-        status=status,
-        emergency_level=level,
-        breakers={name: state.value for name, state in sorted(states.items())},
-        critical=names,
-        reasons=tuple(down + degraded),
-    )
-
-
-def _states(critical: tuple[str, ...]) -> dict[str, CircuitState]:
-    """The state of every breaker of this process, and of each critical one (created if new)."""
-    states: dict[str, CircuitState] = {}
-    for breaker in registry:
-        states[breaker.name] = breaker.state
-    for name in critical:
-        if name not in states:
-            states[name] = registry.get(name).state  # type: ignore[union-attr]  # create=True: never None
-    return states
-
-
-def _reasons(level: int, states: dict[str, CircuitState], critical: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """``(why it is down, why it is degraded)``, one line each."""
+    for name in names:
+        registry.get(name)  # registered here, so the read and the local view both know it
+    reading = read(names, timeout)
+    if reading is None:
+        reading = Reading(emergency_core.mode.known_level(), {}, NO_ANSWER)
+    states = {breaker.name: _own_view(breaker) for breaker in registry}
+    states.update(reading.states)
     down: list[str] = []
     degraded: list[str] = []
-    if level >= 3:
-        down.append("Emergency Level 3 is in force")
-    elif level:
-        degraded.append(f"Emergency Level {level} is in force")
+    if reading.level:
+        degraded.append(f"Emergency Level {reading.level} is in force")
     for name, state in sorted(states.items()):
-        if name in critical and state is CircuitState.OPEN:
+        if name in names and state is CircuitState.OPEN:
             down.append(f"critical breaker {name!r} is OPEN")
-        elif name in critical and state is CircuitState.HALF_OPEN:
+        elif name in names and state is CircuitState.HALF_OPEN:
             degraded.append(f"critical breaker {name!r} is HALF_OPEN")
         elif state is CircuitState.OPEN:
             degraded.append(f"breaker {name!r} is OPEN")
-    return down, degraded
+    status = DOWN if down else DEGRADED if degraded else OK
+    return Judgement(
+        status=status,
+        emergency_level=reading.level,
+        breakers={name: state.value for name, state in sorted(states.items())},
+        critical=names,
+        reasons=tuple(down + degraded),
+        store=reading.store,
+    )
+
+
+def _own_view(breaker: CircuitBreaker) -> CircuitState:
+    """The state this process holds for *breaker*, without store I/O: a breaker that shares
+    a store answers the state it last adopted (asking it would consult the store)."""
+    return breaker.view().state if breaker.shared else breaker.state
 
 
 def _may_see_details(request: HttpRequest) -> bool:
@@ -150,6 +163,7 @@ def health_view(request: HttpRequest) -> JsonResponse:
     if _may_see_details(request):
         body["breakers"] = verdict.breakers
         body["critical"] = list(verdict.critical)
+        body["store"] = verdict.store
     response = JsonResponse(body, status=verdict.http_status)
     add_never_cache_headers(response)
     return response

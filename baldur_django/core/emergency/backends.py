@@ -127,8 +127,16 @@ class FileLevelBackend:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
+        self._seen: tuple[bytes, LevelState] | None = None  # the last text decoded and its record
 
     def read(self) -> LevelState:
+        """The record in the file (level 0 when there is none).
+
+        Costs one open and one read of a small file; unchanged text is not decoded again.
+
+        Raises:
+            EmergencyReadError: the file cannot be read or is corrupt.
+        """
         try:
             with open(self.path, "rb") as handle:
                 raw = handle.read()
@@ -136,7 +144,12 @@ class FileLevelBackend:
             return LevelState()
         except OSError as exc:
             raise EmergencyReadError(f"cannot read {self.path}: {exc}") from None
-        return decode(raw)
+        seen = self._seen
+        if seen is not None and seen[0] == raw:
+            return seen[1]
+        state = decode(raw)
+        self._seen = (raw, state)
+        return state
 
     def _write(self, data: bytes) -> None:
         """Temp file with a unique name in the same directory, fsync, rename over the file."""

@@ -73,6 +73,7 @@ class EmergencyMode:
         self._have_read = False
         self._level = 0
         self._fresh_until = -math.inf  # monotonic
+        self._read_at = -math.inf  # monotonic time of the last backend read (or write)
         self._expires_mono = math.inf  # monotonic deadline of the cached level
         self._expired_logged: tuple[int, float | None, float | None] | None = None
         self._warned_at: float | None = None
@@ -138,6 +139,37 @@ class EmergencyMode:
         """True while level 3 is in force (the EM-2 freeze); never raises."""
         return self.current_level() >= FREEZE_LEVEL
 
+    def recent_level(self, max_age: float) -> int:
+        """The level in force, read from the backend when the last read is older than
+        *max_age* seconds (monotonic); never raises.
+
+        For readers that must follow a change quickly (the health view) without giving up
+        the cache everyone else reads through: a fresh read also refreshes the cache. When
+        another thread is reading the backend right now, the cached level is returned.
+
+        Args:
+            max_age: seconds; how old the last backend read may be.
+
+        Returns:
+            int: 0..3, as :meth:`current_level`.
+        """
+        now = self.clock.monotonic()
+        if now - self._read_at < max_age:
+            return self.current_level()
+        try:
+            return self._refresh(now)
+        except Exception:  # belt and braces: a reader never fails
+            logger.exception("emergency.read_failed unexpected error while reading the level")
+            return self._level
+
+    def known_level(self) -> int:
+        """The cached level (expiry applied), without any backend I/O; never raises.
+
+        Returns:
+            int: 0..3; 0 in a process that never read a level.
+        """
+        return self._cached(self.clock.monotonic())
+
     def refresh(self) -> int:
         """Read the backend now (whatever the cache), then answer like :meth:`current_level`."""
         self._fresh_until = -math.inf
@@ -172,8 +204,10 @@ class EmergencyMode:
             except Exception as exc:  # EmergencyReadError, ConfigError, anything: keep the last level
                 self._read_failed(exc, now)
                 self._fresh_until = now + cache
+                self._read_at = now
                 return self._cached(now)
             self._adopt(state, now)
+            self._read_at = now
             self._fresh_until = now + cache
             return self._cached(now)
         finally:
@@ -245,6 +279,7 @@ class EmergencyMode:
     # ------------------------------------------------------------------- writes
     def _written(self, state: LevelState) -> None:
         self._adopt(state, self.clock.monotonic())
+        self._read_at = self.clock.monotonic()
         self._fresh_until = self.clock.monotonic() + self._interval("BALDUR_EMERGENCY_CACHE_SECONDS", 30.0)
 
     def set_level(

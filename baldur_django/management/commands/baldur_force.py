@@ -28,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
+from baldur_django.core.names import name_problem, show_name
 
 from .baldur_status import Utf8OutputMixin, format_time, require_migrated
 
@@ -133,6 +134,11 @@ def _checked_ttl(action: str, service: str, ttl: str | None, reason: str, new: b
     """Refuse bad input before anything is touched; returns the lifetime in minutes (None: the default)."""
     if not service:
         raise CommandError("SERVICE: a breaker name must be a non-empty string")
+    if action != "release" and name_problem(service) is not None:  # a release may clean up an old odd name
+        raise CommandError(
+            f"SERVICE {show_name(service, limit=60)} is not a valid breaker name: it {name_problem(service)}. "
+            "Nothing was changed."
+        )
     if action == "release" and ttl is not None:
         raise CommandError("--ttl applies to 'open' and 'close' only; a release has no lifetime")
     if action == "release" and new:

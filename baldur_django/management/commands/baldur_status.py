@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import ConfigError
+from baldur_django.core.names import show_name
 
 __all__ = [
     "Command",
@@ -158,6 +159,11 @@ class NoticesToStderrMixin:
             return super().execute(*args, **options)  # type: ignore[misc]
 
 
+#: Characters of a name the text table shows (``--json`` shows every name whole): a name
+#: from before names were limited must not pad every row to its length.
+NAME_COLUMN = 100
+
+
 def format_time(timestamp: float | None) -> str:
     """Unix seconds -> ``"YYYY-MM-DD HH:MM:SS UTC"``; None -> ``"-"``."""
     if timestamp is None:
@@ -236,10 +242,10 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
         for row in rows:
             forced = row.get("forced") or "-"
             if row.get("forced") and row.get("force_actor"):
-                forced += f" by {row['force_actor']}"
+                forced += f" by {show_name(row['force_actor'], limit=NAME_COLUMN)}"
             table.append(
                 [
-                    row["service"],
+                    show_name(row["service"], limit=NAME_COLUMN),
                     row["state"].upper(),
                     forced,
                     format_time(row.get("force_expires_at")),
