@@ -634,7 +634,11 @@ class CircuitBreaker:
             raise self._reject_fast(now, until, metered)  # CB-4 and ST-3: no lock, no round trip
         sync = self._sync
         if now >= self._sync_due:
-            sync.consult(self, now)
+            if sync.known:
+                sync.consult(self, now)
+            else:  # ST-3: no call is admitted on a local state the shared record never set
+                sync.first_use(self)
+                now = self._mono()
         if sync.probe_due(self, now):
             permit = sync.acquire_probe(self, now)
             if permit is not None:

@@ -57,6 +57,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["StoreGuard", "LocalSync", "StoreSync", "LOCAL"]
 
 _NEVER = float("inf")
+#: Seconds a caller waits for another caller's first read of a breaker's shared record
+#: before it is judged locally. The read itself is bounded by the store's own timeout
+#: (a quarter of a second on Redis by default); this only bounds a read that hangs anyway.
+FIRST_READ_WAIT = 2.0
 _CLOSED = CircuitState.CLOSED
 _OPEN = CircuitState.OPEN
 _HALF_OPEN = CircuitState.HALF_OPEN
@@ -160,6 +164,12 @@ class LocalSync:
         """Orders this breaker's store round trips; nothing to order locally."""
         return contextlib.nullcontext()
 
+    #: Nothing to read before the first call: the local state is the whole state.
+    known = True
+
+    def first_use(self, breaker: CircuitBreaker) -> None:
+        """Never called (:attr:`known` is True)."""
+
     def local_judgement(self) -> bool:
         """True: lapses, recovery and trial slots are decided on local state."""
         return True
@@ -240,6 +250,14 @@ class StoreSync:
         self._unpushed: str | None = None  # a trip decided while the store was down
         self._probe_versions: dict[str, int] = {}
         self._outage = False  # a store call for this breaker went unanswered since the last adoption
+        #: True once the shared record was read (or the read went unanswered): until then the
+        #: local state is a fresh CLOSED that says nothing, and no call may be admitted on it.
+        self.known = False
+        # Lets one caller read the record the first time while the others wait for it (see
+        # first_use); reentrant, so a listener of that read's events calling this breaker
+        # from the same thread goes on instead of waiting for itself.
+        self._gate = threading.RLock()
+        self._reading = False
         # Serialises this process's store round trips for one breaker, so answers are
         # adopted in the order the store produced them (never a stale one over a newer).
         # Never held across the user's call; the state lock is taken inside it, never around it.
@@ -303,12 +321,48 @@ class StoreSync:
     def _schedule(self, breaker: CircuitBreaker, deadline: float) -> None:
         breaker.schedule(deadline)
 
+    def first_use(self, breaker: CircuitBreaker) -> None:
+        """Store I/O, once per breaker and process: read the shared record before any call is
+        admitted (ST-3: a process started later obeys the record from its first call).
+
+        One caller reads; callers arriving meanwhile wait for that read (at most
+        :data:`FIRST_READ_WAIT` seconds, the read itself being bounded by the store's own
+        timeout) and are then judged on what it adopted. A caller whose wait runs out is
+        judged locally, as during a store outage (ST-4). Never called with a lock held
+        around the user's call; coroutines reach it from a worker thread."""
+        if not self._gate.acquire(timeout=FIRST_READ_WAIT):
+            return
+        try:
+            if not self.known and not self._reading:
+                self._reading = True
+                try:
+                    self.consult(breaker, breaker.clock.monotonic())
+                finally:
+                    self._reading = False
+        finally:
+            self._gate.release()
+
     def consult(self, breaker: CircuitBreaker, now: float) -> None:
         """Store I/O: read the shared record (first use, sync interval) and adopt it; a trip
         made during an outage is pushed first (ST-4)."""
         interval = breaker.config.sync_interval
         retry_at = now + (interval if interval > 0 else 1.0)
-        self._schedule(breaker, now + (interval if interval > 0 else _NEVER))
+        due = now + (interval if interval > 0 else _NEVER)
+        first = not self.known
+        if not first:
+            # Later consults are scheduled before the read, so concurrent callers go on with
+            # the state last adopted instead of all reading. The first one is scheduled only
+            # after its adoption: until then the hot-path permit stays off.
+            self._schedule(breaker, due)
+        try:
+            self._consult(breaker, now, retry_at)
+        finally:
+            if first:
+                self.known = True
+                if breaker.view().sync_due < now:
+                    breaker.schedule(due, refresh=True)
+
+    def _consult(self, breaker: CircuitBreaker, now: float, retry_at: float) -> None:
         if self._unpushed is not None:
             undone = breaker.view(locked=True).state is _CLOSED
             if undone:
@@ -348,7 +402,10 @@ class StoreSync:
         """Store I/O before a state read: consult when due or when a force lapse is due, then
         sweep an OPEN record past its recovery timeout (CB-5 on a shared store)."""
         view = breaker.view()
-        if now >= view.sync_due or (view.forced is not None and now >= view.force_until):
+        if not self.known:
+            self.first_use(breaker)
+            now = breaker.clock.monotonic()
+        elif now >= view.sync_due or (view.forced is not None and now >= view.force_until):
             self.consult(breaker, now)
         view = breaker.view(locked=True)
         due = view.state is _OPEN and view.forced is None and now >= view.open_until
