@@ -383,13 +383,16 @@ class StoreSync:
     def _forgot(self, breaker: CircuitBreaker, answer: Answer, now: float) -> bool:
         """ST-4: the store answered with a CLOSED, unforced record older than the one this
         worker last adopted (a server restarted empty, a failover that lost writes) while
-        the worker's own open time runs. The record is not taken as CLOSED: the open is
-        written back as a trip, and the answer to that is adopted. True when it was handled
-        (written back, or the write failed and waits for the next consult)."""
+        the worker holds an automatic OPEN or HALF_OPEN (open time running or over). Checked
+        for every answer read from the store (consult, sweep, probe request, trial outcome).
+        The record is not taken as CLOSED: the open is written back as a trip, and the
+        answer to that is adopted (a fresh open time; no call reaches the dependency the
+        worker knows is down). True when it was handled (written back, or the write failed
+        and waits for the next consult)."""
         record = answer.record
         if record.state != "closed" or record.forced is not None or record.version >= self.version:
             return False
-        trigger = breaker.held_open(now)
+        trigger = breaker.held_open()
         if trigger is None:
             return False
         if not self._write_trip(breaker, trigger, []):
@@ -417,7 +420,7 @@ class StoreSync:
         with self._io:
             was = breaker.view().state
             answer = self._call(breaker, op, **kwargs)
-            if answer is not None:
+            if answer is not None and not self._forgot(breaker, answer, breaker.clock.monotonic()):
                 breaker.apply(answer)
                 self._rejoined(breaker, answer, was)
         return answer
@@ -502,10 +505,12 @@ class StoreSync:
                 frozen=frozen(),
             )
             if answer is not None:
-                if answer.result:  # the adopted round will count this probe
-                    self._probe_versions[token] = answer.record.version
-                permit = breaker.apply_probe(answer, token, now)
-                self._rejoined(breaker, answer, was)
+                # an empty store's CLOSED answer is not adopted: the open is written back
+                if not self._forgot(breaker, answer, now):
+                    if answer.result:  # the adopted round will count this probe
+                        self._probe_versions[token] = answer.record.version
+                    permit = breaker.apply_probe(answer, token, now)
+                    self._rejoined(breaker, answer, was)
                 if permit is None:
                     self.next_probe = now + min(1.0, cfg.probe_lease)
         return permit

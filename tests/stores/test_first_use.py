@@ -170,7 +170,10 @@ def close_db_connections(store) -> None:
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 @pytest.mark.parametrize("shared_store", ["redis", "postgres"], indirect=True)
 def test_st3_fresh_worker_threads_obey_the_shared_record_from_the_first_call(
-    fresh_registry, shared_store, scenario, switchy
+    fresh_registry,
+    shared_store,  # noqa: F811 - the imported fixture
+    scenario,
+    switchy,
 ):
     """ST-2, ST-3: 16 threads make a fresh worker's first calls at once; none is admitted
     on the worker's unread local state: the record decides (no call when forced open or
@@ -214,7 +217,11 @@ def test_st3_fresh_worker_threads_obey_the_shared_record_from_the_first_call(
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 @pytest.mark.parametrize("shared_store", ["redis"], indirect=True)
-def test_st3_fresh_worker_tasks_obey_the_shared_record_from_the_first_call(fresh_registry, shared_store, scenario):
+def test_st3_fresh_worker_tasks_obey_the_shared_record_from_the_first_call(
+    fresh_registry,
+    shared_store,  # noqa: F811 - the imported fixture
+    scenario,
+):
     """ST-2, ST-3: 200 asyncio tasks make a fresh worker's first calls at once; the record
     decides for all of them, as for threads (the read runs off the event loop)."""
     _, store = shared_store
