@@ -636,7 +636,7 @@ class CircuitBreaker:
         if now >= self._sync_due:
             if sync.known:
                 sync.consult(self, now)
-            else:  # ST-3: no call is admitted on a local state the shared record never set
+            else:  # no call is admitted on a local state the shared record never set
                 sync.first_use(self)
                 now = self._mono()
         if sync.probe_due(self, now):
@@ -1104,7 +1104,7 @@ class CircuitBreaker:
         HALF_OPEN (the round's trigger names no open). None while CLOSED or forced.
 
         A shared store that answers with an empty or older CLOSED record is never taken
-        over such a state, whether the open time still runs or a probe is due (ST-4)."""
+        over such a state, whether the open time still runs or a probe is due."""
         with self._lock:
             if self._forced is None:
                 if self._state is OPEN:

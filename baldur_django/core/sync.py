@@ -323,13 +323,20 @@ class StoreSync:
 
     def first_use(self, breaker: CircuitBreaker) -> None:
         """Store I/O, once per breaker and process: read the shared record before any call is
-        admitted (ST-3: a process started later obeys the record from its first call).
+        admitted, so a process started later obeys the record from its first call.
 
         One caller reads; callers arriving meanwhile wait for that read (at most
         :data:`FIRST_READ_WAIT` seconds, the read itself being bounded by the store's own
         timeout) and are then judged on what it adopted. A caller whose wait runs out is
-        judged locally, as during a store outage (ST-4). Never called with a lock held
-        around the user's call; coroutines reach it from a worker thread."""
+        judged locally, as during a store outage. The gate is held only around the read,
+        never while a protected call runs; coroutines reach this from a worker thread.
+
+        Args:
+            breaker (CircuitBreaker): the breaker whose record is read.
+
+        Returns:
+            None. Raises nothing: store trouble becomes local judgement.
+        """
         if not self._gate.acquire(timeout=FIRST_READ_WAIT):
             return
         try:
