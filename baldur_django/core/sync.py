@@ -159,13 +159,12 @@ class LocalSync:
     timed = False
     #: Nothing waits to be written after a locked section.
     pending: str | None = None
+    #: Nothing to read before the first call: the local state is the whole state.
+    known = True
 
     def serial(self) -> contextlib.AbstractContextManager[None]:
         """Orders this breaker's store round trips; nothing to order locally."""
         return contextlib.nullcontext()
-
-    #: Nothing to read before the first call: the local state is the whole state.
-    known = True
 
     def first_use(self, breaker: CircuitBreaker) -> None:
         """Never called (:attr:`known` is True)."""
