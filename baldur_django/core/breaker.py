@@ -635,7 +635,11 @@ class CircuitBreaker:
             raise self._reject_fast(now, until, metered)  # CB-4 and ST-3: no lock, no round trip
         sync = self._sync
         if now >= self._sync_due:
-            sync.consult(self, now)
+            if sync.known:
+                sync.consult(self, now)
+            else:  # no call is admitted on a local state the shared record never set
+                sync.first_use(self)
+                now = self._mono()
         if sync.probe_due(self, now):
             permit = sync.acquire_probe(self, now)
             if permit is not None:
@@ -1097,15 +1101,19 @@ class CircuitBreaker:
         with self._lock:
             _RECORDED.set((self, self._seq))
 
-    def held_open(self, now: float) -> str | None:
-        """The trigger of this process's own automatic open while its open time runs
-        (OPEN, not forced, *now* before the recovery deadline; monotonic seconds), else None.
+    def held_open(self) -> str | None:
+        """The trigger to write an automatic open back with, while this process holds one
+        (OPEN or HALF_OPEN, not forced): the open's own trigger, or ``"adopted"`` in
+        HALF_OPEN (the round's trigger names no open). None while CLOSED or forced.
 
         A shared store that answers with an empty or older CLOSED record is never taken
-        over such an open (ST-4)."""
+        over such a state, whether the open time still runs or a probe is due."""
         with self._lock:
-            if self._state is OPEN and self._forced is None and now < self._open_until:
-                return self._last_trigger or Trigger.ADOPTED
+            if self._forced is None:
+                if self._state is OPEN:
+                    return self._last_trigger or Trigger.ADOPTED
+                if self._state is HALF_OPEN:
+                    return Trigger.ADOPTED
         return None
 
     def _reject_fast(self, now: float, until: float, metered: bool = True) -> CircuitOpenError:

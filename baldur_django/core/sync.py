@@ -58,6 +58,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["StoreGuard", "LocalSync", "StoreSync", "LOCAL"]
 
 _NEVER = float("inf")
+#: Seconds a caller waits for another caller's first read of a breaker's shared record
+#: before it is judged locally. The read itself is bounded by the store's own timeout
+#: (a quarter of a second on Redis by default); this only bounds a read that hangs anyway.
+FIRST_READ_WAIT = 2.0
 _CLOSED = CircuitState.CLOSED
 _OPEN = CircuitState.OPEN
 _HALF_OPEN = CircuitState.HALF_OPEN
@@ -156,10 +160,15 @@ class LocalSync:
     timed = False
     #: Nothing waits to be written after a locked section.
     pending: str | None = None
+    #: Nothing to read before the first call: the local state is the whole state.
+    known = True
 
     def serial(self) -> contextlib.AbstractContextManager[None]:
         """Orders this breaker's store round trips; nothing to order locally."""
         return contextlib.nullcontext()
+
+    def first_use(self, breaker: CircuitBreaker) -> None:
+        """Never called (:attr:`known` is True)."""
 
     def local_judgement(self) -> bool:
         """True: lapses, recovery and trial slots are decided on local state."""
@@ -245,6 +254,14 @@ class StoreSync:
         self._unpushed: str | None = None  # a trip decided while the store was down
         self._probe_versions: dict[str, int] = {}
         self._outage = False  # a store call for this breaker went unanswered since the last adoption
+        #: True once the shared record was read (or the read went unanswered): until then the
+        #: local state is a fresh CLOSED that says nothing, and no call may be admitted on it.
+        self.known = False
+        # Lets one caller read the record the first time while the others wait for it (see
+        # first_use); reentrant, so a listener of that read's events calling this breaker
+        # from the same thread goes on instead of waiting for itself.
+        self._gate = threading.RLock()
+        self._reading = False
         # Serialises this process's store round trips for one breaker, so answers are
         # adopted in the order the store produced them (never a stale one over a newer).
         # Never held across the user's call; the state lock is taken inside it, never around it.
@@ -308,12 +325,55 @@ class StoreSync:
     def _schedule(self, breaker: CircuitBreaker, deadline: float) -> None:
         breaker.schedule(deadline)
 
+    def first_use(self, breaker: CircuitBreaker) -> None:
+        """Store I/O, once per breaker and process: read the shared record before any call is
+        admitted, so a process started later obeys the record from its first call.
+
+        One caller reads; callers arriving meanwhile wait for that read (at most
+        :data:`FIRST_READ_WAIT` seconds, the read itself being bounded by the store's own
+        timeout) and are then judged on what it adopted. A caller whose wait runs out is
+        judged locally, as during a store outage. The gate is held only around the read,
+        never while a protected call runs; coroutines reach this from a worker thread.
+
+        Args:
+            breaker (CircuitBreaker): the breaker whose record is read.
+
+        Returns:
+            None. Raises nothing: store trouble becomes local judgement.
+        """
+        if not self._gate.acquire(timeout=FIRST_READ_WAIT):
+            return
+        try:
+            if not self.known and not self._reading:
+                self._reading = True
+                try:
+                    self.consult(breaker, breaker.clock.monotonic())
+                finally:
+                    self._reading = False
+        finally:
+            self._gate.release()
+
     def consult(self, breaker: CircuitBreaker, now: float) -> None:
         """Store I/O: read the shared record (first use, sync interval) and adopt it; a trip
         made during an outage is pushed first (ST-4)."""
         interval = breaker.config.sync_interval
         retry_at = now + (interval if interval > 0 else 1.0)
-        self._schedule(breaker, now + (interval if interval > 0 else _NEVER))
+        due = now + (interval if interval > 0 else _NEVER)
+        first = not self.known
+        if not first:
+            # Later consults are scheduled before the read, so concurrent callers go on with
+            # the state last adopted instead of all reading. The first one is scheduled only
+            # after its adoption: until then the hot-path permit stays off.
+            self._schedule(breaker, due)
+        try:
+            self._consult(breaker, now, retry_at)
+        finally:
+            if first:
+                self.known = True
+                if breaker.view().sync_due < now:
+                    breaker.schedule(due, refresh=True)
+
+    def _consult(self, breaker: CircuitBreaker, now: float, retry_at: float) -> None:
         if self._unpushed is not None:
             undone = breaker.view(locked=True).state is _CLOSED
             if undone:
@@ -334,13 +394,16 @@ class StoreSync:
     def _forgot(self, breaker: CircuitBreaker, answer: Answer, now: float) -> bool:
         """ST-4: the store answered with a CLOSED, unforced record older than the one this
         worker last adopted (a server restarted empty, a failover that lost writes) while
-        the worker's own open time runs. The record is not taken as CLOSED: the open is
-        written back as a trip, and the answer to that is adopted. True when it was handled
-        (written back, or the write failed and waits for the next consult)."""
+        the worker holds an automatic OPEN or HALF_OPEN (open time running or over). Checked
+        for every answer read from the store (consult, sweep, probe request, trial outcome).
+        The record is not taken as CLOSED: the open is written back as a trip, and the
+        answer to that is adopted (a fresh open time; no call reaches the dependency the
+        worker knows is down). True when it was handled (written back, or the write failed
+        and waits for the next consult)."""
         record = answer.record
         if record.state != "closed" or record.forced is not None or record.version >= self.version:
             return False
-        trigger = breaker.held_open(now)
+        trigger = breaker.held_open()
         if trigger is None:
             return False
         if not self._write_trip(breaker, trigger, []):
@@ -353,7 +416,10 @@ class StoreSync:
         """Store I/O before a state read: consult when due or when a force lapse is due, then
         sweep an OPEN record past its recovery timeout (CB-5 on a shared store)."""
         view = breaker.view()
-        if now >= view.sync_due or (view.forced is not None and now >= view.force_until):
+        if not self.known:
+            self.first_use(breaker)
+            now = breaker.clock.monotonic()
+        elif now >= view.sync_due or (view.forced is not None and now >= view.force_until):
             self.consult(breaker, now)
         view = breaker.view(locked=True)
         due = view.state is _OPEN and view.forced is None and now >= view.open_until
@@ -365,7 +431,7 @@ class StoreSync:
         with self._io:
             was = breaker.view().state
             answer = self._call(breaker, op, **kwargs)
-            if answer is not None:
+            if answer is not None and not self._forgot(breaker, answer, breaker.clock.monotonic()):
                 breaker.apply(answer)
                 self._rejoined(breaker, answer, was)
         return answer
@@ -450,10 +516,12 @@ class StoreSync:
                 frozen=frozen(),
             )
             if answer is not None:
-                if answer.result:  # the adopted round will count this probe
-                    self._probe_versions[token] = answer.record.version
-                permit = breaker.apply_probe(answer, token, now)
-                self._rejoined(breaker, answer, was)
+                # an empty store's CLOSED answer is not adopted: the open is written back
+                if not self._forgot(breaker, answer, now):
+                    if answer.result:  # the adopted round will count this probe
+                        self._probe_versions[token] = answer.record.version
+                    permit = breaker.apply_probe(answer, token, now)
+                    self._rejoined(breaker, answer, was)
                 if permit is None:
                     self.next_probe = now + min(1.0, cfg.probe_lease)
         return permit

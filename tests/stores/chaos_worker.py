@@ -75,10 +75,27 @@ def _store_class():
             self.slow = slow  # longest injected delay of a job's store operation, seconds
             self.admitted: dict[str, list[Any]] = {}
             self.local = threading.local()
+            self.breakers: dict[str, Any] = {}  # name -> this worker's breaker, set once made
+
+        # ---- a fresh CLOSED record (a store that came back empty) read while this worker's
+        # breaker holds OPEN or HALF_OPEN: logged with the state held (invariant 9)
+        def _watch(self, op: str, name: str, sent: float, answer: Any) -> Any:
+            record = answer.record
+            breaker = self.breakers.get(name)
+            if breaker is not None and record.state == "closed" and record.version == 0 and record.forced is None:
+                view = breaker.view()
+                if view.state.value != "closed" and view.forced is None:
+                    self.log(k="empty", b=name, op=op, ts=sent, te=time.time(), state=view.state.value)
+            return answer
+
+        def load(self, name: str, **kwargs: Any):
+            sent = time.time()
+            return self._watch("load", name, sent, super().load(name, **kwargs))
 
         # ---- probes: the round (version, opened_at) and lease expiry the store admitted a token in
         def acquire_probe(self, name: str, **kwargs: Any):
-            answer = super().acquire_probe(name, **kwargs)
+            sent = time.time()
+            answer = self._watch("acquire_probe", name, sent, super().acquire_probe(name, **kwargs))
             token = kwargs["token"]
             if answer.result:
                 record = answer.record
@@ -94,7 +111,7 @@ def _store_class():
                 self.log(k="fin", b=name, tok=token, o=outcome, ts=sent, te=time.time(), ok=False, e=type(exc).__name__)
                 raise
             self.log(k="fin", b=name, tok=token, o=outcome, ts=sent, te=time.time(), ok=True, r=answer.result)
-            return answer
+            return self._watch("finish_probe", name, sent, answer)
 
         # ---- the jobs' operations (only on the job thread, which sets self.local.run)
         def _job_op(self, op: str, call, *args: Any, **kwargs: Any):
@@ -132,6 +149,9 @@ def _store_class():
             return self._job_op("inspect", super().inspect, name, **kwargs)
 
         def sweep(self, name: str, **kwargs: Any):
+            if getattr(self.local, "run", None) is None:  # a breaker's own sweep (a state read)
+                sent = time.time()
+                return self._watch("sweep", name, sent, super().sweep(name, **kwargs))
             return self._job_op("sweep", super().sweep, name, **kwargs)
 
         def prune(self, **kwargs: Any):
@@ -188,6 +208,7 @@ def main(wid: int, incarnation: int, cfg: dict[str, Any]) -> None:
     listener.wants_rejections = False  # type: ignore[attr-defined]
     bus.subscribe(listener)
     breakers = {name: registry.get(name, overrides) for name, overrides in cfg["breakers"].items()}
+    store.breakers.update(breakers)
     stop_file = cfg["stop_file"]
     target = tuple(cfg["target"])
     log(k="hello", t=time.time(), pid=os.getpid(), w=wid, inc=incarnation)

@@ -78,6 +78,17 @@ raw records (``GET``, which normalises nothing) every 20 ms.
    chaos time) that keep Redis down for ``OUTAGE`` seconds, then bring it back empty,
    while every breaker's calls fail (from 0.7 s before until ``TAIL`` seconds after): the breakers trip
    into Redis, re-open locally after failed local trials, and meet an empty store.
+9. *An empty store is no reason to close (ST-4).* When a worker's store operation (a
+   consult, a probe request, a trial's outcome, the sweep of a state read) answers with a
+   fresh CLOSED record (version 0: Redis came back without its data) while the worker's
+   breaker holds OPEN or HALF_OPEN, the worker's next call admitted as CLOSED on that
+   breaker comes after a close decided since that read: a trial round some worker closed
+   (its ``state_changed`` to closed), the record seen CLOSED at a version above 0, or an
+   operator's force or release on that breaker. The workers log each such read (``empty``).
+   Besides the two outages of invariant 8, every run has a third, short one at 85 % of the
+   chaos time (Redis down under ``RECOVERY``, then back empty; the breakers' calls fail from
+   0.7 s before until Redis is back): the workers still hold the open they wrote when they
+   read the empty store.
 
 What cannot be checked, and why (docs/fleet.md, "Limits that remain"): a command sent
 before a pause may be applied by the server after the client gave up on it, so a job's
@@ -151,6 +162,7 @@ TRIAL_HOLD = 0.3  # < LEASE: a live probe never outlives its lease
 SLACK = 0.5  # scheduling slack on a busy 2-core machine, seconds
 DEFAULT_SECONDS = 18.0
 OUTAGE = (0.8, 1.1)  # seconds Redis stays down before an outage_wipe brings it back empty (> RECOVERY + hold)
+SHORT_OUTAGE = (0.0, 0.15)  # seconds Redis stays down in the third outage_wipe (< RECOVERY)
 TAIL = 2.0  # seconds the target keeps failing after an outage_wipe: the fleet meets the empty store re-opening
 
 
@@ -279,6 +291,9 @@ def draw_schedule(rng: random.Random, seconds: float) -> tuple[list[tuple[float,
     # (in place of the server faults drawn around them, so the store is still up often enough
     # for invariant 7 to have windows to check)
     outages = [(seconds * share, {"down": rng.uniform(*OUTAGE)}) for share in (0.3, 0.65)]
+    # invariant 9 needs "an open written to Redis, then Redis back empty within that open time":
+    # a third, short outage (workers still hold the open they wrote when the store answers again)
+    outages.append((seconds * 0.85, {"down": rng.uniform(*SHORT_OUTAGE), "short": True}))
     server = ("restart", "wipe", "flush", "pause")
     schedule = [
         entry
@@ -299,7 +314,13 @@ def draw_schedule(rng: random.Random, seconds: float) -> tuple[list[tuple[float,
         # every breaker's calls fail from just before an outage until after Redis is back: the breakers
         # trip (written to Redis), their local trials fail while Redis is down (local re-opens)
         # and for TAIL seconds after it is back, so the fleet meets the empty store while re-opening
-        spans += [(t - 0.7, t + p["down"] + TAIL) for t, action, p in schedule if action == "outage_wipe"]
+        # (the short one's failures end when Redis is back: the opens the workers wrote before it
+        # are what they hold when they read the empty store)
+        spans += [
+            (t - 0.7, t + p["down"] + (0.0 if p.get("short") else TAIL))
+            for t, action, p in schedule
+            if action == "outage_wipe"
+        ]
         phases[name] = spans
     return schedule, phases
 
@@ -888,9 +909,51 @@ def analyse(lines, *, seed, clog, samples, arrivals, events, chaos_end, quiet_st
                 first=leaked[0],
             )
 
+    # 9. a store that came back empty is no reason to close (ST-4): once a worker read a fresh
+    # CLOSED record (version 0: the store lost its data) while its breaker held OPEN or HALF_OPEN,
+    # its next call admitted as CLOSED on that breaker needs a close decided after that read:
+    # a round closed by some worker (its state_changed to closed), the record seen CLOSED at a
+    # version above 0 again, or an operator's force or release on the breaker around that time
+    admitted_closed = defaultdict(list)  # (worker, incarnation, breaker) -> sorted admission times
+    for arrival in arrivals:
+        if not arrival["trial"]:
+            wid, inc = arrival["id"].split(".")[:2]
+            admitted_closed[(int(wid), int(inc), arrival["b"])].append(arrival["ta"])
+    for times in admitted_closed.values():
+        times.sort()
+    closes = defaultdict(list)  # breaker -> times a close was decided or seen in the store
+    for e in events:
+        if e["kind"] == "state_changed" and e.get("to_state") == "closed":
+            closes[e["b"]].append(e["at"])
+    for sample in samples:
+        if sample["state"] == "closed" and sample["v"] > 0:
+            closes[sample["b"]].append(sample["ts"])
+    empties = 0
+    for entry in by_kind["empty"]:
+        times = admitted_closed[(entry["w"], entry["inc"], entry["b"])]
+        later = times[bisect.bisect_right(times, entry["te"]) :]
+        if not later or later[0] > chaos_end:
+            continue
+        empties += 1
+        ta = later[0]
+        if any(entry["ts"] <= t <= ta for t in closes[entry["b"]]):
+            continue
+        if any(o["b"] == entry["b"] and overlaps(entry["ts"] - SYNC - SLACK, ta, o["ts"], o["te"]) for o in ops):
+            continue  # an operator's force or release decides for the fleet (OP-2)
+        bad(
+            "9 a call admitted as CLOSED after the store came back empty, with no close decided",
+            w=entry["w"],
+            inc=entry["inc"],
+            b=entry["b"],
+            read=entry,
+            admitted=ta,
+        )
+
     stats = {
         "seed": seed,
         "local_opens_checked": local_opens,
+        "empty_reads": len(by_kind["empty"]),
+        "empty_reads_checked": empties,
         "local_open_then_wipe": local_open_wipes,
         "calls": len(by_kind["call"]),
         "rejections": len(by_kind["rej"]),
