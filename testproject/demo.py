@@ -356,6 +356,27 @@ class PhaseResult:
         }
 
 
+def summary_table(results: list[PhaseResult]) -> list[str]:
+    """The summary's table, one line per phase and a total, as printed (no colour)."""
+    header = f"  {'phase':<41}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
+    rule = "  " + "-" * (len(header) - 2)
+    lines = [header, rule]
+    for i, r in enumerate(results, 1):
+        median = "-" if r.median_ms is None else f"{r.median_ms:.0f} ms"
+        lines.append(
+            f"  {f'{i}. {r.title}':<41}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
+        )
+    total = {
+        k: sum(getattr(r, k) for r in results)
+        for k in ("sent", "upstream_counted", "ok", "fallback", "rejected", "errors")
+    }
+    lines.append(rule)
+    lines.append(
+        f"  {'total':<41}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
+    )
+    return lines
+
+
 def plans(short: bool) -> list[PhasePlan]:
     """The eleven phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
     protected = PROTECTED_PATH
@@ -1502,22 +1523,12 @@ class Demo:
 
         d.line()
         d.line(d.bold("Summary"))
-        header = f"  {'phase':<41}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
-        d.line(header)
-        d.line("  " + "-" * (len(header) - 2))
-        for i, r in enumerate(results, 1):
-            median = "-" if r.median_ms is None else f"{r.median_ms:.0f} ms"
-            d.line(
-                f"  {f'{i}. {r.title}':<41}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
-            )
+        for line in summary_table(results):
+            d.line(line)
         total = {
             k: sum(getattr(r, k) for r in results)
             for k in ("sent", "upstream_counted", "ok", "fallback", "rejected", "errors")
         }
-        d.line("  " + "-" * (len(header) - 2))
-        d.line(
-            f"  {'total':<41}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
-        )
         d.line()
         chain = " -> ".join(d.state(s) for s in ([pairs[0][0]] + [b for _, b in pairs])) if pairs else "(none)"
         d.line(f"  breaker transitions: {chain}")
