@@ -64,6 +64,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -361,10 +362,25 @@ def summary_table(results: list[PhaseResult]) -> list[str]:
     header = f"  {'phase':<41}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
     rule = "  " + "-" * (len(header) - 2)
     lines = [header, rule]
+    notes = []
     for i, r in enumerate(results, 1):
         median = "-" if r.median_ms is None else f"{r.median_ms:.0f} ms"
+        upstream = str(r.upstream_counted)
+        if r.per_host.get("upstream_counted"):
+            # each request asks every carrier: one count per carrier, none above the requests sent
+            carriers = [r.per_host["failing"], r.per_host["healthy"]]
+            counted = r.per_host["upstream_counted"]
+            upstream = "+".join(str(counted[c]) for c in carriers)
+            note = (
+                f"phase {i}: each of the {r.sent} requests asks both carriers, so its upstream cell is per carrier: "
+                f"{carriers[0]} ({r.per_host['breakers'][carriers[0]]}) counted {counted[carriers[0]]}, "
+                f"{carriers[1]} ({r.per_host['breakers'][carriers[1]]}) {counted[carriers[1]]}; paid: requests "
+                f"answered with a quote (from either carrier); rej.fast: the {r.rejected} calls to a carrier its "
+                "host's open breaker refused"
+            )
+            notes += textwrap.wrap(note, len(header), initial_indent="  ", subsequent_indent="    ")
         lines.append(
-            f"  {f'{i}. {r.title}':<41}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
+            f"  {f'{i}. {r.title}':<41}{r.sent:>6}{upstream:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
         )
     total = {
         k: sum(getattr(r, k) for r in results)
@@ -374,7 +390,7 @@ def summary_table(results: list[PhaseResult]) -> list[str]:
     lines.append(
         f"  {'total':<41}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
     )
-    return lines
+    return lines + notes
 
 
 def plans(short: bool) -> list[PhasePlan]:
