@@ -1554,7 +1554,8 @@ class Demo:
                 f"  median latency while the upstream hangs: {on_ms:.0f} ms with the breaker, {off_ms:.0f} ms without{factor}"
             )
         d.line(
-            f"  requests rejected fast by the open breaker: {total['rejected']} (server-side count: {sum(r.server_rejections for r in results)})"
+            f"  rejected fast by an open breaker: {total['rejected']} (requests, and in phase {len(results)} calls to a carrier; "
+            f"server-side count: {sum(r.server_rejections for r in results)})"
         )
         d.line(
             f"  fallbacks served: {total['fallback']}; the upstreams counted {total['upstream_counted']} calls "
