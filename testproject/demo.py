@@ -64,6 +64,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -354,6 +355,42 @@ class PhaseResult:
             **({"emergency": self.emergency} if self.emergency else {}),
             **({"per_host": self.per_host} if self.per_host else {}),
         }
+
+
+def summary_table(results: list[PhaseResult]) -> list[str]:
+    """The summary's table, one line per phase and a total, as printed (no colour)."""
+    header = f"  {'phase':<41}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
+    rule = "  " + "-" * (len(header) - 2)
+    lines = [header, rule]
+    notes = []
+    for i, r in enumerate(results, 1):
+        median = "-" if r.median_ms is None else f"{r.median_ms:.0f} ms"
+        upstream = str(r.upstream_counted)
+        if r.per_host.get("upstream_counted"):
+            # each request asks every carrier: one count per carrier, none above the requests sent
+            carriers = [r.per_host["failing"], r.per_host["healthy"]]
+            counted = r.per_host["upstream_counted"]
+            upstream = "+".join(str(counted[c]) for c in carriers)
+            note = (
+                f"phase {i}: each of the {r.sent} requests asks both carriers, so its upstream cell is per carrier: "
+                f"{carriers[0]} ({r.per_host['breakers'][carriers[0]]}) counted {counted[carriers[0]]}, "
+                f"{carriers[1]} ({r.per_host['breakers'][carriers[1]]}) {counted[carriers[1]]}; paid: requests "
+                f"answered with a quote (from either carrier); rej.fast: the {r.rejected} calls to a carrier its "
+                "host's open breaker refused"
+            )
+            notes += textwrap.wrap(note, len(header), initial_indent="  ", subsequent_indent="    ")
+        lines.append(
+            f"  {f'{i}. {r.title}':<41}{r.sent:>6}{upstream:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
+        )
+    total = {
+        k: sum(getattr(r, k) for r in results)
+        for k in ("sent", "upstream_counted", "ok", "fallback", "rejected", "errors")
+    }
+    lines.append(rule)
+    lines.append(
+        f"  {'total':<41}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
+    )
+    return lines + notes
 
 
 def plans(short: bool) -> list[PhasePlan]:
@@ -1502,22 +1539,12 @@ class Demo:
 
         d.line()
         d.line(d.bold("Summary"))
-        header = f"  {'phase':<41}{'sent':>6}{'upstream':>10}{'paid':>6}{'fallback':>10}{'rej.fast':>10}{'errors':>8}{'median':>10}"
-        d.line(header)
-        d.line("  " + "-" * (len(header) - 2))
-        for i, r in enumerate(results, 1):
-            median = "-" if r.median_ms is None else f"{r.median_ms:.0f} ms"
-            d.line(
-                f"  {f'{i}. {r.title}':<41}{r.sent:>6}{r.upstream_counted:>10}{r.ok:>6}{r.fallback:>10}{r.rejected:>10}{r.errors:>8}{median:>10}"
-            )
+        for line in summary_table(results):
+            d.line(line)
         total = {
             k: sum(getattr(r, k) for r in results)
             for k in ("sent", "upstream_counted", "ok", "fallback", "rejected", "errors")
         }
-        d.line("  " + "-" * (len(header) - 2))
-        d.line(
-            f"  {'total':<41}{total['sent']:>6}{total['upstream_counted']:>10}{total['ok']:>6}{total['fallback']:>10}{total['rejected']:>10}{total['errors']:>8}"
-        )
         d.line()
         chain = " -> ".join(d.state(s) for s in ([pairs[0][0]] + [b for _, b in pairs])) if pairs else "(none)"
         d.line(f"  breaker transitions: {chain}")
@@ -1527,7 +1554,8 @@ class Demo:
                 f"  median latency while the upstream hangs: {on_ms:.0f} ms with the breaker, {off_ms:.0f} ms without{factor}"
             )
         d.line(
-            f"  requests rejected fast by the open breaker: {total['rejected']} (server-side count: {sum(r.server_rejections for r in results)})"
+            f"  rejected fast by an open breaker: {total['rejected']} (requests, and in phase {len(results)} calls to a carrier; "
+            f"server-side count: {sum(r.server_rejections for r in results)})"
         )
         d.line(
             f"  fallbacks served: {total['fallback']}; the upstreams counted {total['upstream_counted']} calls "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import re
 import time
 from collections import Counter
@@ -247,7 +248,20 @@ def test_quiet_spans_and_gaps_are_explained(tmp_path, figures):
     legend_texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     assert timeline.COMMAND[0] in legend_texts
     footer = " ".join(t.get_text() for t in fig.texts)
-    assert "first 7.0 s" in footer and "0.05 s between two phases" in footer
+    assert "first 7.0 s" in footer and "0.50 s between phases (at most 0.05 s at once)" in footer
+
+
+def test_the_note_on_time_says_nothing_lies_between_phases_that_follow_each_other(tmp_path, figures):
+    """The demo's phases follow each other (a phase ends once the demo has read its
+    counters, and the next starts): the note under the picture says nothing is left out
+    between them, not "at most 0.00 s between two phases"."""
+    run, _ = recorded_demo(tmp_path, first_phase_at=7.0)
+    for before, after in zip(run.results, run.results[1:], strict=False):
+        after.started = before.ended
+    footer = " ".join(" ".join(t.get_text() for t in figures(run.timeline_data()).texts).split())
+    assert "first 7.0 s (starting the servers)" in footer
+    assert "0.00 s" not in footer
+    assert "nothing between phases" in footer
 
 
 def test_hc1_the_per_host_phase_draws_one_named_strip_per_host_breaker(tmp_path, figures):
@@ -301,3 +315,117 @@ def test_hc1_the_per_host_phase_draws_one_named_strip_per_host_breaker(tmp_path,
     assert labels and all(label.split(": ")[-1] in {"CLOSED", "OPEN"} for label in labels)
     bars = timeline.panels(fig)[keys.index("per_host") + 1]["bars"]
     assert {to_hex(p.get_facecolor()) for p in bars.patches} == {timeline.OUTCOMES["quoted"][1]}
+
+
+def long_captions(run):
+    """Give phase 7 (the step-down) five commands and the per-host phase its long note, so
+    both captions span many lines in their panels."""
+    keys = [p.key for p in run.plans]
+    step_down = run.results[keys.index("emergency_step_down")]
+    run.commands = [
+        {"start": step_down.started + 0.05 * i, "end": step_down.started + 0.05 * i + 0.04, "text": text}
+        for i, text in enumerate(
+            [
+                "manage.py baldur_emergency step-down",
+                "manage.py baldur_emergency set 0",
+                "manage.py baldur_emergency set 0 --reason 'all clear, the upstream is back'",
+                "manage.py baldur_status --json",
+                "manage.py baldur_force clear payments --reason 'the on-call engineer checked the upstream'",
+            ]
+        )
+    ]
+    per_host = run.results[keys.index("per_host")]
+    per_host.per_host = {
+        "failing": "parcelpost",
+        "healthy": "swiftship",
+        "breakers": {"parcelpost": "127.0.0.1:37161", "swiftship": "127.0.0.1:42321"},
+        "transitions": {
+            "parcelpost": [{"from": "closed", "to": "open", "trigger": "x", "t": per_host.started + 0.3}],
+            "swiftship": [],
+        },
+        "failing_counted_when_open": 5,
+        "failing_counted_while_open": 0,
+        "calls": {"parcelpost": {"quoted": 0}, "swiftship": {"quoted": 20}},
+    }
+    return keys
+
+
+def overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_captions_stay_clear_of_the_legends_and_the_panels_below(tmp_path, figures):
+    """Every caption under a panel (the step-down phase's five commands, the per-host
+    phase's long note) ends above the legends and the footer (not only beside them), and
+    above the next row's panels: the caption row is as tall as its longest caption."""
+    run, _ = recorded_demo(tmp_path)
+    long_captions(run)
+    fig = figures(run.timeline_data())
+    renderer = fig.canvas.get_renderer()
+    panels = timeline.panels(fig)
+    below = [legend.get_window_extent(renderer) for legend in fig.legends]
+    below += [text.get_window_extent(renderer) for text in fig.texts if text.get_text().startswith("Time:")]
+    assert len(below) == 3
+    for number, parts in panels.items():
+        for text in parts["caption"].texts:
+            if not text.get_text():
+                continue
+            box = text.get_window_extent(renderer)
+            assert box.y0 > max(other.y1 for other in below), (number, text.get_text())
+            for other_number, other in panels.items():
+                if other_number > number:
+                    for axes in (other["band"], other["bars"]):
+                        title = axes.title.get_window_extent(renderer)
+                        assert not overlaps(box, axes.get_window_extent(renderer)), (number, other_number)
+                        assert not title.width or not overlaps(box, title), (number, other_number)
+
+
+def test_hc1_per_host_bars_count_requests_one_bar_per_host_named_in_the_caption(tmp_path, figures):
+    """HC-1: in the per-host phase each request to the shop makes a call to each carrier;
+    the bars count requests, as the axis says: one bar per host side by side, each as high
+    as the requests sent in its 0.5 s (not two calls per request stacked into one bar), the
+    left bar the failing host's; the caption names which bar is which host."""
+    run, _ = recorded_demo(tmp_path)
+    keys = long_captions(run)
+    phase = run.results[keys.index("per_host")]
+    hosts = phase.per_host["breakers"]
+    run.requests = [r for r in run.requests if not phase.started <= r["t"] <= phase.ended]
+    sent = [phase.started + 0.01 + 0.1 * i for i in range(10)]
+    for i, t in enumerate(sent):
+        bad = "failed" if i < 5 else "rejected"
+        run.requests.append({"t": t, "server": "A", "host": hosts["parcelpost"], "outcome": bad})
+        run.requests.append({"t": t, "server": "A", "host": hosts["swiftship"], "outcome": "quoted"})
+    fig = figures(run.timeline_data())
+    panel = timeline.panels(fig)[keys.index("per_host") + 1]
+    first = timeline.panels(fig)[1]["bars"]
+    assert first.get_ylabel() == "requests sent\nper 0.5 s"
+    per_bin = Counter(math.floor(t / timeline.BIN) for t in sent)
+    stacks: dict[tuple[str, int], float] = {}
+    lefts: dict[str, float] = {}
+    for patch in panel["bars"].patches:
+        host = (patch.get_gid() or "").removeprefix("host:")
+        assert host in hosts.values(), patch.get_gid()
+        b = math.floor((patch.get_x() + 1e-9) / timeline.BIN)
+        stacks[(host, b)] = stacks.get((host, b), 0) + patch.get_height()
+        lefts[host] = min(lefts.get(host, math.inf), patch.get_x() - b * timeline.BIN)
+        assert patch.get_width() <= timeline.BIN / 2
+    assert stacks == {(host, b): n for host in hosts.values() for b, n in per_bin.items()}
+    assert lefts[hosts["parcelpost"]] < lefts[hosts["swiftship"]]
+    caption = " ".join(" ".join(t.get_text() for t in panel["caption"].texts).split())
+    assert "left 127.0.0.1:37161 (parcelpost), right 127.0.0.1:42321 (swiftship)" in caption
+
+
+def test_hc1_each_host_strip_is_named_with_its_host_however_narrow(tmp_path, figures):
+    """HC-1: each of the per-host phase's strips carries its breaker's name, the host
+    (``127.0.0.1:PORT``), even in a phase far shorter than the others, where the name with
+    the state does not fit in a run."""
+    run, _ = recorded_demo(tmp_path)
+    keys = long_captions(run)
+    phase = run.results[keys.index("per_host")]
+    phase.ended = phase.started + 0.3
+    phase.per_host["transitions"]["parcelpost"][0]["t"] = phase.started + 0.1
+    fig = figures(run.timeline_data())
+    band = timeline.panels(fig)[keys.index("per_host") + 1]["band"]
+    texts = [t.get_text() for t in band.texts]
+    for host in phase.per_host["breakers"].values():
+        assert any(host in text for text in texts), texts
