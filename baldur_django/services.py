@@ -144,7 +144,7 @@ class BreakerForcedError(BaldurError):
 
 
 def _utc(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class NotMigratedError(BaldurError):
@@ -444,7 +444,7 @@ def forget(service: str, actor: str | None = None, source: str = "api", reason: 
     now = registry.clock.wall()
     _record(
         {
-            "at": dt.datetime.fromtimestamp(now, tz=dt.timezone.utc),
+            "at": dt.datetime.fromtimestamp(now, tz=dt.UTC),
             "actor": actor or "",
             "action": "forget",
             "service": service,
@@ -911,7 +911,7 @@ def describe_emergency(status: dict[str, Any]) -> str:
     if level:
         expires = status.get("expires_at")
         if expires is not None:
-            when = dt.datetime.fromtimestamp(expires, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            when = dt.datetime.fromtimestamp(expires, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             text += f" until {when}"
         who = status.get("actor") or "?"
         text += f", set by {who} ({status.get('source', 'manual')})"
@@ -978,7 +978,7 @@ def _row_for(event: Event) -> dict[str, Any] | None:
     if isinstance(event, Forced):
         action = "open" if event.mode == "open" else "close"
         ttl: float | None = event.ttl_minutes
-        expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.timezone.utc) if event.expires_at else None
+        expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.UTC) if event.expires_at else None
         reason = event.reason
     elif isinstance(event, Released):
         action, ttl, expires = "release", None, None
@@ -988,7 +988,7 @@ def _row_for(event: Event) -> dict[str, Any] | None:
     else:
         return None
     return {
-        "at": dt.datetime.fromtimestamp(event.at, tz=dt.timezone.utc),
+        "at": dt.datetime.fromtimestamp(event.at, tz=dt.UTC),
         "actor": (event.actor or "")[:_ACTOR_MAX],
         "action": action,
         "service": event.service,
@@ -1003,10 +1003,10 @@ def _row_for(event: Event) -> dict[str, Any] | None:
 
 
 def _emergency_row(event: EmergencyLevelChanged, context: dict[str, str]) -> dict[str, Any]:
-    expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.timezone.utc) if event.expires_at else None
+    expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.UTC) if event.expires_at else None
     source = context.get("source") or (TASK_SOURCE if event.source == "auto" else "api")
     return {
-        "at": dt.datetime.fromtimestamp(event.at, tz=dt.timezone.utc),
+        "at": dt.datetime.fromtimestamp(event.at, tz=dt.UTC),
         "actor": (event.actor or "")[:_ACTOR_MAX],
         "action": "level_step_down" if event.action == "step_down" else "level_set",
         "service": "",
