@@ -83,7 +83,9 @@ def test_every_tox_env_pins_and_expects_the_django_it_names():
         assert f"{factor}: BALDUR_EXPECT_DJANGO = {version}\n" in tox_ini, f"{name}: no BALDUR_EXPECT_DJANGO"
         assert f"{factor}: PIP_CONSTRAINT = {{toxinidir}}/constraints/{factor}.txt\n" in tox_ini, name
         text = (ROOT / "constraints" / f"{factor}.txt").read_text(encoding="utf-8")
-        assert re.search(rf"^Django>={re.escape(version)},<", text, re.MULTILINE), f"{factor}.txt pins no Django {version}"
+        assert re.search(rf"^Django>={re.escape(version)},<", text, re.MULTILINE), (
+            f"{factor}.txt pins no Django {version}"
+        )
         assert tuple(int(p) for p in python.split(".")) >= DJANGO_NEEDS_PYTHON[version], (
             f"{name}: Django {version} does not support Python {python}"
         )
@@ -108,9 +110,7 @@ def test_the_matrix_is_the_one_pyproject_states():
     assert {(python, version) for _, python, version in envs} == expected
 
 
-@pytest.mark.parametrize(
-    "constraints", sorted((ROOT / "constraints").glob("tested-*.txt")), ids=lambda path: path.stem
-)
+@pytest.mark.parametrize("constraints", sorted((ROOT / "constraints").glob("tested-*.txt")), ids=lambda path: path.stem)
 def test_each_tested_constraints_file_pins_a_supported_django(constraints):
     pinned = pinned_django(constraints)
     assert pinned in django_extra(), f"{constraints.name} pins Django {pinned}, outside {django_extra()}"
