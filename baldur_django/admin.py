@@ -66,7 +66,7 @@ BREAKER_ACTIONS: dict[str, tuple[str | None, Any, Any]] = {
 def _when(timestamp: float | None) -> dt.datetime | None:
     if timestamp is None:
         return None
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
 
 
 def _duration(seconds: float) -> str:

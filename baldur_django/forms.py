@@ -45,7 +45,7 @@ class ForceForm(ReleaseForm):
         super().__init__(*args, **kwargs)
         if not self.is_bound:
             default = services.default_ttl_minutes()
-            # a new dict (not setdefault): django-stubs types ``initial`` as read-only for Django 4.2
+            # a new dict (not setdefault): django-stubs types ``initial`` as a read-only mapping
             self.initial = {"ttl_minutes": int(default) if float(default).is_integer() else default, **self.initial}
 
     def clean_ttl_minutes(self) -> float:

@@ -89,7 +89,7 @@ def check_webhook_url(url: Any) -> str:
 
 
 def _utc(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class SlackNotifier:

@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from datetime import timezone
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -185,7 +185,7 @@ def parse_retry_after(value: Any, *, default: float, cap: float, now_wall: float
                 when = None
             if when is not None:
                 if when.tzinfo is None:
-                    when = when.replace(tzinfo=timezone.utc)
+                    when = when.replace(tzinfo=UTC)
                 try:
                     seconds = when.timestamp() - now_wall
                 except (OverflowError, OSError, ValueError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .events import (
@@ -45,7 +45,7 @@ def wall_time(seconds: float | None) -> str:
     millisecond, for example ``2026-12-06T10:20:08.968Z``; ``-`` for None (no expiry)."""
     if seconds is None:
         return "-"
-    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    stamp = datetime.fromtimestamp(seconds, tz=UTC)
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

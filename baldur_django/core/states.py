@@ -20,15 +20,13 @@ __all__ = [
 ]
 
 
-class CircuitState(str, enum.Enum):
-    """The three states of a breaker (CB-1). Values are the strings shown in logs and JSON."""
+class CircuitState(enum.StrEnum):
+    """The three states of a breaker (CB-1). Values are the strings shown in logs and JSON
+    (``str()`` and f-strings give ``"closed"``, not ``"CircuitState.CLOSED"``)."""
 
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
-
-    def __str__(self) -> str:  # "closed", not "CircuitState.CLOSED"
-        return self.value
 
 
 class Trigger:

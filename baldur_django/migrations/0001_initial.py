@@ -1,6 +1,6 @@
 """Operator models: the table-less Breaker (admin list + force permission) and the audit (OP-6).
 
-Works on Django 4.2 and 5.2."""
+Works on every supported Django (5.2 LTS, 6.0, 6.1)."""
 
 import django.utils.timezone
 from django.db import migrations, models

@@ -20,7 +20,7 @@ def _row_for(event: Event) -> dict[str, Any] | None:
     if isinstance(event, Forced):
         action = "open" if event.mode == "open" else "close"
         ttl: float | None = event.ttl_minutes
-        expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.timezone.utc) if event.expires_at else None
+        expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.UTC) if event.expires_at else None
         reason = event.reason
     elif isinstance(event, Released):
         action, ttl, expires = "release", None, None
@@ -30,7 +30,7 @@ def _row_for(event: Event) -> dict[str, Any] | None:
     else:
         return None
     return {
-        "at": dt.datetime.fromtimestamp(event.at, tz=dt.timezone.utc),
+        "at": dt.datetime.fromtimestamp(event.at, tz=dt.UTC),
         "actor": (event.actor or "")[:ACTOR_MAX],
         "action": action,
         "service": event.service,
@@ -45,10 +45,10 @@ def _row_for(event: Event) -> dict[str, Any] | None:
 
 
 def _emergency_row(event: EmergencyLevelChanged, context: dict[str, str]) -> dict[str, Any]:
-    expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.timezone.utc) if event.expires_at else None
+    expires = dt.datetime.fromtimestamp(event.expires_at, tz=dt.UTC) if event.expires_at else None
     source = context.get("source") or (TASK_SOURCE if event.source == "auto" else "api")
     return {
-        "at": dt.datetime.fromtimestamp(event.at, tz=dt.timezone.utc),
+        "at": dt.datetime.fromtimestamp(event.at, tz=dt.UTC),
         "actor": (event.actor or "")[:ACTOR_MAX],
         "action": "level_step_down" if event.action == "step_down" else "level_set",
         "service": "",

@@ -72,7 +72,7 @@ class BreakerForcedError(BaldurError):
 
 
 def utc_text(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class NotMigratedError(BaldurError):

@@ -96,7 +96,7 @@ def describe_emergency(status: dict[str, Any]) -> str:
     if level:
         expires = status.get("expires_at")
         if expires is not None:
-            when = dt.datetime.fromtimestamp(expires, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            when = dt.datetime.fromtimestamp(expires, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             text += f" until {when}"
         who = status.get("actor") or "?"
         text += f", set by {who} ({status.get('source', 'manual')})"

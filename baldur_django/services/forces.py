@@ -209,7 +209,7 @@ def _audit_forget(service: str, state: str, actor: str | None, source: str, reas
     """The audit row of a forget (*now*: Unix seconds)."""
     write_audit_row(
         {
-            "at": dt.datetime.fromtimestamp(now, tz=dt.timezone.utc),
+            "at": dt.datetime.fromtimestamp(now, tz=dt.UTC),
             "actor": actor or "",
             "action": "forget",
             "service": service,

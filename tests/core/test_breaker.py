@@ -10,7 +10,7 @@ import asyncio
 import logging
 import math
 import pickle
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 
 import pytest
@@ -889,7 +889,7 @@ def test_cb13_forces_releases_and_lapses_are_logged(clock, caplog):
     check_record(rec, "circuit_breaker.forced_open", "ops", "closed", "open", "forced")
     assert "maintenance" in rec.getMessage()
     # the expiry reads as a UTC date and time in the line; the raw Unix seconds stay an attribute
-    stamp = datetime.fromtimestamp(rec.expires_at, tz=timezone.utc).isoformat(timespec="milliseconds")
+    stamp = datetime.fromtimestamp(rec.expires_at, tz=UTC).isoformat(timespec="milliseconds")
     assert f"expires_at={stamp.replace('+00:00', 'Z')}" in rec.getMessage()
     assert str(rec.expires_at) not in rec.getMessage()
     assert baldur.release_circuit("ops", actor="bob") is True

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -216,7 +216,7 @@ def test_rl9_retry_after_forms(retry_after, expected, clock):
 
 def test_rl9_http_date_relative_to_wall_clock(fresh_registry):
     """RL-9, RL-2: 'Wed, 21 Oct 2015 07:28:00 GMT' read at 07:27:00 that day is 60 s."""
-    wall = datetime(2015, 10, 21, 7, 27, 0, tzinfo=timezone.utc).timestamp()
+    wall = datetime(2015, 10, 21, 7, 27, 0, tzinfo=UTC).timestamp()
     fresh_registry.clock = FakeClock(wall=wall)
     baldur.record_rate_limit("payments", retry_after="Wed, 21 Oct 2015 07:28:00 GMT")
     assert baldur.get_breaker("payments").cooldown_remaining() == pytest.approx(60.0)

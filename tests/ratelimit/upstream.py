@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,7 +59,7 @@ def unavailable(retry_after: Any = None) -> Answer:
 
 def http_date(unix_seconds: float) -> str:
     """Format Unix time *unix_seconds* as an RFC 9110 HTTP-date (``Wed, 21 Oct 2015 07:28:00 GMT``)."""
-    return format_datetime(datetime.fromtimestamp(unix_seconds, tz=timezone.utc), usegmt=True)
+    return format_datetime(datetime.fromtimestamp(unix_seconds, tz=UTC), usegmt=True)
 
 
 def parse_script(items: Iterable[Any]) -> list[Answer]:

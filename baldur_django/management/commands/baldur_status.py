@@ -168,7 +168,7 @@ def format_time(timestamp: float | None) -> str:
     """Unix seconds -> ``"YYYY-MM-DD HH:MM:SS UTC"``; None -> ``"-"``."""
     if timestamp is None:
         return "-"
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def format_table(header: list[str], rows: Iterable[list[str]]) -> str:
