@@ -37,7 +37,7 @@ _WRAPPER = "inlined hot-path wrapper: the CLOSED success path runs without a fun
 
 #: Modules over :data:`MAX_MODULE_LINES`, by path under the package.
 MODULES_ALLOWED = {
-    "core/breaker.py": Allowance(_REFACTOR, lines=2118),
+    "core/breaker.py": Allowance(_REFACTOR, lines=2127),
 }
 
 #: Functions over a limit, by (path under the package, qualified name).

@@ -1709,8 +1709,9 @@ class CircuitBreaker:
         trigger = record.trigger or Trigger.ADOPTED
         if target is not before or target is not CLOSED:
             self._enter(target, trigger, events if announce else None, adopted=True)
-        else:
-            self._last_trigger = trigger
+        else:  # CLOSED stays CLOSED: a record that never opened names no trigger to show
+            if record.trigger is not None:
+                self._last_trigger = record.trigger
             self._refresh_fast()
         if target is CLOSED:
             if before is not CLOSED:

@@ -176,7 +176,8 @@ TRAFFIC_ROWS: list[Knob] = [
         "BALDUR_MIDDLEWARE_CB_STATUS_CODES",
         frozenset({500, 502, 503, 504}),
         status_codes,
-        "statuses recorded as failures",
+        "statuses recorded as failures, by the inbound middleware, the requests/httpx adapters and "
+        "protected calls that return a response alike (the name is historical)",
         "baldur.E023",
         accepts=STATUS_ACCEPTS.format(example="'500,503' or '[500, 503]'"),
     ),
@@ -184,7 +185,7 @@ TRAFFIC_ROWS: list[Knob] = [
         "BALDUR_MIDDLEWARE_RATE_LIMIT_CODES",
         frozenset({429}),
         status_codes,
-        "statuses read as rate-limit answers",
+        "statuses read as rate-limit answers, inbound and outbound alike (the name is historical)",
         "baldur.E024",
         accepts=STATUS_ACCEPTS.format(example="'429' or '[429]'"),
     ),

@@ -240,7 +240,8 @@ _ROWS: list[Knob] = [
         "BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL",
         None,
         https_url,
-        "Slack incoming webhook for open/close posts",
+        "Slack incoming webhook that gets every breaker's opens, closes, forces and resets, not only the "
+        "meta-watchdog's (the name is historical)",
         "baldur.E054",
         accepts="The https:// URL Slack gave you for the incoming webhook.",
         secret=True,

@@ -54,3 +54,20 @@ def test_cfg3_no_check_message_points_at_a_repository_path(bad):
     assert messages
     text = "\n".join(f"{m.msg}\n{m.hint or ''}" for m in messages)
     assert not re.search(r"docs/\w+\.md", text), text
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ({"BALDUR_MIDDLEWARE_CB_STATUS_CODES": "abc"}, "requests/httpx adapters"),
+        ({"BALDUR_MIDDLEWARE_RATE_LIMIT_CODES": "abc"}, "outbound"),
+        ({"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL": "http://hooks.example/x"}, "every breaker"),
+    ],
+    ids=["status-codes", "rate-limit-codes", "webhook"],
+)
+def test_cfg3_hints_say_what_a_misleading_name_really_governs(bad, says):
+    """CFG-3: settings whose names undersell them (a MIDDLEWARE status list the adapters read too, a
+    watchdog webhook that gets every open and close) say what they govern in the check's hint."""
+    with override_settings(**bad):
+        (message,) = [m for m in check_settings() if m.id.startswith("baldur.E")]
+    assert says in message.hint, message.hint

@@ -164,3 +164,20 @@ def test_hc5_details_on_is_a_deploy_warning(settings):
     assert "baldur.W011" in [m.id for m in run_checks(include_deployment_checks=True)]
     settings.BALDUR_HEALTH_DETAILS = False
     assert "baldur.W011" not in [m.id for m in run_checks(include_deployment_checks=True)]
+
+
+HEALTH_URL = "/health/ready/"
+
+
+@pytest.mark.urls("tests.http.health_urls")
+def test_hc5_a_503_is_logged_once_as_a_warning_not_a_server_error(settings, client, caplog):
+    """HC-5: a "down" answer is the view working as designed: Django's request logger gets one
+    WARNING line with the reason, never the ERROR it logs for a server error."""
+    settings.BALDUR_HEALTH_CRITICAL_SERVICES = ["payments"]
+    trip("payments")
+    caplog.set_level("INFO", logger="django.request")
+    response = client.get(HEALTH_URL)
+    assert response.status_code == 503
+    lines = [r for r in caplog.records if r.name == "django.request"]
+    assert [r.levelname for r in lines] == ["WARNING"], [(r.levelname, r.getMessage()) for r in lines]
+    assert "critical breaker 'payments' is OPEN" in lines[0].getMessage()

@@ -325,6 +325,18 @@ def test_em7_counts_stay_exact_and_monotonic_under_threads(scraper, no_audit):
     dips: list[str] = []
     barrier = threading.Barrier(6)
 
+    # The operator moves on only once a caller has met each state it set (a refusal while
+    # forced open, a success while forced closed), so the calls race the forces however the
+    # scheduler runs the threads: on a loaded machine the 100 rounds could otherwise finish
+    # before a caller ever ran.
+    progress = {"open": 0, "success": 0}
+    moved = threading.Condition()
+
+    def note(outcome: str) -> None:
+        with moved:
+            progress[outcome] += 1
+            moved.notify_all()
+
     def caller() -> None:
         mine = {"success": 0, "open": 0, "half_open_full": 0}
         barrier.wait()
@@ -332,20 +344,38 @@ def test_em7_counts_stay_exact_and_monotonic_under_threads(scraper, no_audit):
             try:
                 baldur.protect(service, ok)
                 mine["success"] += 1
+                note("success")
             except baldur.CircuitOpenError as rejected:
                 mine[rejected.reason] += 1
+                if rejected.reason == "open":
+                    note("open")
         with seen_lock:
             for key, value in mine.items():
                 seen[key] += value
 
+    def until_met(outcome: str, since: int) -> None:
+        with moved:
+            if not moved.wait_for(lambda: progress[outcome] > since, timeout=30):
+                stalled.append(outcome)
+
+    stalled: list[str] = []
+
     def operator() -> None:
         barrier.wait()
-        for _ in range(100):
-            breaker.force_open(ttl_minutes=1)
-            breaker.release()
-            breaker.force_close(ttl_minutes=1)
-            breaker.release()
-        stop.set()
+        try:
+            for _ in range(100):
+                since = progress["open"]
+                breaker.force_open(ttl_minutes=1)
+                until_met("open", since)
+                breaker.release()
+                since = progress["success"]
+                breaker.force_close(ttl_minutes=1)
+                until_met("success", since)
+                breaker.release()
+                if stalled:
+                    break
+        finally:
+            stop.set()
 
     def reader() -> None:
         last: dict = {}
@@ -366,8 +396,9 @@ def test_em7_counts_stay_exact_and_monotonic_under_threads(scraper, no_audit):
             thread.join()
     finally:
         sys.setswitchinterval(old)
+    assert stalled == [], f"no caller met the forced state {stalled}"
     assert dips == []
-    assert seen["open"] > 0 and seen["success"] > 100, seen  # the workload did race the forces
+    assert seen["open"] >= 100 and seen["success"] > 100, seen  # the workload did race the forces
     assert calls(scraper, service) == {
         "success": seen["success"],
         "failure": None,

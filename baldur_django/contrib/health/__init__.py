@@ -39,6 +39,7 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from django.utils.cache import add_never_cache_headers
+from django.utils.log import log_response
 from django.views.decorators.http import require_safe
 
 from ...core import emergency as emergency_core
@@ -156,7 +157,10 @@ def health_view(request: HttpRequest) -> JsonResponse:
         request: a GET or HEAD request (others get 405).
 
     Returns:
-        JsonResponse: 503 when the status is ``"down"``, else 200; never cached.
+        JsonResponse: 503 when the status is ``"down"``, else 200; never cached. A 503 is
+        logged once at WARNING on logger ``django.request`` (with the reasons), not as the
+        server error Django logs for other 5xx answers: the site works as designed when it
+        reports a dependency down.
     """
     verdict = judge()
     body: dict[str, Any] = {"status": verdict.status, "emergency_level": verdict.emergency_level}
@@ -166,6 +170,16 @@ def health_view(request: HttpRequest) -> JsonResponse:
         body["store"] = verdict.store
     response = JsonResponse(body, status=verdict.http_status)
     add_never_cache_headers(response)
+    if verdict.http_status == 503:
+        # logged here at WARNING; Django's handler then leaves it (it logs a response once)
+        log_response(
+            "Health: %s answered 503 (%s)",
+            request.path,
+            "; ".join(verdict.reasons),
+            response=response,
+            request=request,
+            level="warning",
+        )
     return response
 
 
