@@ -49,7 +49,7 @@ FUNCTIONS_ALLOWED = {
     ("core/breaker.py", "CircuitBreaker.build_awrapper.wrapper"): Allowance(_WRAPPER, lines=77, complexity=41),
     ("core/breaker.py", "CircuitBreaker._admit"): Allowance(_REFACTOR, complexity=17),
     ("core/breaker.py", "CircuitBreaker._record"): Allowance(_REFACTOR, complexity=27),
-    ("core/breaker.py", "CircuitBreaker._adopt"): Allowance(_REFACTOR, lines=70, complexity=28),
+    ("core/breaker.py", "CircuitBreaker._adopt"): Allowance(_REFACTOR, lines=71, complexity=29),
     ("core/breaker.py", "CircuitBreaker.apply_peer"): Allowance(_REFACTOR, lines=63),
     ("core/hotpath.py", "protect"): Allowance(_REFACTOR, lines=70, complexity=23),
     ("core/hotpath.py", "aprotect"): Allowance(_REFACTOR, lines=65, complexity=27),
