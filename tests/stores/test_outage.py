@@ -443,7 +443,7 @@ def test_st4_stalled_server_times_out_within_socket_timeout(
 ):
     """ST-4: a server that accepts but never answers (SIGSTOP) costs a call at most about
     BALDUR_REDIS_SOCKET_TIMEOUT (0.2 s here) once per sync interval, never an exception; the
-    calls between consults are not slowed at all."""
+    calls between consults make no store call at all (counted, not timed)."""
     import os
     import signal
     import time
@@ -458,15 +458,12 @@ def test_st4_stalled_server_times_out_within_socket_timeout(
             started = time.monotonic()
             assert dependency() == "ok"  # this one consults, and waits for the read timeout
             consult = time.monotonic() - started
-            started = time.monotonic()
             for _ in range(1000):
                 assert dependency() == "ok"  # inside the interval: no store call
-            others = time.monotonic() - started
         assert 0.15 <= consult < 1.5
-        assert others < consult
         warnings = lines(caplog, "circuit_breaker.store_unavailable")
         assert len(warnings) == 1 and "Timeout" in warnings[0].getMessage()
-        assert fresh_registry.guard.failures == 1
+        assert fresh_registry.guard.failures == 1  # the 1000 calls made no store call (each would fail)
     finally:
         os.kill(private_redis.pid, signal.SIGCONT)
 
