@@ -15,7 +15,7 @@ from baldur_django.core.testing import FakeClock, RecordingListener
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-pytest_plugins = ["tests.budgets"]
+pytest_plugins = ["tests.budgets", "tests.hung_store"]
 
 
 def pytest_report_header(config):

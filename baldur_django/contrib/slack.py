@@ -7,7 +7,10 @@ the text and one ``put_nowait``: it never waits for Slack, and a full queue drop
 message (counted in :attr:`SlackNotifier.dropped` and logged).
 
 The sender posts ``{"text": ...}`` with a 5 s timeout (``urllib.request``, no extra
-dependency). Slack's 429 is honoured once: wait its ``Retry-After``, post again. A
+dependency) through an opener of its own, with a TLS context made at its first post from
+the system's trust store (``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` apply): never urllib's
+process-wide opener, which other code may replace (``install_opener``) and which, from
+Python 3.12, keeps the TLS trust it read at the first ``urlopen`` of the process. Slack's 429 is honoured once: wait its ``Retry-After``, post again. A
 permanent refusal (another 4xx) is logged once per status code. The webhook URL is a
 secret: it never appears in a log record or in an exception text produced here.
 
@@ -27,6 +30,7 @@ import datetime as dt
 import json
 import logging
 import os
+import ssl
 import threading
 import time
 import urllib.error
@@ -92,6 +96,23 @@ def _utc(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _own_opener() -> Callable[..., Any]:
+    """A new ``urllib.request`` opener with a TLS context of its own.
+
+    The context is ``ssl.create_default_context()``, made now: it trusts the system's
+    certificates as they are configured at this moment (``SSL_CERT_FILE``, ``SSL_CERT_DIR``).
+    Proxies come from the environment, as with ``urllib.request.urlopen``. urllib's
+    process-wide opener is not used: any code can replace it, and from Python 3.12 it keeps
+    the TLS trust of whenever the process first called ``urlopen``.
+
+    Returns:
+        ``callable(request, timeout=seconds)`` returning the response (an
+        ``OpenerDirector.open``).
+    """
+    context = ssl.create_default_context()
+    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context)).open
+
+
 class SlackNotifier:
     """Bus listener plus background sender for the Slack push (OP-8).
 
@@ -106,8 +127,9 @@ class SlackNotifier:
         sleep: ``callable(seconds)`` used to wait out Slack's ``Retry-After`` (tests pass
             a recorder); by default an interruptible wait.
         max_retry_after: longest wait honoured for a 429, seconds.
-        opener: ``callable(request, timeout=...)`` doing the HTTP request
-            (``urllib.request.urlopen`` by default).
+        opener: ``callable(request, timeout=...)`` doing the HTTP request; by default an
+            ``urllib.request`` opener of the notifier's own, built at its first post with
+            ``ssl.create_default_context()`` and the environment's proxies.
 
     Attributes:
         sent, dropped, failed (int): messages delivered, dropped on a full queue, and
@@ -140,7 +162,7 @@ class SlackNotifier:
         self.max_retry_after = float(max_retry_after)
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
-        self._opener = opener or urllib.request.urlopen
+        self._opener = opener
         self._lock = threading.Lock()
         self._queue: Outbox | None = None
         self._thread: threading.Thread | None = None
@@ -313,6 +335,8 @@ class SlackNotifier:
             url, data=body, method="POST", headers={"Content-Type": "application/json; charset=utf-8"}
         )
         try:
+            if self._opener is None:  # only the sender thread posts: built once
+                self._opener = _own_opener()
             with self._opener(request, timeout=self.timeout) as response:
                 response.read(4096)
                 return int(getattr(response, "status", None) or response.getcode()), None, None

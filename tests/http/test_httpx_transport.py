@@ -201,40 +201,16 @@ def test_hc1_async_transport_basics(server, other_server):
     assert baldur.get_breaker(other_server.name).state is CircuitState.CLOSED
 
 
-async def _beat_while(awaitable, period: float = 0.005):
-    """Run *awaitable* next to a ticker task; return (largest gap between ticks, result, duration)."""
-    loop = asyncio.get_running_loop()
-    gaps: list[float] = []
-    done = asyncio.Event()
-
-    async def ticker() -> None:
-        last = loop.time()
-        while not done.is_set():
-            await asyncio.sleep(period)
-            now = loop.time()
-            gaps.append(now - last)
-            last = now
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(period * 2)
-    started = loop.time()
-    try:
-        result = await awaitable
-    finally:
-        duration = loop.time() - started
-        done.set()
-        await task
-    return max(gaps), result, duration
-
-
-def test_hc4_async_transport_never_blocks_the_loop_on_a_hung_store(fresh_registry, server, silent_redis):
-    """HC-4, IN-7, ST-4: the breaker's shared store is a Redis that accepts connections and
-    never answers; the request still completes (local judgement) and a ticker task on the
-    same loop never stalls, though the store consult waited its whole socket timeout."""
+def test_hc4_async_transport_never_blocks_the_loop_on_a_hung_store(fresh_registry, server, hung_redis):
+    """HC-4, IN-7, ST-4: the breaker's shared store is a Redis that answers nothing until a
+    ticker task on the same loop has ticked TICKS times during the hung call; the loop does
+    tick (the consult runs off it; on the loop it would tick 0 times) and the request still
+    completes under local judgement."""
     from baldur_django.core.stores.redis import RedisStore, connect
+    from tests.hung_store import HANG_LIMIT, TICKS, TickWatch
 
-    timeout = 0.25
-    fresh_registry.set_store(RedisStore(connect(f"redis://127.0.0.1:{silent_redis}/0", socket_timeout=timeout)))
+    watch = TickWatch(RedisStore(connect(hung_redis.url(), socket_timeout=HANG_LIMIT)), hung_redis)
+    fresh_registry.set_store(watch)
 
     # built before the loop runs: httpx loads its CA bundle (a blocking file read of its own) here
     client = httpx.AsyncClient(transport=AsyncBreakerTransport("hung-store", transport=ahttp()))
@@ -244,10 +220,9 @@ def test_hc4_async_transport_never_blocks_the_loop_on_a_hung_store(fresh_registr
             response = await client.get(server.url("/ok"))
             return response.status_code
 
-    gap, status, duration = asyncio.run(_beat_while(scenario()))
-    assert status == 200
-    assert duration >= timeout * 0.8, "the store consult must really have waited on the hung store"
-    assert gap < 0.05, f"the event loop stalled {gap * 1000:.0f} ms on store I/O"
+    assert asyncio.run(watch.run(scenario())) == 200
+    assert watch.most_ticks_during_a_call() >= TICKS, f"store calls and the ticks during them: {watch.during}"
+    assert hung_redis.released, "the store consult must have hung until the loop had ticked"
 
 
 def test_hc2_httpx_client_errors_are_neither_success_nor_failure(fresh_registry):

@@ -1,11 +1,12 @@
 """IN-7, ST-2, ST-4: the async inbound shells never run store I/O on the event loop.
 
-The shared store is a "Redis" that accepts connections and never answers (the
-``silent_redis`` server of ``tests/stores/test_async_off_loop.py``), with a socket timeout of
-0.25 s. Requests go through the bare ASGI middleware (issue 18, bug 4: it used to admit and
-record on the loop) and through Django's async ``CircuitBreakerMiddleware``, while a ticker
-task on the same loop measures the loop's largest stall. The requests still get their
-answers (local judgement, ST-4) and the stall stays far below the socket timeout.
+The shared store is a "Redis" that accepts connections and answers nothing until a ticker
+task on the same loop has ticked a few times during the hung call (``hung_redis`` and
+``TickWatch`` of ``tests/hung_store.py``: ticks are counted, never timed). Requests go
+through the bare ASGI middleware (issue 18, bug 4: it used to admit and record on the loop)
+and through Django's async ``CircuitBreakerMiddleware``. The loop ticks while the store call
+hangs (store I/O on the loop would let it tick 0 times) and the requests still get their
+answers (local judgement, ST-4).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from baldur_django.contrib.asgi import BaldurASGIMiddleware
 from baldur_django.core.registry import registry
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.stores.redis import RedisStore, connect
-from tests.stores.test_async_off_loop import TIMEOUT, LoopSpy, _beat_while, silent_redis  # noqa: F401 - a fixture
+from tests.hung_store import HANG_LIMIT, TICKS, TickWatch
+from tests.stores.test_async_off_loop import LoopSpy
 
 SERVICE = "checkout"
-STALL_LIMIT = 0.05  # a fifth of the socket timeout: a stall on store I/O would be >= TIMEOUT
 
 
 async def _asgi_request(middleware: Any) -> int:
@@ -79,21 +80,21 @@ def shell(request, settings):
     return SHELLS[request.param]
 
 
-def test_in7_hung_redis_never_stalls_the_loop_under_the_inbound_shells(shell, silent_redis):  # noqa: F811
+def test_in7_hung_redis_never_stalls_the_loop_under_the_inbound_shells(shell, hung_redis):
     """IN-7, ST-4 (issue 18 bug 4): a shared breaker's first-use consult waits on a Redis
-    that never answers; concurrent requests through the shell all get the app's answer,
-    the admission really waited on the store, and the loop never stalls 50 ms."""
-    store = RedisStore(connect(f"redis://127.0.0.1:{silent_redis}/0", socket_timeout=TIMEOUT))
-    registry.set_store(store)
+    that answers nothing until the loop has ticked TICKS times during the call; concurrent
+    requests through the shell all get the app's answer and the loop kept ticking while the
+    admission's store call hung (on the loop it would have ticked 0 times)."""
+    watch = TickWatch(RedisStore(connect(hung_redis.url(), socket_timeout=HANG_LIMIT)), hung_redis)
+    registry.set_store(watch)
     one = shell([200, 200, 200, 200])
 
     async def requests() -> list[int]:
         return list(await asyncio.gather(one(), one(), one(), one()))
 
-    gap, statuses, duration = asyncio.run(_beat_while(requests()))
-    assert statuses == [200, 200, 200, 200]
-    assert duration >= TIMEOUT * 0.8, "the admission must really have waited on the hung store"
-    assert gap < STALL_LIMIT, f"the event loop stalled {gap * 1000:.0f} ms on store I/O"
+    assert asyncio.run(watch.run(requests())) == [200, 200, 200, 200]
+    assert watch.most_ticks_during_a_call() >= TICKS, f"store calls and the ticks during them: {watch.during}"
+    assert hung_redis.released, "the admission must have hung on the store until the loop had ticked"
     assert registry.get(SERVICE).snapshot()["store_available"] is False
 
 

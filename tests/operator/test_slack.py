@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import ssl
 import sys
 import threading
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -241,6 +244,29 @@ def test_the_post_has_a_timeout(webhook, caplog):
         notifier.close()
     assert notifier.failed == 1
     assert any("post_failed" in r.getMessage() and "timed out" in r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture
+def untrusting_global_opener():
+    """urllib's process-wide opener replaced by one whose TLS context trusts nothing: what
+    another library's ``install_opener`` does, and what Python 3.12+ makes of the first
+    ``urlopen`` of a process (its HTTPS handler keeps the trust read then)."""
+    untrusting = urllib.request.HTTPSHandler(context=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    urllib.request.install_opener(urllib.request.build_opener(untrusting))
+    yield
+    urllib.request.install_opener(None)
+
+
+def test_the_post_does_not_use_urllibs_process_wide_opener(untrusting_global_opener, webhook, clock, notifier):
+    """OP-8: the notifier posts through an opener of its own, with the trust store as it is
+    when it first posts (here SSL_CERT_FILE naming the fake webhook's certificate), whatever
+    other code did to urllib's process-wide opener."""
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(urllib.request.Request(webhook.url, data=b"{}", method="POST"), timeout=10)
+    fail_once("trusted", failure_threshold=1)
+    assert notifier.flush(10)
+    assert len(webhook.texts) == 1 and "*trusted* opened" in webhook.texts[0]
+    assert notifier.sent == 1 and notifier.failed == 0
 
 
 def test_the_url_never_appears_in_logs(webhook, caplog, clock, settings):

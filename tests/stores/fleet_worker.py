@@ -12,6 +12,7 @@ import time
 
 DEP_URL = "redis://127.0.0.1:6379/12"
 THREADS = 4  # callers per worker process in the probing phase
+HOLD = 600  # seconds a held call waits for its release: longer than any fleet test may run
 
 
 def _breaker(
@@ -80,7 +81,7 @@ def dependency(client, dep: str, permit=None) -> str:
     if mode == "hold":
         client.incr(f"{dep}:held")
         client.rpush(f"{dep}:who", f"pid={os.getpid()} permit={permit!r}")
-        if client.blpop([f"{dep}:release"], timeout=40) is None:
+        if client.blpop([f"{dep}:release"], timeout=HOLD) is None:
             raise TimeoutError("never released")
     return "ok"
 
@@ -135,8 +136,19 @@ def main(
             tally = {"admitted": 0, "rejected": 0, "reasons": {}}
 
             def caller():
-                own = redis.Redis.from_url(DEP_URL)
-                deadline = time.monotonic() + 30
+                try:
+                    keep_calling(redis.Redis.from_url(DEP_URL))
+                finally:
+                    if backend == "database":
+                        # this thread's own connection: closed now, not when the garbage
+                        # collector gets to it (every round starts THREADS new threads, and
+                        # PostgreSQL refuses clients past max_connections: store trouble)
+                        from django.db import connections
+
+                        connections.close_all()
+
+            def keep_calling(own):
+                deadline = time.monotonic() + HOLD  # only if the parent is gone
                 while time.monotonic() < deadline and not own.exists(arg):
                     try:
                         permit = breaker.acquire()

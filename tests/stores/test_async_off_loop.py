@@ -2,15 +2,15 @@
 
 A shared breaker consults its store at first use, on its sync interval, for probes and for
 trial outcomes. From an ``async def`` those round trips run in a worker thread: during a
-Redis outage (an endpoint that accepts connections and never answers) a heartbeat task on
-the same loop keeps beating, while the protected call still returns its value under local
+Redis outage (an endpoint that accepts connections and never answers) a ticker task on
+the same loop keeps ticking while the consult hangs (ticks counted, never timed: see
+tests/hung_store.py), and the protected call still returns its value under local
 judgement (ST-4).
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 
 import pytest
@@ -18,95 +18,43 @@ import pytest
 import baldur_django as baldur
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.stores.redis import RedisStore, connect
-
-TIMEOUT = 0.25  # the store's socket timeout: a blocked loop would gap at least this long
-
-
-@pytest.fixture
-def silent_redis():
-    """A local TCP server that accepts connections and never answers (a hung Redis)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.05)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            held.append(conn)
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(2)
-    for conn in held:
-        conn.close()
-    server.close()
+from tests.hung_store import HANG_LIMIT, TICKS, TickWatch
 
 
-async def _beat_while(awaitable, period: float = 0.005) -> tuple[float, object, float]:
-    """Run *awaitable* next to a heartbeat task; return (largest gap between beats, result, duration)."""
-    loop = asyncio.get_running_loop()
-    gaps: list[float] = []
-    done = asyncio.Event()
-
-    async def heartbeat() -> None:
-        last = loop.time()
-        while not done.is_set():
-            await asyncio.sleep(period)
-            now = loop.time()
-            gaps.append(now - last)
-            last = now
-
-    beat = asyncio.create_task(heartbeat())
-    await asyncio.sleep(period * 2)
-    started = loop.time()
-    try:
-        result = await awaitable
-    finally:
-        duration = loop.time() - started
-        done.set()
-        await beat
-    return max(gaps), result, duration
-
-
-def test_st4_hung_redis_never_blocks_the_event_loop(fresh_registry, silent_redis):
-    """ST-2, ST-4: the first-use consult of an async call hits a Redis that never answers;
-    the call still returns (local judgement) and the loop never stalls more than 50 ms."""
-    store = RedisStore(connect(f"redis://127.0.0.1:{silent_redis}/0", socket_timeout=TIMEOUT))
-    fresh_registry.set_store(store)
+def test_st4_hung_redis_never_blocks_the_event_loop(fresh_registry, hung_redis):
+    """ST-2, ST-4: the first-use consult of an async call hits a Redis that never answers
+    until the event loop has ticked TICKS times during the consult (tests/hung_store.py);
+    the loop does tick (the consult runs off it) and the call still returns its value
+    under local judgement."""
+    watch = TickWatch(RedisStore(connect(hung_redis.url(), socket_timeout=HANG_LIMIT)), hung_redis)
+    fresh_registry.set_store(watch)
 
     @baldur.aprotected("heartbeat")
     async def call() -> str:
         return "value"
 
-    gap, result, duration = asyncio.run(_beat_while(call()))
-    assert result == "value"
-    assert duration >= TIMEOUT * 0.8, "the consult must really have waited on the hung store"
-    assert gap < 0.05, f"the event loop stalled {gap * 1000:.0f} ms on store I/O"
+    assert asyncio.run(watch.run(call())) == "value"
+    assert watch.most_ticks_during_a_call() >= TICKS, f"store calls and the ticks during them: {watch.during}"
+    assert hung_redis.released, "the consult must have hung until the loop had ticked"
     assert baldur.get_breaker("heartbeat").snapshot()["store_available"] is False
 
 
-def test_st4_heartbeat_detector_sees_a_blocking_consult(fresh_registry, silent_redis):
-    """Meta-test of the detector above: the same consult made on the loop's thread (as the
-    wrapper did before) stalls the heartbeat for about the socket timeout."""
-    store = RedisStore(connect(f"redis://127.0.0.1:{silent_redis}/0", socket_timeout=TIMEOUT))
-    fresh_registry.set_store(store)
+def test_st4_tick_watch_sees_a_blocking_consult(fresh_registry, hung_redis):
+    """Meta-test of the watch above: the same consult made on the loop's thread (as the
+    wrapper did before) blocks the ticker, so it sees no tick during the call; the hang
+    ends only at the socket timeout."""
+    watch = TickWatch(RedisStore(connect(hung_redis.url(), socket_timeout=0.25)), hung_redis)
+    fresh_registry.set_store(watch)
     breaker = baldur.get_breaker("heartbeat-blocking")
 
     async def blocking() -> object:
         await asyncio.sleep(0)
         return breaker.acquire_slow()  # store I/O on the loop's own thread
 
-    gap, permit, _ = asyncio.run(_beat_while(blocking()))
-    assert permit is not None
-    assert gap >= TIMEOUT * 0.8
+    assert asyncio.run(watch.run(blocking())) is not None
+    assert [op for op, _ in watch.during] == ["load"]
+    assert watch.most_ticks_during_a_call() == 0 and watch.ticks >= 1
+    assert not hung_redis.released
 
 
 class LoopSpy:

@@ -30,7 +30,9 @@ import threading
 import uuid
 
 import pytest
+import redis
 from django.test import override_settings
+from redis.exceptions import RedisClusterException
 
 import baldur_django as baldur
 from baldur_django.backends import STORE_SETTINGS, build_store, redis_client
@@ -39,7 +41,7 @@ from baldur_django.core import emergency, maintenance
 from baldur_django.core.config import settings as baldur_settings
 from baldur_django.core.errors import CircuitOpenError, ConfigError
 from baldur_django.core.stores.base import StoreUnavailable, safe_key
-from baldur_django.core.stores.redis import ClusterClient, RedisStore, connect, is_cluster
+from baldur_django.core.stores.redis import ClusterClient, RedisStore, connect, is_cluster, store_errors
 from tests.redis_cluster import cluster_port
 from tests.stores.redis_tools import wait_for
 from tests.stores.test_fleet import dep, half_open_budget_rounds, shared_store, spawn  # noqa: F401 - fixtures
@@ -320,8 +322,11 @@ def test_st4_cluster_unreachable_at_start_is_store_trouble(fresh_registry, caplo
     locally: failures trip it, callers see only their own errors and CircuitOpenError."""
     client = connect(f"redis://127.0.0.1:{cluster_port([])}/0", socket_timeout=0.2, cluster=True)
     store = RedisStore(client, prefix="nowhere")
-    with pytest.raises(StoreUnavailable, match=r"RedisClusterException|ConnectionError"):
+    with pytest.raises(StoreUnavailable) as unreachable:
         store.load("x")
+    # by type, not by message: redis-py 8 raises RedisClusterUnreachableError here, a
+    # RedisClusterException; older ones a RedisClusterException or a ConnectionError
+    assert isinstance(unreachable.value.__cause__, (RedisClusterException, redis.ConnectionError))
     fresh_registry.set_store(store)
 
     @baldur.circuit_breaker("cluster-unreachable", failure_threshold=2, recovery_timeout=600)
@@ -339,6 +344,58 @@ def test_st4_cluster_unreachable_at_start_is_store_trouble(fresh_registry, caplo
             dependency()
     assert fresh_registry.guard.failures >= 2
     assert len(lines(caplog, "circuit_breaker.store_unavailable")) == 1
+
+
+#: redis-py exceptions that are not about the store being unreachable or unusable
+_NOT_STORE_TROUBLE = {"ChildDeadlockedError", "IncorrectPolicyType"}
+
+
+def _redis_py_errors() -> list[type[BaseException]]:
+    import inspect
+
+    import redis.exceptions
+
+    return [
+        klass
+        for name, klass in inspect.getmembers(redis.exceptions, inspect.isclass)
+        if issubclass(klass, BaseException)
+        and klass.__module__ == "redis.exceptions"
+        and name not in _NOT_STORE_TROUBLE
+    ]
+
+
+def test_st4_every_redis_py_error_type_is_store_trouble():
+    """ST-4: the store catches redis-py's errors by type. Every exception class redis-py
+    defines (redis-py 8's RedisClusterUnreachableError, MaxConnectionsError and the rest,
+    and the older ones) is one of store_errors(), so a new release that adds a root class
+    of its own fails here rather than reaching a caller."""
+    errors = _redis_py_errors()
+    assert redis.exceptions.RedisClusterException in errors and redis.exceptions.ConnectionError in errors
+    assert [klass.__name__ for klass in errors if not issubclass(klass, store_errors())] == []
+
+
+@pytest.mark.parametrize(
+    "name", ["RedisClusterUnreachableError", "SlotNotCoveredError", "MaxConnectionsError", "ClusterDownError"]
+)
+def test_st4_redis_py_cluster_and_pool_errors_become_store_unavailable(name):
+    """ST-4: a script call that meets one of these redis-py errors (some only in redis-py 8)
+    is StoreUnavailable with the redis-py error as its cause, whatever its message."""
+    import redis.exceptions
+
+    klass = getattr(redis.exceptions, name, None)
+    if klass is None:
+        pytest.skip(f"redis-py {redis.__version__} has no {name}")
+
+    class Failing:
+        def register_script(self, script):
+            def run(*args, **kwargs):
+                raise klass("no words the store could match")
+
+            return run
+
+    with pytest.raises(StoreUnavailable) as caught:
+        RedisStore(Failing(), prefix="failing").inspect("x")
+    assert type(caught.value.__cause__) is klass
 
 
 def test_st4_cluster_master_killed_then_back(redis_cluster, cluster_client, fresh_registry, caplog):

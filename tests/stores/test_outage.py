@@ -31,7 +31,7 @@ import baldur_django as baldur
 from baldur_django.core.config import settings as baldur_settings
 from baldur_django.core.errors import BaldurError, CircuitOpenError, StoreError
 from baldur_django.core.events import StateChanged, StoreProblem, bus
-from baldur_django.core.stores.base import decode
+from baldur_django.core.stores.base import StoreUnavailable, decode
 from baldur_django.core.stores.redis import RedisStore, connect
 from tests.conftest import need_server
 from tests.stores.redis_tools import REDIS_SERVER, Counter, RedisServer, counting_client, free_port, wait_for
@@ -443,7 +443,7 @@ def test_st4_stalled_server_times_out_within_socket_timeout(
 ):
     """ST-4: a server that accepts but never answers (SIGSTOP) costs a call at most about
     BALDUR_REDIS_SOCKET_TIMEOUT (0.2 s here) once per sync interval, never an exception; the
-    calls between consults are not slowed at all."""
+    calls between consults make no store call at all (counted, not timed)."""
     import os
     import signal
     import time
@@ -458,15 +458,12 @@ def test_st4_stalled_server_times_out_within_socket_timeout(
             started = time.monotonic()
             assert dependency() == "ok"  # this one consults, and waits for the read timeout
             consult = time.monotonic() - started
-            started = time.monotonic()
             for _ in range(1000):
                 assert dependency() == "ok"  # inside the interval: no store call
-            others = time.monotonic() - started
         assert 0.15 <= consult < 1.5
-        assert others < consult
         warnings = lines(caplog, "circuit_breaker.store_unavailable")
         assert len(warnings) == 1 and "Timeout" in warnings[0].getMessage()
-        assert fresh_registry.guard.failures == 1
+        assert fresh_registry.guard.failures == 1  # the 1000 calls made no store call (each would fail)
     finally:
         os.kill(private_redis.pid, signal.SIGCONT)
 
@@ -483,9 +480,12 @@ def test_st4_exhausted_pool_is_an_error_not_a_wait(private_redis, private_shared
         wait_for(lambda: admin.info("clients")["blocked_clients"] >= 1, what="the pool's connection to be busy")
         with caplog.at_level(logging.INFO, logger=LOGGER):
             assert dependency() == "ok"  # first use: the consult finds no free connection
-        warnings = lines(caplog, "circuit_breaker.store_unavailable")
-        assert len(warnings) == 1 and "Too many connections" in warnings[0].getMessage()
+        assert len(lines(caplog, "circuit_breaker.store_unavailable")) == 1
         assert dependency.breaker.snapshot()["store_available"] is False
+        with pytest.raises(StoreUnavailable) as exhausted:
+            store.inspect("outage-pool")
+        # by type: a ConnectionError in every redis-py (redis-py 8's MaxConnectionsError is one)
+        assert isinstance(exhausted.value.__cause__, redis.ConnectionError)
     finally:
         admin.rpush("outage-pool:release", "go")
         holding.join(10)

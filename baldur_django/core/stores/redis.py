@@ -44,9 +44,17 @@ def _read(name: str) -> str:
 
 
 def store_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that mean store trouble (ST-4): redis-py's errors, socket errors, and
-    the cluster client's own ``RedisClusterException`` (not a ``RedisError``: raised when no
-    node answers, a slot is not covered, or a command cannot be routed)."""
+    """The exceptions that mean store trouble, matched by type, never by message.
+
+    redis-py's errors (``RedisError``: connection, timeout, pool exhausted, cluster down),
+    socket errors, and the cluster client's own ``RedisClusterException``, which is not a
+    ``RedisError``: raised when no node answers (redis-py 8 raises its subclass
+    ``RedisClusterUnreachableError`` then), a slot is not covered, or a command cannot be
+    routed.
+
+    Returns:
+        A tuple of exception classes for an ``except`` clause.
+    """
     import redis
     from redis.exceptions import RedisClusterException
 
@@ -150,7 +158,8 @@ class ClusterClient:
         """The ``RedisCluster``, discovering the cluster on the first call.
 
         Raises:
-            redis.exceptions.RedisClusterException, redis.RedisError: no node answered.
+            redis.exceptions.RedisClusterException, redis.RedisError: no node answered
+                (redis-py 8: ``RedisClusterUnreachableError``, a ``RedisClusterException``).
         """
         client = self._client
         if client is None:
