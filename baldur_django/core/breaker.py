@@ -52,6 +52,7 @@ from .events import (
     TripBlocked,
 )
 from .events import bus as default_bus
+from .nesting import RECORDED, recorded_since, register
 from .rules import next_open
 from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
@@ -99,23 +100,15 @@ METRIC_COUNTS: tuple[tuple[str, str], ...] = (
 )
 
 
-# Nested use of one breaker is one call (CB-19). Two context variables, so "the same
-# thread or asyncio task" is exactly what they see, and neither is set on the CLOSED hot
-# path: _RECORDED is written only where an outcome is counted off the lock-free healthy
-# lane, _TRIAL only while a HALF_OPEN trial runs.
-#: ``(breaker, n)``: the breaker that last counted an outcome in this thread or task, and
-#: its record number then (see :func:`recorded_since`).
-_RECORDED: contextvars.ContextVar[tuple[Any, int] | None] = contextvars.ContextVar("baldur_recorded", default=None)
+# Nested use of one breaker is one call (CB-19): the record-number context variable and the
+# stack walk that finds an outer call live in nesting.py; _TRIAL is set only while a
+# HALF_OPEN trial runs (never on the CLOSED hot path).
 #: ``(breaker, permit)``: the trial this thread or task is running through a breaker.
 _TRIAL: contextvars.ContextVar[tuple[Any, Permit] | None] = contextvars.ContextVar("baldur_trial", default=None)
 
 
-def recorded_since(breaker: CircuitBreaker, mark: int) -> bool:
-    """True when *breaker* counted an outcome in this thread or task after its record
-    number was *mark* (read with :meth:`CircuitBreaker.record_mark` when a call began):
-    a nested call through the same breaker already settled this call (CB-19)."""
-    last = _RECORDED.get()
-    return last is not None and last[0] is breaker and last[1] > mark
+#: reads the breaker of a wrapper's frame from its locals (the closure's ``self``)
+_self_of = operator.itemgetter("self")
 
 
 def trial_in_progress(breaker: CircuitBreaker) -> Permit | None:
@@ -193,6 +186,10 @@ class Engine(NamedTuple):
     continue_async: Callable[..., Awaitable[Any]]
     settle_exception: Callable[..., bool]
     settle_result: Callable[..., None]
+    settle_raised: Callable[..., bool]
+    asettle_raised: Callable[..., Awaitable[bool]]
+    settle_returned: Callable[..., None]
+    settled_elsewhere: Callable[..., bool]
     settled: Callable[..., bool]
     call_fallback: Callable[..., Any]
     acall_fallback: Callable[..., Awaitable[Any]]
@@ -707,7 +704,9 @@ class CircuitBreaker:
                             return engine.call_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return engine.trial(self, permit, wrapper, args, kwargs)
-            mark = self._seq  # CB-19: a nested call through this breaker settles this one
+            # the record number when the call began: with the stack, it tells a call nested in
+            # another through this breaker, which records nothing (see core/nesting.py)
+            mark = self._seq
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return engine.run_sync(
@@ -719,13 +718,10 @@ class CircuitBreaker:
             try:
                 result = func(*args, **kwargs)
             except BaseException as exc:
-                if not retrying:
-                    if recorded_since(self, mark):
-                        # a nested call counted it (CB-19)
-                        counted = engine.exception_outcome(self.config, exc, self.name)[0]
-                    else:
-                        counted = engine.settle_exception(self, permit, exc)
-                    if counted and fallback is not None and not permit.dry_run:
+                # a nested call is one attempt of its outer call: never a retry stage of its own
+                if not retrying or engine.settled_elsewhere(self, permit, mark):
+                    answered = fallback is not None and not permit.dry_run
+                    if engine.settle_raised(self, permit, mark, exc, answered) and answered:
                         return engine.call_fallback(fallback, args, kwargs, exc)
                     raise
                 first: Outcome = engine.raised(exc)
@@ -734,33 +730,30 @@ class CircuitBreaker:
                 if type(result) not in plain:
                     # settle_result()'s response lane, inlined: a plain int status on neither
                     # list is a success like a plain value; anything else is classified there
-                    # (everything, while a result_predicate is set: *plain* is then empty),
-                    # unless a nested call already settled this one (CB-19; asked last: a
-                    # healthy status never needs the context variable).
+                    # (everything, while a result_predicate is set: *plain* is then empty).
                     try:
                         code = result.status_code if plain else None  # a result_predicate: no status read
                     except Exception:
                         code = None
                     config = self.config
-                    if (
-                        type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes
-                    ) and not recorded_since(self, mark):
+                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                         if not retrying:
-                            engine.settle_result(self, permit, result)
+                            engine.settle_returned(self, permit, mark, result)
                             return result
-                        if engine.settled(self, permit, result):
-                            return result
+                        if engine.settled(self, permit, result, mark) or engine.settled_elsewhere(self, permit, mark):
+                            return result  # a success, or a nested call's failure response (not retried)
                         return engine.continue_sync(
                             self, permit, policy, func, args, kwargs, fallback, 0.0, engine.returned(result)
                         )
                 # healthy_success() inlined: the hottest lines of the package
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
-                elif not recorded_since(self, mark):
+                elif not engine.settled_elsewhere(self, permit, mark):
                     self.record_success(permit)
                 return result
             return engine.continue_sync(self, permit, policy, func, args, kwargs, fallback, 0.0, first)
 
+        register(wrapper.__code__, _self_of)  # its frames run calls (see core/nesting.py)
         return wrapper
 
     def build_awrapper(
@@ -807,7 +800,7 @@ class CircuitBreaker:
                             return await engine.acall_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return await engine.atrial(self, permit, wrapper, args, kwargs)
-            mark = self._seq  # CB-19, as in build_wrapper
+            mark = self._seq  # as in build_wrapper
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return await engine.run_async(
@@ -816,22 +809,16 @@ class CircuitBreaker:
             try:  # the first attempt of a retry sequence too, as in sync_wrapper
                 result = await func(*args, **kwargs)
             except BaseException as exc:
-                if not retrying:
-                    if recorded_since(self, mark):
-                        # a nested call counted it (CB-19)
-                        counted = engine.exception_outcome(self.config, exc, self.name)[0]
-                    elif permit.trial:  # a shared round's outcome is a store write
-                        counted = await self.off_loop(engine.settle_exception, self, permit, exc)
-                        self.note_recorded()
-                    else:
-                        counted = engine.settle_exception(self, permit, exc)
-                    if counted and fallback is not None and not permit.dry_run:
+                if not retrying or engine.settled_elsewhere(self, permit, mark):  # as in build_wrapper
+                    answered = fallback is not None and not permit.dry_run
+                    # a shared round's outcome is a store write, made off the loop
+                    if await engine.asettle_raised(self, permit, mark, exc, answered) and answered:
                         return await engine.acall_fallback(fallback, args, kwargs, exc)
                     raise
                 first: Outcome = engine.raised(exc)
             else:
                 if permit.trial:  # never retrying here: a trial with a policy went to run_async
-                    if not recorded_since(self, mark):  # else a nested call settled it (CB-19)
+                    if not engine.settled_elsewhere(self, permit, mark):  # the stack is read on the loop
                         await self.off_loop(engine.settle_result, self, permit, result)
                         self.note_recorded()
                     return result
@@ -842,24 +829,23 @@ class CircuitBreaker:
                     except Exception:
                         code = None
                     config = self.config
-                    if (
-                        type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes
-                    ) and not recorded_since(self, mark):
+                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                         if not retrying:
-                            engine.settle_result(self, permit, result)
+                            engine.settle_returned(self, permit, mark, result)
                             return result
-                        if engine.settled(self, permit, result):
-                            return result
+                        if engine.settled(self, permit, result, mark) or engine.settled_elsewhere(self, permit, mark):
+                            return result  # as in build_wrapper
                         return await engine.continue_async(
                             self, permit, policy, func, args, kwargs, fallback, 0.0, engine.returned(result)
                         )
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
-                elif not recorded_since(self, mark):
+                elif not engine.settled_elsewhere(self, permit, mark):
                     self.record_success(permit)
                 return result
             return await engine.continue_async(self, permit, policy, func, args, kwargs, fallback, 0.0, first)
 
+        register(wrapper.__code__, _self_of)  # its frames run calls (see core/nesting.py)
         return wrapper
 
     def build_inline(self, engine: Engine) -> Callable[[Callable[[], Any]], Any]:
@@ -878,28 +864,27 @@ class CircuitBreaker:
             permit = self._fast_permit
             if permit is None or self._timed:
                 return slow
-            mark = self._seq  # CB-19: a nested call through this breaker settles this one
+            mark = self._seq  # as in build_wrapper
             try:
                 result = call()
             except BaseException as exc:
                 if not call.__code__.co_flags & engine.not_plain:
-                    if not recorded_since(self, mark):
-                        engine.settle_exception(self, permit, exc)
+                    engine.settle_raised(self, permit, mark, exc, False)
                     raise
                 return engine.refused
             if type(result) in self.plain_types:  # the configuration's, as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
-                elif not recorded_since(self, mark):
+                elif not engine.settled_elsewhere(self, permit, mark):
                     self.record_success(permit)
                 return result
             if not call.__code__.co_flags & engine.not_plain:
-                if not recorded_since(self, mark):
-                    engine.settle_result(self, permit, result)  # the response lane too
+                engine.settle_returned(self, permit, mark, result)  # the response lane too
                 return result
             engine.discard(result)
             return engine.refused
 
+        register(inline.__code__, _self_of)  # its frames run calls (see core/nesting.py)
         return inline
 
     def build_ainline(
@@ -931,14 +916,13 @@ class CircuitBreaker:
             if type(result) in self.plain_types:  # as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
-                elif not recorded_since(self, mark):
+                elif not engine.settled_elsewhere(self, permit, mark):
                     self.record_success(permit)
-            elif not recorded_since(self, mark):
-                engine.settle_result(self, permit, result)
+            else:
+                engine.settle_returned(self, permit, mark, result)
 
         def failed(permit: Permit, mark: int, exc: BaseException) -> None:
-            if not recorded_since(self, mark):
-                engine.settle_exception(self, permit, exc)
+            engine.settle_raised(self, permit, mark, exc, False)
 
         return admit, succeeded, failed
 
@@ -1086,13 +1070,13 @@ class CircuitBreaker:
         """An outcome was counted (lock held): number it, and note it for this thread or
         task, so a call around a nested one through this breaker records nothing more (CB-19)."""
         self._seq += 1
-        _RECORDED.set((self, self._seq))
+        RECORDED.set((self, self._seq))
 
     def note_recorded(self) -> None:
         """Note in this thread or task that an outcome of this breaker was counted elsewhere
         (a worker thread recording a trial for a coroutine), as :meth:`_mark` does (CB-19)."""
         with self._lock:
-            _RECORDED.set((self, self._seq))
+            RECORDED.set((self, self._seq))
 
     def held_open(self, now: float) -> str | None:
         """The trigger of this process's own automatic open while its open time runs

@@ -72,17 +72,22 @@ from typing import Any, cast
 
 from .breaker import CircuitBreaker, Engine, Permit, enter_trial, leave_trial, recorded_since
 from .errors import ConfigError
+from .nesting import register
 from .registry import registry
 from .retry import Raised, RetryPolicy, Returned, exception_outcome, settled
 from .runner import (
     acall_fallback,
+    asettle_raised,
     call_fallback,
     continue_async,
     continue_sync,
     run_async,
     run_sync,
     settle_exception,
+    settle_raised,
     settle_result,
+    settle_returned,
+    settled_elsewhere,
 )
 from .states import Reason
 
@@ -511,6 +516,15 @@ async def aprotect(
     return await (route.run(factory) if fallback is None else route.run_fallback(factory, fallback))
 
 
+def _route_breaker(local: dict[str, Any]) -> Any:
+    """The breaker of an :func:`aprotect` frame (its route's), for core/nesting.py."""
+    return getattr(local.get("route"), "breaker", None)
+
+
+# aprotect() awaits the call itself on the plain CLOSED path: its frame runs the call there
+register(aprotect.__code__, _route_breaker)
+
+
 #: What the wrappers a breaker builds call (:class:`~baldur_django.core.breaker.Engine`).
 ENGINE = Engine(
     run_sync=run_sync,
@@ -519,6 +533,10 @@ ENGINE = Engine(
     continue_async=continue_async,
     settle_exception=settle_exception,
     settle_result=settle_result,
+    settle_raised=settle_raised,
+    asettle_raised=asettle_raised,
+    settle_returned=settle_returned,
+    settled_elsewhere=settled_elsewhere,
     settled=settled,
     call_fallback=call_fallback,
     acall_fallback=acall_fallback,

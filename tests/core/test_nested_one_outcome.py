@@ -1,0 +1,267 @@
+"""CB-19 with FAC-2: a call through a breaker is one outcome, whatever runs inside it.
+
+A function protected by breaker X runs inside a call through X (the outer call): the outer
+call's outcome is the one the breaker counts, and the nested calls count nothing of their
+own. With a retry stage on the outer call that outcome is the retry sequence's final one
+(FAC-2). Each scenario runs with four outer forms: ``protect``, a decorated ``def``,
+``aprotect`` and a decorated ``async def``; the nested function is a decorated ``def`` or
+``async def`` to match.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import baldur_django as baldur
+
+OPTS = {
+    "failure_threshold": 3,
+    "failure_rate_threshold": 0,
+    "recovery_timeout": 5,
+    "half_open_max_calls": 1,
+    "sliding_window_size": 10,
+    "minimum_calls": 1,
+}
+FAST_RETRY = baldur.RetryPolicy(max_attempts=3, backoff_initial=0, jitter=0)
+OUTERS = ["protect", "decorated-def", "aprotect", "decorated-async"]
+
+
+class Down(Exception):
+    """The dependency's own failure (counted)."""
+
+
+class NotFound(Exception):
+    """An exception the breaker is told to ignore."""
+
+
+class Dependency:
+    """Answers or raises by a script of outcomes (True: answer); the last entry repeats."""
+
+    def __init__(self, *script):
+        self.script = list(script) or [True]
+        self.calls = 0
+
+    def __call__(self):
+        ok = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        if ok is True:
+            return "answer"
+        raise ok if isinstance(ok, BaseException) else Down("down")
+
+
+def build(outer_form, name, body, *, retry=False, options=None, defaults=False):
+    """The outer call of *outer_form* through breaker *name* around ``body(inner)``, where
+    *inner* calls the dependency through the same breaker. Returns a zero-argument callable
+    that runs one outer call and returns its value or the exception it raised."""
+    options = {**({} if defaults else OPTS), **(options or {})}
+    dep = body.dep
+    if outer_form in ("protect", "decorated-def"):
+
+        @baldur.protected(name, **options)
+        def inner():
+            return dep()
+
+        if outer_form == "protect":
+
+            def outer():
+                return baldur.protect(name, lambda: body(inner), retry=retry, **options)
+
+        else:
+
+            @baldur.protected(name, retry=retry, **options)
+            def outer():
+                return body(inner)
+
+        def run():
+            try:
+                return outer()
+            except Exception as exc:  # the test looks at it
+                return exc
+
+        return run
+
+    @baldur.protected(name, **options)
+    async def ainner():
+        await asyncio.sleep(0)
+        return dep()
+
+    if outer_form == "aprotect":
+
+        async def aouter():
+            return await baldur.aprotect(name, lambda: body.arun(ainner), retry=retry, **options)
+
+    else:
+
+        @baldur.protected(name, retry=retry, **options)
+        async def aouter():
+            return await body.arun(ainner)
+
+    def arun():
+        try:
+            return asyncio.run(aouter())
+        except Exception as exc:  # the test looks at it
+            return exc
+
+    return arun
+
+
+class Once:
+    """Outer body: one nested call."""
+
+    def __init__(self, dep):
+        self.dep = dep
+
+    def __call__(self, inner):
+        return inner()
+
+    async def arun(self, inner):
+        return await inner()
+
+
+class IgnoredThenDown(Once):
+    """Outer body: the nested call ends in an ignored exception, then the outer code raises
+    a counted error of its own."""
+
+    def __call__(self, inner):
+        try:
+            inner()
+        except NotFound:
+            raise Down("outer failed") from None
+
+    async def arun(self, inner):
+        try:
+            await inner()
+        except NotFound:
+            raise Down("outer failed") from None
+
+
+class Twice(Once):
+    """Outer body: two nested calls (the dependency's script decides each)."""
+
+    def __call__(self, inner):
+        inner()
+        return inner()
+
+    async def arun(self, inner):
+        await inner()
+        return await inner()
+
+
+def open_then_wait(breaker, clock):
+    for _ in range(3):
+        breaker.record_failure(breaker.acquire())
+    assert breaker.state is baldur.CircuitState.OPEN
+    clock.advance(5)
+
+
+def counts(breaker):
+    snap = breaker.snapshot()
+    calls = breaker.metrics()["calls"]
+    return snap["consecutive_failures"], snap["window_failures"], snap["window_calls"], calls["failure"]
+
+
+# ------------------------------------------------------------------ retry around nesting
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_fac2_nested_retry_sequence_is_one_failure(outer_form, clock):
+    """CB-19, FAC-2: an outer call with a retry stage around a nested call through the same
+    breaker: three failed attempts are one failure (consecutive count, window, metrics)."""
+    name = f"nest-retry-{outer_form}"
+    body = Once(Dependency(False))
+    run = build(outer_form, name, body, retry=FAST_RETRY)
+    assert isinstance(run(), Down)
+    assert body.dep.calls == 3
+    assert counts(baldur.get_breaker(name)) == (1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_fac2_nested_retry_that_recovers_is_one_success(outer_form, clock):
+    """CB-19, FAC-2: with the package's defaults, a dependency that fails twice and then
+    answers, called through a retrying outer call around a nested one, is a success each
+    time: the breaker stays CLOSED and its window holds only successes."""
+    name = f"nest-recover-{outer_form}"
+    outcomes = []
+    breaker = None
+    for _ in range(12):
+        body = Once(Dependency(False, False, True))
+        run = build(outer_form, name, body, retry=FAST_RETRY, defaults=True)
+        breaker = baldur.get_breaker(name)
+        outcomes.append(run())
+    assert outcomes == ["answer"] * 12
+    snap = breaker.snapshot()
+    assert (snap["state"], snap["window_failures"], snap["window_calls"]) == ("closed", 0, 12)
+
+
+# ------------------------------------------------------- an ignored nested exception
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_closed_outer_failure_after_nested_ignored_counts(outer_form, clock):
+    """CB-19, CB-10: in CLOSED, a nested call ending in an ignored exception and then a counted
+    error of the outer call is one failure: three such calls open the breaker."""
+    name = f"nest-ign-{outer_form}"
+    body = IgnoredThenDown(Dependency(NotFound("gone")))
+    run = build(outer_form, name, body, options={"ignore_exceptions": (NotFound,)})
+    breaker = baldur.get_breaker(name)
+    for expected in (1, 2):
+        assert isinstance(run(), Down)
+        assert counts(breaker) == (expected, expected, expected, expected)
+    assert isinstance(run(), Down)
+    assert breaker.state is baldur.CircuitState.OPEN
+
+
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_half_open_outer_failure_after_nested_ignored_fails_the_trial(outer_form, clock, events):
+    """CB-19, CB-6: in HALF_OPEN the same call is a failed trial: the breaker reopens
+    (trigger half_open_failure) instead of handing the slot back as ignored."""
+    name = f"nest-ign-ho-{outer_form}"
+    body = IgnoredThenDown(Dependency(NotFound("gone")))
+    run = build(outer_form, name, body, options={"ignore_exceptions": (NotFound,)})
+    breaker = baldur.get_breaker(name)
+    open_then_wait(breaker, clock)
+    assert isinstance(run(), Down)
+    assert breaker.state is baldur.CircuitState.OPEN
+    assert events.transitions()[-1] == ("half_open", "open", "half_open_failure")
+
+
+# ------------------------------------------------------- two nested calls in one call
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_half_open_two_nested_calls_failed_trial_reopens(outer_form, clock, events):
+    """CB-19, CB-6: a trial whose outer call makes two nested calls, the first answered and
+    the second failing, is one failed trial: the breaker reopens and never closes."""
+    name = f"nest-two-ho-{outer_form}"
+    body = Twice(Dependency(True, False))
+    run = build(outer_form, name, body)
+    breaker = baldur.get_breaker(name)
+    open_then_wait(breaker, clock)
+    assert isinstance(run(), Down)
+    assert body.dep.calls == 2
+    assert breaker.state is baldur.CircuitState.OPEN
+    assert [t for t in events.transitions() if t[1] == "closed"] == []
+    assert events.transitions()[-1] == ("half_open", "open", "half_open_failure")
+
+
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_half_open_two_nested_successes_are_one_trial(outer_form, clock):
+    """CB-19, CB-6: with two trial slots, one outer call making two answered nested calls is
+    one trial success: the breaker stays HALF_OPEN until a second, separate call."""
+    name = f"nest-two-ok-{outer_form}"
+    body = Twice(Dependency(True))
+    run = build(outer_form, name, body, options={"half_open_max_calls": 2})
+    breaker = baldur.get_breaker(name)
+    open_then_wait(breaker, clock)
+    assert run() == "answer"
+    snap = breaker.snapshot()
+    assert (snap["state"], snap["half_open_successes"]) == ("half_open", 1)
+    assert run() == "answer"
+    assert breaker.state is baldur.CircuitState.CLOSED
+
+
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_closed_two_nested_calls_are_one_outcome(outer_form, clock):
+    """CB-19: in CLOSED an outer call making two nested calls, the first answered and the
+    second failing, is one failure and nothing else in the window."""
+    name = f"nest-two-{outer_form}"
+    body = Twice(Dependency(True, False))
+    run = build(outer_form, name, body)
+    assert isinstance(run(), Down)
+    assert counts(baldur.get_breaker(name)) == (1, 1, 1, 1)
