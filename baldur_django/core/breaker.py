@@ -52,7 +52,7 @@ from .events import (
     TripBlocked,
 )
 from .events import bus as default_bus
-from .nesting import RECORDED, recorded_since, register
+from .nesting import RECORDED, Mark, recorded_since, register
 from .rules import next_open
 from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
@@ -190,6 +190,9 @@ class Engine(NamedTuple):
     asettle_raised: Callable[..., Awaitable[bool]]
     settle_returned: Callable[..., None]
     settled_elsewhere: Callable[..., bool]
+    nest_mark: Callable[..., Any]
+    marked: Callable[..., Any]
+    amarked: Callable[..., Awaitable[Any]]
     settled: Callable[..., bool]
     call_fallback: Callable[..., Any]
     acall_fallback: Callable[..., Awaitable[Any]]
@@ -704,13 +707,19 @@ class CircuitBreaker:
                             return engine.call_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return engine.trial(self, permit, wrapper, args, kwargs)
-            # the record number when the call began: with the stack, it tells a call nested in
-            # another through this breaker, which records nothing (see core/nesting.py)
-            mark = self._seq
+            # The call's mark tells a call nested in another through this breaker, which records
+            # nothing (see core/nesting.py): on the healthy lane the record number alone (no
+            # context variable is set there); off it the call runs under a Nest of its own.
+            if permit is self._healthy_permit or permit.trial:
+                mark: Mark = self._seq
+            else:
+                mark = engine.nest_mark(self, permit)
+                if mark is None:
+                    return engine.marked(self, permit, wrapper, args, kwargs)
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return engine.run_sync(
-                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback
+                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback, mark
                 )
             # With a retry policy and nothing to gate the first attempt, run_sync() would make
             # it at once with start=0.0: it is made here, and the engine takes over only when
@@ -800,11 +809,16 @@ class CircuitBreaker:
                             return await engine.acall_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return await engine.atrial(self, permit, wrapper, args, kwargs)
-            mark = self._seq  # as in build_wrapper
+            if permit is self._healthy_permit or permit.trial:  # the call's mark, as in build_wrapper
+                mark: Mark = self._seq
+            else:
+                mark = engine.nest_mark(self, permit)
+                if mark is None:
+                    return await engine.amarked(self, permit, wrapper, args, kwargs)
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return await engine.run_async(
-                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback
+                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback, mark
                 )
             try:  # the first attempt of a retry sequence too, as in sync_wrapper
                 result = await func(*args, **kwargs)
@@ -862,8 +876,8 @@ class CircuitBreaker:
 
         def inline(call: Callable[[], Any]) -> Any:
             permit = self._fast_permit
-            if permit is None or self._timed:
-                return slow
+            if permit is None or self._timed or permit is not self._healthy_permit:
+                return slow  # off the healthy lane the full wrapper marks the call (core/nesting.py)
             mark = self._seq  # as in build_wrapper
             try:
                 result = call()
@@ -908,8 +922,8 @@ class CircuitBreaker:
 
         def admit() -> tuple[Permit, int] | None:
             permit = self._fast_permit
-            if permit is None or self._timed:
-                return None
+            if permit is None or self._timed or permit is not self._healthy_permit:
+                return None  # as in build_inline
             return permit, self._seq
 
         def succeeded(permit: Permit, mark: int, result: Any) -> None:

@@ -72,7 +72,7 @@ from typing import Any, cast
 
 from .breaker import CircuitBreaker, Engine, Permit, enter_trial, leave_trial, recorded_since
 from .errors import ConfigError
-from .nesting import register
+from .nesting import amarked, marked, nest_mark, register
 from .registry import registry
 from .retry import Raised, RetryPolicy, Returned, exception_outcome, settled
 from .runner import (
@@ -537,6 +537,9 @@ ENGINE = Engine(
     asettle_raised=asettle_raised,
     settle_returned=settle_returned,
     settled_elsewhere=settled_elsewhere,
+    nest_mark=nest_mark,
+    marked=marked,
+    amarked=amarked,
     settled=settled,
     call_fallback=call_fallback,
     acall_fallback=acall_fallback,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from .nesting import settled_elsewhere
+from .nesting import Mark, settled_elsewhere
 
 if TYPE_CHECKING:
     from .breaker import CircuitBreaker, Permit
@@ -229,7 +229,7 @@ def result_kind(config: BreakerConfig, result: Any, service: str | None = None) 
     return config.classifier.result(result, service)
 
 
-def settled(breaker: CircuitBreaker, permit: Permit, result: Any, mark: int | None = None) -> bool:
+def settled(breaker: CircuitBreaker, permit: Permit, result: Any, mark: Mark | None = None) -> bool:
     """End the sequence on *result* if it is a success: True once it is recorded.
 
     A success is always the final outcome (FAC-2); recording it also counts its attempt

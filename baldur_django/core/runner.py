@@ -14,9 +14,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .breaker import CircuitBreaker, Permit, recorded_since
+from .breaker import CircuitBreaker, Permit
 from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of, status_of
-from .nesting import outer_call, settled_elsewhere
+from .nesting import Mark, outer_of, recorded_since, settled_elsewhere
 from .retry import (
     ATTEMPT,
     Done,
@@ -92,7 +92,7 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         breaker.record_failure(permit)
 
 
-def _fail_outer(breaker: CircuitBreaker, outer: tuple[Permit, int], exc: BaseException, rate_limited: bool) -> bool:
+def _fail_outer(breaker: CircuitBreaker, outer: tuple[Permit, Mark], exc: BaseException, rate_limited: bool) -> bool:
     """A nested call failed and its fallback answers: the outer call never got the
     dependency's answer, so its outcome is this failure, recorded once on its permit.
     Returns True when it recorded (False: the outer call's outcome was recorded already)."""
@@ -106,7 +106,7 @@ def _fail_outer(breaker: CircuitBreaker, outer: tuple[Permit, int], exc: BaseExc
     return True
 
 
-def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: int, exc: BaseException, answered: bool) -> bool:
+def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: BaseException, answered: bool) -> bool:
     """Record that the call admitted by *permit* (begun at record number *mark*) ended by
     raising *exc*, as :func:`settle_exception` does, unless its outcome is not its own to
     record (:func:`settled_elsewhere`).
@@ -121,7 +121,7 @@ def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: int, exc: BaseE
     """
     if recorded_since(breaker, mark):
         return exception_outcome(breaker.config, exc, breaker.name)[0]
-    outer = outer_call(breaker, permit)
+    outer = outer_of(breaker, permit, mark)
     if outer is None:
         return settle_exception(breaker, permit, exc)
     counted, rate_limited = exception_outcome(breaker.config, exc, breaker.name)
@@ -131,13 +131,13 @@ def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: int, exc: BaseE
 
 
 async def asettle_raised(
-    breaker: CircuitBreaker, permit: Permit, mark: int, exc: BaseException, answered: bool
+    breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: BaseException, answered: bool
 ) -> bool:
     """:func:`settle_raised` for a coroutine: the stack is read on the event loop's thread,
     and a shared breaker's trial outcome is written from a worker thread."""
     if recorded_since(breaker, mark):
         return exception_outcome(breaker.config, exc, breaker.name)[0]
-    outer = outer_call(breaker, permit)
+    outer = outer_of(breaker, permit, mark)
     if outer is None:
         if not permit.trial:
             return settle_exception(breaker, permit, exc)
@@ -151,7 +151,7 @@ async def asettle_raised(
     return counted
 
 
-def settle_returned(breaker: CircuitBreaker, permit: Permit, mark: int, result: Any) -> None:
+def settle_returned(breaker: CircuitBreaker, permit: Permit, mark: Mark, result: Any) -> None:
     """Record the value the call admitted by *permit* returned, as :func:`settle_result`
     does, unless its outcome is not its own to record (:func:`settled_elsewhere`). A
     success on the lock-free healthy lane is counted there without asking."""
@@ -250,6 +250,7 @@ def run_sync(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     fallback: Callable[..., Any] | None,
+    mark: Mark,
 ) -> Any:
     """Run *func* under an admitted *permit* with retries, carrying out :func:`.retry_plan`'s steps.
 
@@ -259,6 +260,8 @@ def run_sync(
         policy: the retry policy.
         func, args, kwargs: the call, made once per attempt.
         fallback: called with *args*/*kwargs* on a refusal or a final counted exception.
+        mark: the call's mark (see :mod:`.nesting`): a call nested in another through the
+            same breaker makes one attempt and records nothing.
 
     Returns:
         The final value (a failure response unchanged, FAC-3) or the fallback's.
@@ -276,10 +279,9 @@ def run_sync(
     until = breaker.cooldown_deadline
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
-    mark = breaker.record_mark()
     # a call nested in another through this breaker passes no gate and makes one attempt:
     # the outer call's retry stage is the one that retries
-    if until <= start or outer_call(breaker, permit) is not None:
+    if until <= start or outer_of(breaker, permit, mark) is not None:
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
@@ -377,6 +379,7 @@ async def run_async(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     fallback: Callable[..., Any] | None,
+    mark: Mark,
 ) -> Any:
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
     ``asyncio.sleep`` (or the clock's ``asleep``) (FAC-3, RL-6). Same arguments, return
@@ -384,8 +387,7 @@ async def run_async(
     until = breaker.cooldown_deadline  # the happy path: see run_sync
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
-    mark = breaker.record_mark()
-    if until <= start or outer_call(breaker, permit) is not None:  # as in run_sync
+    if until <= start or outer_of(breaker, permit, mark) is not None:  # as in run_sync
         try:
             result = await factory(*args, **kwargs)
         except BaseException as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 import requests
 
 import baldur_django as baldur
@@ -21,20 +22,26 @@ def counts(name):
     return snap["consecutive_failures"], snap["window_failures"], snap["window_calls"], breaker.metrics()["calls"]
 
 
-def test_cb19_fac2_requests_adapter_under_retrying_decorator_is_one_failure(server):
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_cb19_fac2_requests_adapter_under_retrying_decorator_is_one_failure(server, warm):
     """CB-19, FAC-2: ``BreakerAdapter("X")`` used inside ``@protected("X", retry=...)``: three
-    503 answers (three attempts of one call) are one failure of breaker X."""
+    503 answers (three attempts of one call) are one failure of breaker X, whether the call
+    starts on an empty window or on a window full of successes (the lock-free healthy lane)."""
+    name = f"nest-http-{warm}"
     session = requests.Session()
-    session.mount("http://", BreakerAdapter("nest-http"))
+    session.mount("http://", BreakerAdapter(name, sliding_window_size=10))
 
-    @baldur.protected("nest-http", retry=FAST_RETRY)
+    @baldur.protected(name, retry=FAST_RETRY, sliding_window_size=10)
     def fetch():
         return session.get(server.url("/status/503"), timeout=2)
 
+    breaker = baldur.get_breaker(name)
+    for _ in range(10 if warm else 0):
+        breaker.record_success(breaker.acquire())
     assert fetch().status_code == 503
     assert server.count("/status/503") == 3
-    consecutive, failures, calls, metrics = counts("nest-http")
-    assert (consecutive, failures, calls, metrics["failure"], metrics["success"]) == (1, 1, 1, 1, 0)
+    consecutive, failures, calls, metrics = counts(name)
+    assert (consecutive, failures, calls, metrics["failure"]) == (1, 1, 10 if warm else 1, 1)
 
 
 def test_cb19_fac2_async_httpx_transport_under_retrying_decorator_is_one_failure(server):
