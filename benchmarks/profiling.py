@@ -74,12 +74,16 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         permit = breaker._fast_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
+        if permit is not breaker._healthy_permit:  # the lane that marks nothing (core/nesting.py)
+            raise AssertionError("not on the healthy lane")
         return inner(*args, **kwargs)
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         permit = breaker._fast_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
+        if permit is not breaker._healthy_permit:  # the lane that marks nothing (core/nesting.py)
+            raise AssertionError("not on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
         try:
@@ -92,6 +96,8 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         permit = breaker._fast_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
+        if permit is not breaker._healthy_permit:  # the lane that marks nothing (core/nesting.py)
+            raise AssertionError("not on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
         try:
@@ -106,6 +112,8 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         permit = breaker._fast_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
+        if permit is not breaker._healthy_permit:  # the lane that marks nothing (core/nesting.py)
+            raise AssertionError("not on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
         try:
@@ -121,6 +129,8 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         permit = breaker._fast_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
             raise AssertionError("not CLOSED")
+        if permit is not breaker._healthy_permit:  # the lane that marks nothing (core/nesting.py)
+            raise AssertionError("not on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
         try:
@@ -136,7 +146,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
 
     return [
         ("python wrapper forwarding *args, **kwargs", forward),
-        ("+ admit: read breaker._fast_permit and _timed", admit),
+        ("+ admit: read breaker._fast_permit, _timed, _healthy_permit", admit),
         ("+ retry check and try/except around the call", guarded),
         ("+ type(result) in plain (the breaker's PLAIN_TYPES)", typed),
         ("+ healthy-permit test and monotonic() < bucket_end", checked),

@@ -52,7 +52,7 @@ from .events import (
     TripBlocked,
 )
 from .events import bus as default_bus
-from .nesting import RECORDED, Mark, recorded_since, register
+from .nesting import RECORDED, Mark, entering, recorded_since, register
 from .rules import next_open
 from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
@@ -112,12 +112,13 @@ _self_of = operator.itemgetter("self")
 
 
 def trial_in_progress(breaker: CircuitBreaker) -> Permit | None:
-    """The trial permit this thread or task holds for *breaker*, or None: a call nested
-    in a trial runs on the outer permit, neither taking a slot nor refused (CB-19)."""
+    """The permit this thread or task already holds for *breaker*, or None: a trial's (a
+    call nested in a trial runs on it, neither taking a slot nor refused), or the one a call
+    entered again under its Nest was admitted with (see core/nesting.py)."""
     running = _TRIAL.get()
     if running is not None and running[0] is breaker:
         return running[1]
-    return None
+    return entering(breaker)  # a call entered again under its Nest keeps its permit
 
 
 def enter_trial(breaker: CircuitBreaker, permit: Permit) -> contextvars.Token[tuple[Any, Permit] | None]:

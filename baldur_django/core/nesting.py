@@ -39,6 +39,7 @@ __all__ = [
     "register",
     "outer_call",
     "nest_mark",
+    "entering",
     "marked",
     "amarked",
     "outer_of",
@@ -120,6 +121,15 @@ def nest_mark(breaker: Any, permit: Any) -> Mark | None:
             return nest
         if nest.permit.generation == permit.generation:
             return Inside(nest)
+    return None
+
+
+def entering(breaker: Any) -> Any:
+    """The permit that :func:`marked` re-enters a call of *breaker* with (its Nest not yet
+    claimed), else None: the call was admitted already and must not be admitted again."""
+    nest = NEST.get()
+    if nest is not None and nest.breaker is breaker and not nest.claimed:
+        return nest.permit
     return None
 
 

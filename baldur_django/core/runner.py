@@ -250,7 +250,7 @@ def run_sync(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     fallback: Callable[..., Any] | None,
-    mark: Mark,
+    mark: Mark | None = None,
 ) -> Any:
     """Run *func* under an admitted *permit* with retries, carrying out :func:`.retry_plan`'s steps.
 
@@ -260,8 +260,9 @@ def run_sync(
         policy: the retry policy.
         func, args, kwargs: the call, made once per attempt.
         fallback: called with *args*/*kwargs* on a refusal or a final counted exception.
-        mark: the call's mark (see :mod:`.nesting`): a call nested in another through the
-            same breaker makes one attempt and records nothing.
+        mark: the call's mark (see :mod:`.nesting`; None: the breaker's record number now):
+            a call nested in another through the same breaker makes one attempt and
+            records nothing.
 
     Returns:
         The final value (a failure response unchanged, FAC-3) or the fallback's.
@@ -279,6 +280,8 @@ def run_sync(
     until = breaker.cooldown_deadline
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
+    if mark is None:
+        mark = breaker.record_mark()
     # a call nested in another through this breaker passes no gate and makes one attempt:
     # the outer call's retry stage is the one that retries
     if until <= start or outer_of(breaker, permit, mark) is not None:
@@ -379,7 +382,7 @@ async def run_async(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     fallback: Callable[..., Any] | None,
-    mark: Mark,
+    mark: Mark | None = None,
 ) -> Any:
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
     ``asyncio.sleep`` (or the clock's ``asleep``) (FAC-3, RL-6). Same arguments, return
@@ -387,6 +390,8 @@ async def run_async(
     until = breaker.cooldown_deadline  # the happy path: see run_sync
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
+    if mark is None:
+        mark = breaker.record_mark()
     if until <= start or outer_of(breaker, permit, mark) is not None:  # as in run_sync
         try:
             result = await factory(*args, **kwargs)
