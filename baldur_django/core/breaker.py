@@ -118,7 +118,7 @@ def trial_in_progress(breaker: CircuitBreaker) -> Permit | None:
     running = _TRIAL.get()
     if running is not None and running[0] is breaker:
         return running[1]
-    return entering(breaker)  # a call entered again under its Nest keeps its permit
+    return cast("Permit | None", entering(breaker))  # a call entered again under its Nest keeps its permit
 
 
 def enter_trial(breaker: CircuitBreaker, permit: Permit) -> contextvars.Token[tuple[Any, Permit] | None]:
