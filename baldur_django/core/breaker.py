@@ -260,6 +260,7 @@ class CircuitBreaker:
         "_closed_permit",
         "_fast_permit",
         "_healthy_permit",
+        "_quiet_permit",
         "_reject_until",
         "_sync_due",
         "_consecutive",
@@ -331,6 +332,10 @@ class CircuitBreaker:
         # any failure is recorded or the state changes, so the lock-free healthy path
         # linearises at its single read of this attribute.
         self._healthy_permit: Permit | None = None
+        # The CLOSED permit while it is both of the above (admission lock-free and the
+        # healthy lane open), else None: the wrappers admit with it, and a call admitted
+        # with it runs unmarked (see core/nesting.py). Cleared with either of them.
+        self._quiet_permit: Permit | None = None
         # Monotonic deadline before which OPEN (or forced open) rejects without the lock;
         # 0.0 whenever anything else holds. Cleared first by every transition.
         self._reject_until = 0.0
@@ -681,7 +686,9 @@ class CircuitBreaker:
         budgeted = policy is not None and policy.budget_seconds is not None
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            permit = self._fast_permit
+            # admitted on the healthy lane, the call runs unmarked: its mark is the record
+            # number alone (see core/nesting.py); any other call is admitted below
+            permit = self._quiet_permit
             if permit is None or (self._timed and monotonic() >= self._sync_due):
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
@@ -700,23 +707,22 @@ class CircuitBreaker:
                     permit = outer  # CB-19: nested in this breaker's trial: no second slot, no refusal
                 else:
                     if fallback is None:
-                        permit = self.acquire_slow()
+                        permit = self.acquire()
                     else:
                         try:
-                            permit = self.acquire_slow()
+                            permit = self.acquire()
                         except CircuitOpenError as rejection:
                             return engine.call_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return engine.trial(self, permit, wrapper, args, kwargs)
-            # The call's mark tells a call nested in another through this breaker, which records
-            # nothing (see core/nesting.py): on the healthy lane the record number alone (no
-            # context variable is set there); off it the call runs under a Nest of its own.
-            if permit is self._healthy_permit or permit.trial:
-                mark: Mark = self._seq
+                if permit.trial or permit is self._healthy_permit:
+                    mark: Mark = self._seq
+                else:  # off the healthy lane the call runs under a Nest of its own
+                    mark = engine.nest_mark(self, permit)
+                    if mark is None:
+                        return engine.marked(self, permit, wrapper, args, kwargs)
             else:
-                mark = engine.nest_mark(self, permit)
-                if mark is None:
-                    return engine.marked(self, permit, wrapper, args, kwargs)
+                mark = self._seq
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return engine.run_sync(
@@ -785,7 +791,7 @@ class CircuitBreaker:
         budgeted = policy is not None and policy.budget_seconds is not None
 
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            permit = self._fast_permit
+            permit = self._quiet_permit  # as in build_wrapper
             if permit is None or (self._timed and monotonic() >= self._sync_due):
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
@@ -810,12 +816,14 @@ class CircuitBreaker:
                             return await engine.acall_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return await engine.atrial(self, permit, wrapper, args, kwargs)
-            if permit is self._healthy_permit or permit.trial:  # the call's mark, as in build_wrapper
-                mark: Mark = self._seq
+                if permit.trial or permit is self._healthy_permit:  # the call's mark, as in build_wrapper
+                    mark: Mark = self._seq
+                else:
+                    mark = engine.nest_mark(self, permit)
+                    if mark is None:
+                        return await engine.amarked(self, permit, wrapper, args, kwargs)
             else:
-                mark = engine.nest_mark(self, permit)
-                if mark is None:
-                    return await engine.amarked(self, permit, wrapper, args, kwargs)
+                mark = self._seq
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return await engine.run_async(
@@ -876,8 +884,8 @@ class CircuitBreaker:
         monotonic = self._mono
 
         def inline(call: Callable[[], Any]) -> Any:
-            permit = self._fast_permit
-            if permit is None or self._timed or permit is not self._healthy_permit:
+            permit = self._quiet_permit
+            if permit is None or self._timed:
                 return slow  # off the healthy lane the full wrapper marks the call (core/nesting.py)
             mark = self._seq  # as in build_wrapper
             try:
@@ -922,8 +930,8 @@ class CircuitBreaker:
         monotonic = self._mono
 
         def admit() -> tuple[Permit, int] | None:
-            permit = self._fast_permit
-            if permit is None or self._timed or permit is not self._healthy_permit:
+            permit = self._quiet_permit
+            if permit is None or self._timed:
                 return None  # as in build_inline
             return permit, self._seq
 
@@ -1204,11 +1212,12 @@ class CircuitBreaker:
                         window.calls += 1
                     if window.calls == window.size:
                         self._healthy_permit = permit
+                        self._quiet_permit = permit if permit is self._fast_permit else None
                     if count_attempt:
                         now = self._mono()
                         self._cascade.add(now, False)
                         if now >= self._sync_due:
-                            self._fast_permit = None  # a shared store's consult is due
+                            self._quiet_permit = self._fast_permit = None  # a shared store's consult is due
                     else:
                         self._m_uncounted += 1  # EM-7
                     self._mark()
@@ -1314,7 +1323,7 @@ class CircuitBreaker:
                 if not ok:
                     self._m_noted += 1  # EM-7: a cascade call that is not a success
             if now >= self._sync_due:
-                self._fast_permit = None  # a shared store's consult is due
+                self._quiet_permit = self._fast_permit = None  # a shared store's consult is due
             if permit.generation != self._gen:
                 pass  # CB-8: stale outcome, dropped
             elif self._state is CLOSED:
@@ -1322,7 +1331,8 @@ class CircuitBreaker:
                     self._consecutive = 0
                     self._window.add(False, False, now)
                     if self._lanes and not self._window.marked and self._window.calls == self._window.size:  # type: ignore[union-attr]  # _lanes: a CountWindow
-                        self._healthy_permit = self._closed_permit
+                        healthy = self._healthy_permit = self._closed_permit
+                        self._quiet_permit = healthy if healthy is self._fast_permit else None
                 else:
                     self._invalidate()
                     if ok:
@@ -1477,10 +1487,13 @@ class CircuitBreaker:
             if self._state is CLOSED and self._forced is None and (not self._timed or self._mono() < self._sync_due)
             else None
         )
+        self._quiet_permit = None
         if self._timing:
             self._fast_permit, self._timing_permit = None, fast
         else:
             self._fast_permit, self._timing_permit = fast, None
+            if fast is not None and fast is self._healthy_permit:
+                self._quiet_permit = fast
 
     def _configure_lanes(self) -> None:
         """Whether successes may skip the window (lock held, or in __init__): only with the
@@ -1493,12 +1506,13 @@ class CircuitBreaker:
         self._timing = cfg.slow_call_duration > 0 and cfg.slow_call_rate_threshold > 0
         self._lanes = cfg.sliding_window_type == "count" and not self._timing
         if not self._lanes:
-            self._healthy_permit = None
+            self._quiet_permit = self._healthy_permit = None
         self.plain_types = cfg.plain_types  # CB-18: empty while a result_predicate judges every value
 
     def _invalidate(self) -> None:
         """Clear what the lock-free paths read, before any failure is recorded or any state
         changes (lock held). Every mutating path calls this first; see the module docstring."""
+        self._quiet_permit = None
         self._healthy_permit = None
         self._reject_until = 0.0
 
