@@ -12,9 +12,9 @@ for process-local breakers, a :class:`StoreSync` once ``registry.set_store()`` (
 :meth:`CircuitBreaker.use_store`) gives it one. The decisions below are written once
 and the strategy's hooks say when the shared record is read or written.
 
-The lock-free fast paths live in :mod:`baldur_django.core.hotpath` and read four
-attributes of this class (``_fast_permit``, ``_healthy_permit``, ``_reject_until``,
-``_sync_due``) plus the cascade counter. The rule that keeps them sound: every path that
+The lock-free fast paths live in :mod:`baldur_django.core.hotpath` and read five
+attributes of this class (``_fast_permit``, ``_healthy_permit``, ``_quiet_permit``,
+``_reject_until``, ``_sync_due``) plus the cascade counter. The rule that keeps them sound: every path that
 records a failure or changes state goes through :meth:`CircuitBreaker._invalidate`
 first, which clears the hot-path permits before anything else is touched.
 
@@ -100,9 +100,9 @@ METRIC_COUNTS: tuple[tuple[str, str], ...] = (
 )
 
 
-# Nested use of one breaker is one call (CB-19): the record-number context variable and the
-# stack walk that finds an outer call live in nesting.py; _TRIAL is set only while a
-# HALF_OPEN trial runs (never on the CLOSED hot path).
+# Nested use of one breaker is one call: the record-number context variable, the Nest
+# marks and the stack walk that finds an outer call live in nesting.py; _TRIAL is set
+# only while a HALF_OPEN trial runs (never on the CLOSED hot path).
 #: ``(breaker, permit)``: the trial this thread or task is running through a breaker.
 _TRIAL: contextvars.ContextVar[tuple[Any, Permit] | None] = contextvars.ContextVar("baldur_trial", default=None)
 
