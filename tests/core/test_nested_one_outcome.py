@@ -11,6 +11,7 @@ own. With a retry stage on the outer call that outcome is the retry sequence's f
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -296,3 +297,121 @@ def test_cb19_closed_two_nested_calls_are_one_outcome(outer_form, warmth, clock)
     assert counts(breaker) == (1, 1, calls, 1)
     if warmth == "cold":
         assert breaker.metrics()["calls"]["success"] == successes
+
+
+# ------------------------------------------- a nested fallback inside a retry sequence
+class FailsThenFallsBack(Once):
+    """Outer body: the first attempt fails on its own (no nested call); the second makes a
+    nested call whose dependency fails and whose fallback answers."""
+
+    def __init__(self, dep):
+        super().__init__(dep)
+        self.attempts = 0
+
+    def __call__(self, inner):
+        self.attempts += 1
+        if self.attempts == 1:
+            raise Down("outer attempt failed")
+        return inner()
+
+    async def arun(self, inner):
+        self.attempts += 1
+        if self.attempts == 1:
+            raise Down("outer attempt failed")
+        return await inner()
+
+
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_fac2_nested_fallback_in_a_later_attempt_is_the_one_failure(outer_form, clock):
+    """CB-19, FAC-2, FAC-4: a retrying outer call whose second attempt gets a nested call's
+    fallback value: the dependency failed, so the call is one failure (recorded once), and
+    the fallback's value is what the caller gets; no success is counted for it."""
+    name = f"nest-retry-fb-{outer_form}"
+    body = FailsThenFallsBack(Dependency(False))
+    options = {**OPTS}
+    if outer_form in ("protect", "decorated-def"):
+
+        @baldur.protected(name, fallback=lambda: "fallback", **options)
+        def inner():
+            return body.dep()
+
+        if outer_form == "protect":
+            value = baldur.protect(name, lambda: body(inner), retry=FAST_RETRY, **options)
+        else:
+            value = baldur.protected(name, retry=FAST_RETRY, **options)(lambda: body(inner))()
+    else:
+
+        @baldur.protected(name, fallback=lambda: "fallback", **options)
+        async def ainner():
+            return body.dep()
+
+        if outer_form == "aprotect":
+            value = asyncio.run(baldur.aprotect(name, lambda: body.arun(ainner), retry=FAST_RETRY, **options))
+        else:
+
+            async def aouter():
+                return await body.arun(ainner)
+
+            value = asyncio.run(baldur.protected(name, retry=FAST_RETRY, **options)(aouter)())
+    assert value == "fallback"
+    assert body.attempts == 2
+    breaker = baldur.get_breaker(name)
+    assert counts(breaker) == (1, 1, 1, 1)
+    assert breaker.metrics()["calls"]["success"] == 0
+
+
+# ------------------------------------------------ other threads and tasks are other calls
+def test_cb19_a_call_in_another_thread_is_its_own_call(clock):
+    """CB-19, CB-9: while an outer call runs in one thread, a failing call through the same
+    breaker in another thread counts its own failure (it is not nested in the first)."""
+    name = "nest-threads"
+    inside, done = threading.Event(), threading.Event()
+    dep = Dependency(False)
+
+    @baldur.protected(name, **OPTS)
+    def failing():
+        return dep()
+
+    @baldur.protected(name, **OPTS)
+    def slow():
+        inside.set()
+        assert done.wait(5)
+        return "answer"
+
+    outer = threading.Thread(target=slow)
+    outer.start()
+    assert inside.wait(5)
+    with pytest.raises(Down):
+        failing()
+    done.set()
+    outer.join()
+    assert counts(baldur.get_breaker(name)) == (0, 1, 2, 1)
+
+
+def test_cb19_a_call_in_another_task_is_its_own_call(clock):
+    """CB-19, CB-9: the same with two asyncio tasks of one event loop."""
+    name = "nest-tasks"
+    dep = Dependency(False)
+
+    @baldur.protected(name, **OPTS)
+    async def failing():
+        return dep()
+
+    async def main():
+        inside, done = asyncio.Event(), asyncio.Event()
+
+        @baldur.protected(name, **OPTS)
+        async def slow():
+            inside.set()
+            await done.wait()
+            return "answer"
+
+        outer = asyncio.create_task(slow())
+        await inside.wait()
+        with pytest.raises(Down):
+            await asyncio.create_task(failing())
+        done.set()
+        assert await outer == "answer"
+
+    asyncio.run(main())
+    assert counts(baldur.get_breaker(name)) == (0, 1, 2, 1)
