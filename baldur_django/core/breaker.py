@@ -118,7 +118,8 @@ def trial_in_progress(breaker: CircuitBreaker) -> Permit | None:
     running = _TRIAL.get()
     if running is not None and running[0] is breaker:
         return running[1]
-    return cast("Permit | None", entering(breaker))  # a call entered again under its Nest keeps its permit
+    admitted: Permit | None = entering(breaker)  # a call entered again under its Nest keeps its permit
+    return admitted
 
 
 def enter_trial(breaker: CircuitBreaker, permit: Permit) -> contextvars.Token[tuple[Any, Permit] | None]:

@@ -107,7 +107,9 @@ def recorded_since(breaker: Any, mark: Mark) -> bool:
     number *mark* stands for (read when a call began): a call nested in this one through
     the same breaker recorded this call's outcome."""
     last = RECORDED.get()
-    return last is not None and last[0] is breaker and last[1] > seq_of(mark)
+    if last is None or last[0] is not breaker:
+        return False
+    return last[1] > (mark if type(mark) is int else seq_of(mark))
 
 
 def nest_mark(breaker: Any, permit: Any) -> Mark | None:
