@@ -415,3 +415,48 @@ def test_cb19_a_call_in_another_task_is_its_own_call(clock):
 
     asyncio.run(main())
     assert counts(baldur.get_breaker(name)) == (0, 1, 2, 1)
+
+
+@pytest.mark.parametrize("outer_form", OUTERS)
+def test_cb19_warm_nested_fallback_is_one_failure(outer_form, clock):
+    """CB-19, FAC-4: on a window full of successes (the outer call admitted on the lock-free
+    healthy lane, unmarked), a nested failure answered by the nested call's fallback is one
+    failure of the breaker, and the fallback's value reaches the caller."""
+    name = f"nest-warm-fb-{outer_form}"
+    dep = Dependency(False)
+    sync = outer_form in ("protect", "decorated-def")
+
+    if sync:
+
+        @baldur.protected(name, fallback=lambda: "fallback", **OPTS)
+        def inner():
+            return dep()
+
+        outer = (
+            (lambda: baldur.protect(name, lambda: inner(), **OPTS))
+            if outer_form == "protect"
+            else baldur.protected(name, **OPTS)(lambda: inner())
+        )
+    else:
+
+        @baldur.protected(name, fallback=lambda: "fallback", **OPTS)
+        async def ainner():
+            return dep()
+
+        async def body():
+            return await ainner()
+
+        aouter = (
+            (lambda: baldur.aprotect(name, lambda: ainner(), **OPTS))
+            if outer_form == "aprotect"
+            else baldur.protected(name, **OPTS)(body)
+        )
+
+        def outer():
+            return asyncio.run(aouter())
+
+    breaker = baldur.get_breaker(name)
+    warm_up(breaker, "warm")
+    assert outer() == "fallback"
+    assert dep.calls == 1
+    assert counts(breaker) == (1, 1, 10, 1)
