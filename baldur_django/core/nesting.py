@@ -231,4 +231,6 @@ def settled_elsewhere(breaker: Any, permit: Any, mark: Mark) -> bool:
     breaker, whose outcome is the one the breaker counts."""
     if type(mark) is Inside:
         return True
+    if type(mark) is Nest:  # a marked call is nobody's nested call
+        return recorded_since(breaker, mark)
     return recorded_since(breaker, mark) or outer_of(breaker, permit, mark) is not None
