@@ -71,15 +71,15 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         return inner(*args, **kwargs)
 
     def admit(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
+        permit = breaker._quiet_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            raise AssertionError("not CLOSED")
+            raise AssertionError("not CLOSED on the healthy lane")
         return inner(*args, **kwargs)
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
+        permit = breaker._quiet_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            raise AssertionError("not CLOSED")
+            raise AssertionError("not CLOSED on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
         try:
@@ -89,9 +89,9 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         return result
 
     def typed(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
+        permit = breaker._quiet_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            raise AssertionError("not CLOSED")
+            raise AssertionError("not CLOSED on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
         try:
@@ -103,9 +103,9 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         return result
 
     def checked(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
+        permit = breaker._quiet_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            raise AssertionError("not CLOSED")
+            raise AssertionError("not CLOSED on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
         try:
@@ -118,9 +118,9 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         return result
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._fast_permit
+        permit = breaker._quiet_permit
         if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
-            raise AssertionError("not CLOSED")
+            raise AssertionError("not CLOSED on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
         try:
@@ -136,7 +136,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
 
     return [
         ("python wrapper forwarding *args, **kwargs", forward),
-        ("+ admit: read breaker._fast_permit and _timed", admit),
+        ("+ admit: read breaker._quiet_permit and _timed", admit),
         ("+ retry check and try/except around the call", guarded),
         ("+ type(result) in plain (the breaker's PLAIN_TYPES)", typed),
         ("+ healthy-permit test and monotonic() < bucket_end", checked),

@@ -157,7 +157,7 @@ class TracingBreaker(CircuitBreaker):
         return object.__getattribute__(self, name)
 
 
-HOT = {"_fast_permit", "_timed", "_sync_due", "_healthy_permit", "_reject_until", "_cascade", "_mono"}
+HOT = {"_fast_permit", "_quiet_permit", "_timed", "_sync_due", "_healthy_permit", "_reject_until", "_cascade", "_mono"}
 
 
 class TracingCounter:

@@ -12,9 +12,9 @@ for process-local breakers, a :class:`StoreSync` once ``registry.set_store()`` (
 :meth:`CircuitBreaker.use_store`) gives it one. The decisions below are written once
 and the strategy's hooks say when the shared record is read or written.
 
-The lock-free fast paths live in :mod:`baldur_django.core.hotpath` and read four
-attributes of this class (``_fast_permit``, ``_healthy_permit``, ``_reject_until``,
-``_sync_due``) plus the cascade counter. The rule that keeps them sound: every path that
+The lock-free fast paths live in :mod:`baldur_django.core.hotpath` and read five
+attributes of this class (``_fast_permit``, ``_healthy_permit``, ``_quiet_permit``,
+``_reject_until``, ``_sync_due``) plus the cascade counter. The rule that keeps them sound: every path that
 records a failure or changes state goes through :meth:`CircuitBreaker._invalidate`
 first, which clears the hot-path permits before anything else is touched.
 
@@ -54,6 +54,7 @@ from .events import (
 )
 from .events import bus as default_bus
 from .names import check_name
+from .nesting import RECORDED, Mark, entering, recorded_since, register
 from .rules import next_open
 from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
@@ -101,32 +102,26 @@ METRIC_COUNTS: tuple[tuple[str, str], ...] = (
 )
 
 
-# Nested use of one breaker is one call (CB-19). Two context variables, so "the same
-# thread or asyncio task" is exactly what they see, and neither is set on the CLOSED hot
-# path: _RECORDED is written only where an outcome is counted off the lock-free healthy
-# lane, _TRIAL only while a HALF_OPEN trial runs.
-#: ``(breaker, n)``: the breaker that last counted an outcome in this thread or task, and
-#: its record number then (see :func:`recorded_since`).
-_RECORDED: contextvars.ContextVar[tuple[Any, int] | None] = contextvars.ContextVar("baldur_recorded", default=None)
+# Nested use of one breaker is one call: the record-number context variable, the Nest
+# marks and the stack walk that finds an outer call live in nesting.py; _TRIAL is set
+# only while a HALF_OPEN trial runs (never on the CLOSED hot path).
 #: ``(breaker, permit)``: the trial this thread or task is running through a breaker.
 _TRIAL: contextvars.ContextVar[tuple[Any, Permit] | None] = contextvars.ContextVar("baldur_trial", default=None)
 
 
-def recorded_since(breaker: CircuitBreaker, mark: int) -> bool:
-    """True when *breaker* counted an outcome in this thread or task after its record
-    number was *mark* (read with :meth:`CircuitBreaker.record_mark` when a call began):
-    a nested call through the same breaker already settled this call (CB-19)."""
-    last = _RECORDED.get()
-    return last is not None and last[0] is breaker and last[1] > mark
+#: reads the breaker of a wrapper's frame from its locals (the closure's ``self``)
+_self_of = operator.itemgetter("self")
 
 
 def trial_in_progress(breaker: CircuitBreaker) -> Permit | None:
-    """The trial permit this thread or task holds for *breaker*, or None: a call nested
-    in a trial runs on the outer permit, neither taking a slot nor refused (CB-19)."""
+    """The permit this thread or task already holds for *breaker*, or None: a trial's (a
+    call nested in a trial runs on it, neither taking a slot nor refused), or the one a call
+    entered again under its Nest was admitted with (see core/nesting.py)."""
     running = _TRIAL.get()
     if running is not None and running[0] is breaker:
         return running[1]
-    return None
+    admitted: Permit | None = entering(breaker)  # a call entered again under its Nest keeps its permit
+    return admitted
 
 
 def enter_trial(breaker: CircuitBreaker, permit: Permit) -> contextvars.Token[tuple[Any, Permit] | None]:
@@ -195,6 +190,13 @@ class Engine(NamedTuple):
     continue_async: Callable[..., Awaitable[Any]]
     settle_exception: Callable[..., bool]
     settle_result: Callable[..., None]
+    settle_raised: Callable[..., bool]
+    asettle_raised: Callable[..., Awaitable[bool]]
+    settle_returned: Callable[..., None]
+    settled_elsewhere: Callable[..., bool]
+    nest_mark: Callable[..., Any]
+    marked: Callable[..., Any]
+    amarked: Callable[..., Awaitable[Any]]
     settled: Callable[..., bool]
     call_fallback: Callable[..., Any]
     acall_fallback: Callable[..., Awaitable[Any]]
@@ -261,6 +263,7 @@ class CircuitBreaker:
         "_closed_permit",
         "_fast_permit",
         "_healthy_permit",
+        "_quiet_permit",
         "_reject_until",
         "_sync_due",
         "_consecutive",
@@ -331,6 +334,10 @@ class CircuitBreaker:
         # any failure is recorded or the state changes, so the lock-free healthy path
         # linearises at its single read of this attribute.
         self._healthy_permit: Permit | None = None
+        # The CLOSED permit while it is both of the above (admission lock-free and the
+        # healthy lane open), else None: the wrappers admit with it, and a call admitted
+        # with it runs unmarked (see core/nesting.py). Cleared with either of them.
+        self._quiet_permit: Permit | None = None
         # Monotonic deadline before which OPEN (or forced open) rejects without the lock;
         # 0.0 whenever anything else holds. Cleared first by every transition.
         self._reject_until = 0.0
@@ -685,7 +692,9 @@ class CircuitBreaker:
         budgeted = policy is not None and policy.budget_seconds is not None
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            permit = self._fast_permit
+            # admitted on the healthy lane, the call runs unmarked: its mark is the record
+            # number alone (see core/nesting.py); any other call is admitted below
+            permit = self._quiet_permit
             if permit is None or (self._timed and monotonic() >= self._sync_due):
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
@@ -704,19 +713,26 @@ class CircuitBreaker:
                     permit = outer  # CB-19: nested in this breaker's trial: no second slot, no refusal
                 else:
                     if fallback is None:
-                        permit = self.acquire_slow()
+                        permit = self.acquire()
                     else:
                         try:
-                            permit = self.acquire_slow()
+                            permit = self.acquire()
                         except CircuitOpenError as rejection:
                             return engine.call_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return engine.trial(self, permit, wrapper, args, kwargs)
-            mark = self._seq  # CB-19: a nested call through this breaker settles this one
+                if permit.trial or permit is self._healthy_permit:
+                    mark: Mark = self._seq
+                else:  # off the healthy lane the call runs under a Nest of its own
+                    mark = engine.nest_mark(self, permit)
+                    if mark is None:
+                        return engine.marked(self, permit, wrapper, args, kwargs)
+            else:
+                mark = self._seq
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return engine.run_sync(
-                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback
+                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback, mark
                 )
             # With a retry policy and nothing to gate the first attempt, run_sync() would make
             # it at once with start=0.0: it is made here, and the engine takes over only when
@@ -724,13 +740,10 @@ class CircuitBreaker:
             try:
                 result = func(*args, **kwargs)
             except BaseException as exc:
-                if not retrying:
-                    if recorded_since(self, mark):
-                        # a nested call counted it (CB-19)
-                        counted = engine.exception_outcome(self.config, exc, self.name)[0]
-                    else:
-                        counted = engine.settle_exception(self, permit, exc)
-                    if counted and fallback is not None and not permit.dry_run:
+                # a nested call is one attempt of its outer call: never a retry stage of its own
+                if not retrying or engine.settled_elsewhere(self, permit, mark):
+                    answered = fallback is not None and not permit.dry_run
+                    if engine.settle_raised(self, permit, mark, exc, answered) and answered:
                         return engine.call_fallback(fallback, args, kwargs, exc)
                     raise
                 first: Outcome = engine.raised(exc)
@@ -739,33 +752,30 @@ class CircuitBreaker:
                 if type(result) not in plain:
                     # settle_result()'s response lane, inlined: a plain int status on neither
                     # list is a success like a plain value; anything else is classified there
-                    # (everything, while a result_predicate is set: *plain* is then empty),
-                    # unless a nested call already settled this one (CB-19; asked last: a
-                    # healthy status never needs the context variable).
+                    # (everything, while a result_predicate is set: *plain* is then empty).
                     try:
                         code = result.status_code if plain else None  # a result_predicate: no status read
                     except Exception:
                         code = None
                     config = self.config
-                    if (
-                        type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes
-                    ) and not recorded_since(self, mark):
+                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                         if not retrying:
-                            engine.settle_result(self, permit, result)
+                            engine.settle_returned(self, permit, mark, result)
                             return result
-                        if engine.settled(self, permit, result):
-                            return result
+                        if engine.settled(self, permit, result, mark) or engine.settled_elsewhere(self, permit, mark):
+                            return result  # a success, or a nested call's failure response (not retried)
                         return engine.continue_sync(
                             self, permit, policy, func, args, kwargs, fallback, 0.0, engine.returned(result)
                         )
                 # healthy_success() inlined: the hottest lines of the package
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
-                elif not recorded_since(self, mark):
+                elif not engine.settled_elsewhere(self, permit, mark):
                     self.record_success(permit)
                 return result
             return engine.continue_sync(self, permit, policy, func, args, kwargs, fallback, 0.0, first)
 
+        register(wrapper.__code__, _self_of)  # its frames run calls (see core/nesting.py)
         return wrapper
 
     def build_awrapper(
@@ -787,7 +797,7 @@ class CircuitBreaker:
         budgeted = policy is not None and policy.budget_seconds is not None
 
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            permit = self._fast_permit
+            permit = self._quiet_permit  # as in build_wrapper
             if permit is None or (self._timed and monotonic() >= self._sync_due):
                 until = self._reject_until
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
@@ -812,31 +822,32 @@ class CircuitBreaker:
                             return await engine.acall_fallback(fallback, args, kwargs, rejection)
                     if permit.trial:
                         return await engine.atrial(self, permit, wrapper, args, kwargs)
-            mark = self._seq  # CB-19, as in build_wrapper
+                if permit.trial or permit is self._healthy_permit:  # the call's mark, as in build_wrapper
+                    mark: Mark = self._seq
+                else:
+                    mark = engine.nest_mark(self, permit)
+                    if mark is None:
+                        return await engine.amarked(self, permit, wrapper, args, kwargs)
+            else:
+                mark = self._seq
             retrying = policy is not None and not permit.dry_run
             if retrying and (permit.trial or budgeted or self._cooldown_until):
                 return await engine.run_async(
-                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback
+                    self, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback, mark
                 )
             try:  # the first attempt of a retry sequence too, as in sync_wrapper
                 result = await func(*args, **kwargs)
             except BaseException as exc:
-                if not retrying:
-                    if recorded_since(self, mark):
-                        # a nested call counted it (CB-19)
-                        counted = engine.exception_outcome(self.config, exc, self.name)[0]
-                    elif permit.trial:  # a shared round's outcome is a store write
-                        counted = await self.off_loop(engine.settle_exception, self, permit, exc)
-                        self.note_recorded()
-                    else:
-                        counted = engine.settle_exception(self, permit, exc)
-                    if counted and fallback is not None and not permit.dry_run:
+                if not retrying or engine.settled_elsewhere(self, permit, mark):  # as in build_wrapper
+                    answered = fallback is not None and not permit.dry_run
+                    # a shared round's outcome is a store write, made off the loop
+                    if await engine.asettle_raised(self, permit, mark, exc, answered) and answered:
                         return await engine.acall_fallback(fallback, args, kwargs, exc)
                     raise
                 first: Outcome = engine.raised(exc)
             else:
                 if permit.trial:  # never retrying here: a trial with a policy went to run_async
-                    if not recorded_since(self, mark):  # else a nested call settled it (CB-19)
+                    if not engine.settled_elsewhere(self, permit, mark):  # the stack is read on the loop
                         await self.off_loop(engine.settle_result, self, permit, result)
                         self.note_recorded()
                     return result
@@ -847,24 +858,23 @@ class CircuitBreaker:
                     except Exception:
                         code = None
                     config = self.config
-                    if (
-                        type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes
-                    ) and not recorded_since(self, mark):
+                    if type(code) is not int or code in config.failure_codes or code in config.rate_limit_codes:
                         if not retrying:
-                            engine.settle_result(self, permit, result)
+                            engine.settle_returned(self, permit, mark, result)
                             return result
-                        if engine.settled(self, permit, result):
-                            return result
+                        if engine.settled(self, permit, result, mark) or engine.settled_elsewhere(self, permit, mark):
+                            return result  # as in build_wrapper
                         return await engine.continue_async(
                             self, permit, policy, func, args, kwargs, fallback, 0.0, engine.returned(result)
                         )
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
-                elif not recorded_since(self, mark):
+                elif not engine.settled_elsewhere(self, permit, mark):
                     self.record_success(permit)
                 return result
             return await engine.continue_async(self, permit, policy, func, args, kwargs, fallback, 0.0, first)
 
+        register(wrapper.__code__, _self_of)  # its frames run calls (see core/nesting.py)
         return wrapper
 
     def build_inline(self, engine: Engine) -> Callable[[Callable[[], Any]], Any]:
@@ -880,33 +890,32 @@ class CircuitBreaker:
         monotonic = self._mono
 
         def inline(call: Callable[[], Any]) -> Any:
-            permit = self._fast_permit
+            permit = self._quiet_permit
             if permit is None or self._timed:
-                return slow
-            mark = self._seq  # CB-19: a nested call through this breaker settles this one
+                return slow  # off the healthy lane the full wrapper marks the call (core/nesting.py)
+            mark = self._seq  # as in build_wrapper
             try:
                 result = call()
             except BaseException as exc:
                 if not call.__code__.co_flags & engine.not_plain:
-                    if not recorded_since(self, mark):
-                        engine.settle_exception(self, permit, exc)
+                    engine.settle_raised(self, permit, mark, exc, False)
                     raise
                 return engine.refused
             if type(result) in self.plain_types:  # the configuration's, as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
-                elif not recorded_since(self, mark):
+                elif not engine.settled_elsewhere(self, permit, mark):
                     self.record_success(permit)
                 return result
             if not call.__code__.co_flags & engine.not_plain:
                 if is_awaitable(result):  # a lambda around an async def: refused, nothing recorded
                     raise awaitable_refused(f"protect({self.name!r})'s call", result)
-                if not recorded_since(self, mark):
-                    engine.settle_result(self, permit, result)  # the response lane too
+                engine.settle_returned(self, permit, mark, result)  # the response lane too
                 return result
             engine.discard(result)
             return engine.refused
 
+        register(inline.__code__, _self_of)  # its frames run calls (see core/nesting.py)
         return inline
 
     def build_ainline(
@@ -929,23 +938,22 @@ class CircuitBreaker:
         monotonic = self._mono
 
         def admit() -> tuple[Permit, int] | None:
-            permit = self._fast_permit
+            permit = self._quiet_permit
             if permit is None or self._timed:
-                return None
+                return None  # as in build_inline
             return permit, self._seq
 
         def succeeded(permit: Permit, mark: int, result: Any) -> None:
             if type(result) in self.plain_types:  # as in build_wrapper
                 if permit is self._healthy_permit and monotonic() < cascade.bucket_end:
                     next(cascade.counter)
-                elif not recorded_since(self, mark):
+                elif not engine.settled_elsewhere(self, permit, mark):
                     self.record_success(permit)
-            elif not recorded_since(self, mark):
-                engine.settle_result(self, permit, result)
+            else:
+                engine.settle_returned(self, permit, mark, result)
 
         def failed(permit: Permit, mark: int, exc: BaseException) -> None:
-            if not recorded_since(self, mark):
-                engine.settle_exception(self, permit, exc)
+            engine.settle_raised(self, permit, mark, exc, False)
 
         return admit, succeeded, failed
 
@@ -1093,13 +1101,13 @@ class CircuitBreaker:
         """An outcome was counted (lock held): number it, and note it for this thread or
         task, so a call around a nested one through this breaker records nothing more (CB-19)."""
         self._seq += 1
-        _RECORDED.set((self, self._seq))
+        RECORDED.set((self, self._seq))
 
     def note_recorded(self) -> None:
         """Note in this thread or task that an outcome of this breaker was counted elsewhere
         (a worker thread recording a trial for a coroutine), as :meth:`_mark` does (CB-19)."""
         with self._lock:
-            _RECORDED.set((self, self._seq))
+            RECORDED.set((self, self._seq))
 
     def held_open(self) -> str | None:
         """The trigger to write an automatic open back with, while this process holds one
@@ -1216,11 +1224,12 @@ class CircuitBreaker:
                         window.calls += 1
                     if window.calls == window.size:
                         self._healthy_permit = permit
+                        self._quiet_permit = permit if permit is self._fast_permit else None
                     if count_attempt:
                         now = self._mono()
                         self._cascade.add(now, False)
                         if now >= self._sync_due:
-                            self._fast_permit = None  # a shared store's consult is due
+                            self._quiet_permit = self._fast_permit = None  # a shared store's consult is due
                     else:
                         self._m_uncounted += 1  # EM-7
                     self._mark()
@@ -1326,7 +1335,7 @@ class CircuitBreaker:
                 if not ok:
                     self._m_noted += 1  # EM-7: a cascade call that is not a success
             if now >= self._sync_due:
-                self._fast_permit = None  # a shared store's consult is due
+                self._quiet_permit = self._fast_permit = None  # a shared store's consult is due
             if permit.generation != self._gen:
                 pass  # CB-8: stale outcome, dropped
             elif self._state is CLOSED:
@@ -1334,7 +1343,8 @@ class CircuitBreaker:
                     self._consecutive = 0
                     self._window.add(False, False, now)
                     if self._lanes and not self._window.marked and self._window.calls == self._window.size:  # type: ignore[union-attr]  # _lanes: a CountWindow
-                        self._healthy_permit = self._closed_permit
+                        healthy = self._healthy_permit = self._closed_permit
+                        self._quiet_permit = healthy if healthy is self._fast_permit else None
                 else:
                     self._invalidate()
                     if ok:
@@ -1489,10 +1499,13 @@ class CircuitBreaker:
             if self._state is CLOSED and self._forced is None and (not self._timed or self._mono() < self._sync_due)
             else None
         )
+        self._quiet_permit = None
         if self._timing:
             self._fast_permit, self._timing_permit = None, fast
         else:
             self._fast_permit, self._timing_permit = fast, None
+            if fast is not None and fast is self._healthy_permit:
+                self._quiet_permit = fast
 
     def _configure_lanes(self) -> None:
         """Whether successes may skip the window (lock held, or in __init__): only with the
@@ -1505,12 +1518,13 @@ class CircuitBreaker:
         self._timing = cfg.slow_call_duration > 0 and cfg.slow_call_rate_threshold > 0
         self._lanes = cfg.sliding_window_type == "count" and not self._timing
         if not self._lanes:
-            self._healthy_permit = None
+            self._quiet_permit = self._healthy_permit = None
         self.plain_types = cfg.plain_types  # CB-18: empty while a result_predicate judges every value
 
     def _invalidate(self) -> None:
         """Clear what the lock-free paths read, before any failure is recorded or any state
         changes (lock held). Every mutating path calls this first; see the module docstring."""
+        self._quiet_permit = None
         self._healthy_permit = None
         self._reject_until = 0.0
 

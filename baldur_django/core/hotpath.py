@@ -46,14 +46,17 @@ socket timeout): the async wrapper hands a shared breaker's slow admission and i
 trials' outcomes to a worker thread, and a trip decided on the loop's thread is written
 to the store from the default executor (``StoreSync.push_trip``).
 
+* ``breaker._quiet_permit``: the CLOSED permit while ``_fast_permit`` and
+  ``_healthy_permit`` both hold it, else None; the wrappers admit with it (one read, as
+  before). A call admitted with it runs unmarked; every other call is admitted in the
+  slow branch and runs under a Nest of its own (:mod:`.nesting`), so that calls nested
+  in it through the same breaker record nothing.
 * ``breaker._seq``: the number of outcomes counted off the healthy lane, read when a call
-  begins; a nested call through the same breaker (CB-19) leaves a newer number in the
-  thread's or task's context, and the outer call then records nothing more. No context
-  variable is set on the CLOSED healthy path.
+  begins (its mark on the healthy lane). No context variable is set on that lane.
 
 A slow branch of the wrappers (``if permit is None or ...``) is where anything that must
 see every call goes: ``protect``/``aprotect`` run their call inline only when a wrapper
-would skip that branch for a process-local breaker (``_fast_permit`` set, not
+would skip that branch for a process-local breaker (``_quiet_permit`` set, not
 ``_timed``), and send every other call through the full wrapper.
 
 Implements CB-4 (lock-free rejection), CB-8, CB-9 (lock-free parts), FAC-1..FAC-4 (the
@@ -71,17 +74,22 @@ from typing import Any, cast
 
 from .breaker import CircuitBreaker, Engine, Permit, enter_trial, leave_trial, recorded_since
 from .errors import ConfigError, awaitable_refused, is_awaitable
+from .nesting import amarked, marked, nest_mark, register
 from .registry import registry
 from .retry import Raised, RetryPolicy, Returned, exception_outcome, settled
 from .runner import (
     acall_fallback,
+    asettle_raised,
     call_fallback,
     continue_async,
     continue_sync,
     run_async,
     run_sync,
     settle_exception,
+    settle_raised,
     settle_result,
+    settle_returned,
+    settled_elsewhere,
 )
 from .states import Reason
 
@@ -522,6 +530,15 @@ async def aprotect(
     return await (route.run(factory) if fallback is None else route.run_fallback(factory, fallback))
 
 
+def _route_breaker(local: dict[str, Any]) -> Any:
+    """The breaker of an :func:`aprotect` frame (its route's), for core/nesting.py."""
+    return getattr(local.get("route"), "breaker", None)
+
+
+# aprotect() awaits the call itself on the plain CLOSED path: its frame runs the call there
+register(aprotect.__code__, _route_breaker)
+
+
 #: What the wrappers a breaker builds call (:class:`~baldur_django.core.breaker.Engine`).
 ENGINE = Engine(
     run_sync=run_sync,
@@ -530,6 +547,13 @@ ENGINE = Engine(
     continue_async=continue_async,
     settle_exception=settle_exception,
     settle_result=settle_result,
+    settle_raised=settle_raised,
+    asettle_raised=asettle_raised,
+    settle_returned=settle_returned,
+    settled_elsewhere=settled_elsewhere,
+    nest_mark=nest_mark,
+    marked=marked,
+    amarked=amarked,
     settled=settled,
     call_fallback=call_fallback,
     acall_fallback=acall_fallback,

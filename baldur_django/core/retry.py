@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
+from .nesting import Mark, settled_elsewhere
 from .retry_target import RetryPermit, RetryTarget
 
 if TYPE_CHECKING:
@@ -231,12 +232,17 @@ def result_kind(config: BreakerConfig, result: Any, service: str | None = None) 
     return config.classifier.result(result, service)
 
 
-def settled(breaker: RetryTarget[_P], permit: _P, result: Any) -> bool:
+def settled(breaker: RetryTarget[_P], permit: _P, result: Any, mark: Mark | None = None) -> bool:
     """End the sequence on *result* if it is a success: True once it is recorded.
 
     A success is always the final outcome (FAC-2); recording it also counts its attempt
     in the cascade (RL-5). The runners call this after an inline first attempt, and the
     plan after every later one, so the rule lives here once.
+
+    Args:
+        mark: the breaker's record number when the call began, for a call that may be
+            nested in another through the same breaker (then the outer call records, and
+            this one does not); None records the success in any case.
 
     Returns:
         True when *result* was a success (now recorded), False for a failure or rate-limit
@@ -244,7 +250,8 @@ def settled(breaker: RetryTarget[_P], permit: _P, result: Any) -> bool:
     """
     config = breaker.config
     if type(result) in config.plain_types or config.classifier.result(result, breaker.name) == SUCCESS:
-        breaker.record_success(permit)
+        if mark is None or (not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark)):
+            breaker.record_success(permit)
         return True
     return False
 

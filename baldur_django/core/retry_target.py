@@ -61,6 +61,10 @@ class RetryTarget(Protocol[PermitT]):
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
         """Count one attempt in the 429 cascade window; a 429 starts the cooldown."""
 
+    def healthy_success(self, permit: PermitT) -> bool:
+        """Count a success on the lock-free healthy lane; True when counted there, False
+        when it must be recorded with :meth:`record_success`."""
+
     def record_success(self, permit: PermitT, *, count_attempt: bool = True) -> None:
         """Record the call's final outcome as a success."""
 

@@ -15,9 +15,10 @@ import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .breaker import CircuitBreaker, Permit, recorded_since
+from .breaker import CircuitBreaker, Permit
 from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of, status_of
 from .errors import awaitable_refused, is_awaitable
+from .nesting import Mark, outer_of, recorded_since, settled_elsewhere
 from .retry import (
     ATTEMPT,
     Done,
@@ -29,6 +30,7 @@ from .retry import (
     Sleep,
     Step,
     exception_outcome,
+    result_kind,
     retry_plan,
     settled,
 )
@@ -36,6 +38,10 @@ from .retry import (
 __all__ = [
     "settle_exception",
     "settle_result",
+    "settle_raised",
+    "asettle_raised",
+    "settle_returned",
+    "settled_elsewhere",
     "settle_status",
     "call_fallback",
     "acall_fallback",
@@ -83,6 +89,82 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         kind = classify_status(status_of(result), cfg.failure_codes, cfg.rate_limit_codes)
     else:
         kind = cfg.classifier.result(result, breaker.name)
+    if kind == SUCCESS:
+        breaker.record_success(permit)
+    elif kind == RATE_LIMITED:
+        breaker.record_failure(permit, rate_limited=True, retry_after=retry_after_of(result))
+    else:
+        breaker.record_failure(permit)
+
+
+def _fail_outer(breaker: CircuitBreaker, outer: tuple[Permit, Mark], exc: BaseException, rate_limited: bool) -> bool:
+    """A nested call failed and its fallback answers: the outer call never got the
+    dependency's answer, so its outcome is this failure, recorded once on its permit.
+    Returns True when it recorded (False: the outer call's outcome was recorded already)."""
+    permit, mark = outer
+    if recorded_since(breaker, mark):
+        return False
+    if rate_limited:
+        breaker.record_failure(permit, rate_limited=True, retry_after=retry_after_of(exc))
+    else:
+        breaker.record_failure(permit)
+    return True
+
+
+def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: BaseException, answered: bool) -> bool:
+    """Record that the call admitted by *permit* (begun at record number *mark*) ended by
+    raising *exc*, as :func:`settle_exception` does, unless its outcome is not its own to
+    record (:func:`settled_elsewhere`).
+
+    Args:
+        answered: a fallback answers the caller when *exc* is a counted failure. A nested
+            call's failure answered that way is the outer call's failure (recorded on the
+            outer call's permit, once).
+
+    Returns:
+        True when *exc* counts as a failure (whoever records it).
+    """
+    if recorded_since(breaker, mark):
+        return exception_outcome(breaker.config, exc, breaker.name)[0]
+    outer = outer_of(breaker, permit, mark)
+    if outer is None:
+        return settle_exception(breaker, permit, exc)
+    counted, rate_limited = exception_outcome(breaker.config, exc, breaker.name)
+    if counted and answered:
+        _fail_outer(breaker, outer, exc, rate_limited)
+    return counted
+
+
+async def asettle_raised(
+    breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: BaseException, answered: bool
+) -> bool:
+    """:func:`settle_raised` for a coroutine: the stack is read on the event loop's thread,
+    and a shared breaker's trial outcome is written from a worker thread."""
+    if recorded_since(breaker, mark):
+        return exception_outcome(breaker.config, exc, breaker.name)[0]
+    outer = outer_of(breaker, permit, mark)
+    if outer is None:
+        if not permit.trial:
+            return settle_exception(breaker, permit, exc)
+        counted = bool(await breaker.off_loop(settle_exception, breaker, permit, exc))
+        breaker.note_recorded()
+        return counted
+    counted, rate_limited = exception_outcome(breaker.config, exc, breaker.name)
+    if counted and answered and not recorded_since(breaker, outer[1]):
+        await breaker.off_loop(_fail_outer, breaker, outer, exc, rate_limited)
+        breaker.note_recorded()
+    return counted
+
+
+def settle_returned(breaker: CircuitBreaker, permit: Permit, mark: Mark, result: Any) -> None:
+    """Record the value the call admitted by *permit* returned, as :func:`settle_result`
+    does, unless its outcome is not its own to record (:func:`settled_elsewhere`). A
+    success on the lock-free healthy lane is counted there without asking."""
+    kind = SUCCESS if type(result) in breaker.plain_types else result_kind(breaker.config, result, breaker.name)
+    if kind == SUCCESS and breaker.healthy_success(permit):
+        return
+    if settled_elsewhere(breaker, permit, mark):
+        return
     if kind == SUCCESS:
         breaker.record_success(permit)
     elif kind == RATE_LIMITED:
@@ -180,6 +262,7 @@ def run_sync(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     fallback: Callable[..., Any] | None,
+    mark: Mark | None = None,
 ) -> Any:
     """Run *func* under an admitted *permit* with retries, carrying out :func:`.retry_plan`'s steps.
 
@@ -189,6 +272,9 @@ def run_sync(
         policy: the retry policy.
         func, args, kwargs: the call, made once per attempt.
         fallback: called with *args*/*kwargs* on a refusal or a final counted exception.
+        mark: the call's mark (see :mod:`.nesting`; None: the breaker's record number now):
+            a call nested in another through the same breaker makes one attempt and
+            records nothing.
 
     Returns:
         The final value (a failure response unchanged, FAC-3) or the fallback's.
@@ -206,26 +292,47 @@ def run_sync(
     until = breaker.cooldown_deadline
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
-    if until <= start:
+    if mark is None:
         mark = breaker.record_mark()
+    # a call nested in another through this breaker passes no gate and makes one attempt:
+    # the outer call's retry stage is the one that retries
+    if until <= start or outer_of(breaker, permit, mark) is not None:
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
-            if recorded_since(breaker, mark):  # a nested call through this breaker counted it (CB-19)
-                if fallback is not None and exception_outcome(breaker.config, exc, breaker.name)[0]:
+            if settled_elsewhere(breaker, permit, mark):
+                answered = fallback is not None and not permit.dry_run
+                if settle_raised(breaker, permit, mark, exc, answered) and fallback is not None:
                     return call_fallback(fallback, args, kwargs, exc)
                 raise
             first = Raised(exc)
         else:
-            if recorded_since(breaker, mark):
-                return result  # a nested call through this breaker settled this one (CB-19)
             if type(result) in breaker.plain_types:  # settled()'s first test, inlined: no status to read
-                breaker.record_success(permit)
+                if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
+                    breaker.record_success(permit)
                 return result
-            if settled(breaker, permit, result):
-                return result
+            if settled(breaker, permit, result, mark) or settled_elsewhere(breaker, permit, mark):
+                return result  # a success, or a failure response of a nested call (no retry, nothing recorded)
             first = Returned(result)
     return continue_sync(breaker, permit, policy, func, args, kwargs, fallback, start, first)
+
+
+def _recorded_end(
+    breaker: CircuitBreaker,
+    outcome: Outcome,
+    fallback: Callable[..., Any] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """End a retry sequence whose outcome a nested call recorded already (its fallback
+    answered a failure): no further attempt, nothing more recorded; the attempt's value is
+    returned, or its exception raised or answered by *fallback* when it counts."""
+    if isinstance(outcome, Returned):
+        return outcome.value
+    error = outcome.error
+    if fallback is not None and exception_outcome(breaker.config, error, breaker.name)[0]:
+        return call_fallback(fallback, args, kwargs, error)
+    raise error
 
 
 def continue_sync(
@@ -244,6 +351,7 @@ def continue_sync(
     attempt themselves when nothing gates it (no cooldown ever set, no budget, not a
     trial: *start* is then 0.0, as :func:`run_sync` would have it) and call this only when
     it did not succeed. Same return value and errors as :func:`run_sync`."""
+    mark = breaker.record_mark()
     plan = retry_plan(breaker, permit, policy, start, first)
     step = next(plan)
     while True:
@@ -253,6 +361,9 @@ def continue_sync(
                 outcome = Returned(func(*args, **kwargs))
             except BaseException as exc:
                 outcome = Raised(exc)
+            if recorded_since(breaker, mark):  # a nested call recorded this call's outcome
+                plan.close()
+                return _recorded_end(breaker, outcome, fallback, args, kwargs)
             step = plan.send(outcome)
         elif isinstance(step, Sleep):
             breaker.clock.sleep(step.seconds)
@@ -283,6 +394,7 @@ async def run_async(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     fallback: Callable[..., Any] | None,
+    mark: Mark | None = None,
 ) -> Any:
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
     ``asyncio.sleep`` (or the clock's ``asleep``) (FAC-3, RL-6). Same arguments, return
@@ -290,21 +402,24 @@ async def run_async(
     until = breaker.cooldown_deadline  # the happy path: see run_sync
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
-    if until <= start:
+    if mark is None:
         mark = breaker.record_mark()
+    if until <= start or outer_of(breaker, permit, mark) is not None:  # as in run_sync
         try:
             result = await factory(*args, **kwargs)
         except BaseException as exc:
-            if recorded_since(breaker, mark):  # CB-19, as in run_sync
-                if fallback is not None and exception_outcome(breaker.config, exc, breaker.name)[0]:
+            if settled_elsewhere(breaker, permit, mark):
+                answered = fallback is not None and not permit.dry_run
+                if await asettle_raised(breaker, permit, mark, exc, answered) and fallback is not None:
                     return await acall_fallback(fallback, args, kwargs, exc)
                 raise
             first = Raised(exc)
         else:
-            if recorded_since(breaker, mark):
-                return result
             if type(result) in breaker.plain_types:  # settled()'s first test, inlined
-                await _recording(breaker, permit, breaker.record_success, permit)
+                if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
+                    await _recording(breaker, permit, breaker.record_success, permit)
+                return result
+            if settled_elsewhere(breaker, permit, mark):  # the stack is read here, on the loop's thread
                 return result
             if await _recording(breaker, permit, settled, breaker, permit, result):
                 return result
@@ -326,6 +441,7 @@ async def continue_async(
     """The async :func:`continue_sync`: the rest of :func:`run_async` after its first attempt.
     The plan records outcomes as it advances, so a shared breaker's trial advances it off
     the event loop (see :func:`_recording`)."""
+    mark = breaker.record_mark()
     plan = retry_plan(breaker, permit, policy, start, first)
     step = await _recording(breaker, permit, next, plan)
     while True:
@@ -335,6 +451,16 @@ async def continue_async(
                 outcome = Returned(await factory(*args, **kwargs))
             except BaseException as exc:
                 outcome = Raised(exc)
+            if recorded_since(breaker, mark):  # as in continue_sync
+                plan.close()
+                error = outcome.error if isinstance(outcome, Raised) else None
+                if (
+                    error is not None
+                    and fallback is not None
+                    and exception_outcome(breaker.config, error, breaker.name)[0]
+                ):
+                    return await acall_fallback(fallback, args, kwargs, error)
+                return _recorded_end(breaker, outcome, None, args, kwargs)
             step = await _recording(breaker, permit, plan.send, outcome)
         elif isinstance(step, Sleep):
             clock = breaker.clock

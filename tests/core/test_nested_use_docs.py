@@ -29,14 +29,11 @@ def test_cb19_nested_use_section_states_one_call_one_outcome():
     assert "half_open_full" not in prose
     assert "refused with" not in prose
     for claim in (
-        "one call, with one outcome",
-        "asks for permission and records the outcome, once",
-        "final outcome of the whole sequence of attempts",
-        "The inner call runs straight through",
-        "never refused",
-        "takes no second trial slot",
-        "records nothing",
-        "A fallback's value is never taken",
+        "counts one outcome for the whole: the outer call's",
+        "The nested call records nothing itself",
+        "only the final outcome of the retry sequence",
+        "it is not refused and takes no slot of its own",
+        "a trial never closes the breaker on a fallback's value",
     ):
         assert claim in prose, claim
 
