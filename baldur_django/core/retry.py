@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
+from .events import CallRejected, Retrying, bus
 from .retry_target import RetryPermit, RetryTarget
 
 if TYPE_CHECKING:
@@ -307,6 +308,8 @@ def retry_plan(
         if wait is None:
             yield sequence.give_up()
             return
+        if bus.listeners:  # a retry is never on the success path: tell the listeners (tracing)
+            bus.publish(Retrying(breaker.name, breaker.clock.wall(), attempt=sequence.attempts + 1, delay=wait))
         if wait > 0:
             yield Sleep(wait)
         outcome = None
@@ -369,6 +372,10 @@ class _Sequence(Generic[_P]):
         """The cooldown outlasts the allowed wait: the refused attempt is recorded nowhere;
         the last one made, if any, is final."""
         refusal = RateLimitCooldownError(self.breaker.name, remaining)
+        if bus.wants_rejections():
+            bus.publish(
+                CallRejected(refusal.service, self.breaker.clock.wall(), reason=refusal.reason, retry_after=remaining)
+            )
         if self.attempts:
             self.breaker.record_failure(self.permit, rate_limited=self.rate_limited, count_attempt=False)
             if self.error is not None:
