@@ -16,7 +16,7 @@ from baldur_django.contrib import otel, prometheus
 from baldur_django.core import decorators, emergency
 from baldur_django.core.events import bus
 
-from .conftest import Telemetry, dotted
+from .conftest import dotted
 
 ROOT = Path(__file__).resolve().parents[2]
 
