@@ -14,15 +14,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 FORKER = r"""
 import json, os, sys
+from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import baldur_django as baldur
 from baldur_django.contrib import otel
 
+otel.install()  # BALDUR_OTEL_ENABLED in the master (gunicorn --preload): the API's global provider
+
 def post_fork():
-    # what the gunicorn recipe does in each worker: an SDK of its own, then install()
+    # the gunicorn recipe's post_fork hook: each worker sets an SDK of its own as the global provider
     reader = InMemoryMetricReader()
-    otel.install(MeterProvider(metric_readers=[reader]))
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
     return reader
 
 def calls(reader):
@@ -67,9 +70,10 @@ print(json.dumps({"parent": {"pid": os.getpid(), "calls": calls(reader)}, "child
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_ot4_a_forked_child_and_its_parent_report_their_own_breakers():
-    """OT-4: a child forked after its parent counted calls (gunicorn --preload) configures
-    its SDK after the fork and reports only its own calls; the parent reports its own,
-    none of the child's."""
+    """OT-4: the documented recipe: reporting installed in the master on the global
+    provider, an SDK set in each process after the fork. A child forked after its parent
+    counted (and read) calls reports only its own; the parent reports its own, none of the
+    child's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BALDUR_")}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
