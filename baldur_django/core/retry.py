@@ -308,8 +308,7 @@ def retry_plan(
         if wait is None:
             yield sequence.give_up()
             return
-        if bus.listeners:  # a retry is never on the success path: tell the listeners (tracing)
-            bus.publish(Retrying(breaker.name, breaker.clock.wall(), attempt=sequence.attempts + 1, delay=wait))
+        sequence.announce(wait)
         if wait > 0:
             yield Sleep(wait)
         outcome = None
@@ -422,6 +421,13 @@ class _Sequence(Generic[_P]):
         if self.deadline is not None and self.now() + wait >= self.deadline:
             return None
         return wait
+
+    def announce(self, wait: float) -> None:
+        """Tell the bus's listeners (tracing) that another attempt follows in *wait* seconds;
+        a retry is never on the success path."""
+        if bus.listeners:
+            breaker = self.breaker
+            bus.publish(Retrying(breaker.name, breaker.clock.wall(), attempt=self.attempts + 1, delay=wait))
 
     def give_up(self) -> Done:
         """Record the last (failed) attempt as the final outcome (FAC-2) and build the Done step:

@@ -28,9 +28,7 @@ def exprs(node: Any) -> Iterator[str]:
     """Every PromQL expression of a dashboard (targets, variable queries)."""
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("expr", "definition") and isinstance(value, str):
-                yield value
-            elif key == "query" and isinstance(value, str) and "baldur_" in value:
+            if isinstance(value, str) and (key in ("expr", "definition") or (key == "query" and "baldur_" in value)):
                 yield value
             else:
                 yield from exprs(value)
