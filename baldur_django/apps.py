@@ -29,7 +29,8 @@ class BaldurDjangoConfig(AppConfig):
           the Slack notifier, which stays silent while
           ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` is unset (OP-8).
         * Cluster propagation starts when ``BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED``
-          is on, and follows the setting on every reload (EM-6).
+          is on, and follows the setting on every reload (EM-6); OpenTelemetry reporting
+          follows ``BALDUR_OTEL_ENABLED`` the same way.
         * Breakers decorated at import time, before this ran, were built from environment
           variables and defaults only; they are re-resolved against Django settings, and
           the shared store named by ``BALDUR_STATE_BACKEND`` is installed (ST-2). No
@@ -62,3 +63,28 @@ class BaldurDjangoConfig(AppConfig):
         # its threads connect in the background, never here
         conf.add_reload_hook(propagation.configure_or_log)
         propagation.configure_or_log()
+        # OpenTelemetry reporting follows BALDUR_OTEL_ENABLED the same way
+        conf.add_reload_hook(follow_otel_setting)
+        follow_otel_setting()
+
+
+def follow_otel_setting() -> None:
+    """Report to OpenTelemetry while ``BALDUR_OTEL_ENABLED`` is on (at startup and after
+    every settings reload). opentelemetry is imported only once the setting was on: a
+    missing ``opentelemetry-api`` is then logged (ERROR, logger ``baldur.config``), never
+    raised: the application runs on without the reporting."""
+    import logging
+    import sys
+
+    from .core.config import settings
+
+    if not settings.get("BALDUR_OTEL_ENABLED") and "baldur_django.contrib.otel" not in sys.modules:
+        return
+    try:
+        from .contrib import otel
+    except ImportError as exc:
+        logging.getLogger("baldur.config").error(
+            "baldur_django OpenTelemetry reporting is off: %s", exc, extra={"setting": "BALDUR_OTEL_ENABLED"}
+        )
+        return
+    otel.configure_or_log()

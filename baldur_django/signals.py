@@ -26,7 +26,7 @@ class), ``service`` (the breaker's name) and ``event`` (the core event object), 
   ``"force_lapsed"``), ``reason``, ``previous`` (the force that ended), ``actor``;
 * ``circuit_reset``: ``from_state``, ``to_state`` (``"closed"``), ``trigger="reset"``,
   ``forced`` (the force it removed, ``"open"``/``"closed"``, or None);
-* ``call_rejected``: ``reason`` (``"open"``, ``"half_open_full"`` or ``"frozen"``),
+* ``call_rejected``: ``reason`` (``"open"``, ``"half_open_full"``, ``"frozen"`` or ``"cooldown"``),
   ``state`` (the breaker's state) and ``dry_run``.
 
 ``emergency_level_changed`` is about every breaker at once: its ``sender`` is the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import threading
 import time
 import weakref
@@ -198,3 +199,5 @@ class Tally:
 
 
 TALLY = Tally()
+if hasattr(os, "register_at_fork"):  # POSIX: a forked child's breakers count from zero, so does its tally
+    os.register_at_fork(after_in_child=TALLY.reset)

@@ -1130,7 +1130,7 @@ class CircuitBreaker:
         if metered:
             next(self._blocked_open)  # EM-7
         if self._bus.wants_rejections():
-            self._publish([CallRejected(self.name, self._clock.wall(), reason=Reason.OPEN, state=OPEN.value)])
+            self._publish([CallRejected(self.name, self._clock.wall(), Reason.OPEN, OPEN.value, False, until - now)])
         return new_open_error(self.name, Reason.OPEN, until - now)  # C alone, no Python __init__
 
     def _admit(self, now: float, metered: bool = True) -> Permit:
@@ -1177,7 +1177,7 @@ class CircuitBreaker:
                     self._count_blocked(reason)  # EM-7
         if permit is None:
             if self._bus.wants_rejections():
-                events.append(CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value))
+                events.append(CallRejected(self.name, self._clock.wall(), reason, state.value, False, retry_after))
             self._settle(events)
             raise CircuitOpenError(self.name, reason, retry_after)
         if events:

@@ -44,6 +44,13 @@ _CODE_GENERATORS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 # a function carrying its marker is left to inspect.
 _MARKS = sys.version_info >= (3, 12)
 
+#: ``wrap(service, wrapper) -> wrapper``, applied to the wrapper of every function
+#: decorated from now on (a ``def`` stays a ``def``, an ``async def`` an ``async def``), or
+#: None: nothing stands between the caller and the breaker. Read once per decoration,
+#: never per call; :mod:`baldur_django.contrib.otel` sets it while ``BALDUR_OTEL_SPANS``
+#: is on (one span per protected call).
+wrap_calls: Callable[[str, Callable[..., Any]], Callable[..., Any]] | None = None
+
 
 def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
     unknown = overrides.keys() - _KNOWN
@@ -206,6 +213,8 @@ def _decorate(
         wrapper = async_wrapper(breaker, func, policy, fallback)
     else:
         wrapper = sync_wrapper(breaker, func, policy, fallback)
+    if wrap_calls is not None:
+        wrapper = wrap_calls(service, wrapper)
     functools.update_wrapper(wrapper, func)
     wrapper.breaker = breaker  # type: ignore[attr-defined]  # an attribute on the function object
     return wrapper  # type: ignore[return-value]  # same signature as func (update_wrapper)

@@ -88,6 +88,7 @@ _SETTINGS_SECTIONS: dict[str, tuple[str, ...]] = {
         "BALDUR_HEALTH_CRITICAL_SERVICES",
         "BALDUR_HEALTH_DETAILS",
     ),
+    "OpenTelemetry": ("BALDUR_OTEL_ENABLED", "BALDUR_OTEL_SPANS"),
 }
 
 _SECTION_OF = {name: section for section, names in _SETTINGS_SECTIONS.items() for name in names}

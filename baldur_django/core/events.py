@@ -21,6 +21,7 @@ __all__ = [
     "ForceLapsed",
     "Reset",
     "CallRejected",
+    "Retrying",
     "TripBlocked",
     "RateLimitStorm",
     "StoreProblem",
@@ -103,12 +104,24 @@ class Reset(Event):
 
 @dataclass(frozen=True)
 class CallRejected(Event):
-    """A call was rejected (or, in dry-run, would have been)."""
+    """A call was rejected (or, in dry-run, would have been). ``retry_after``: seconds after
+    which a call may be admitted again, or None when unknown."""
 
     reason: str = ""
     state: str = ""
     dry_run: bool = False
+    retry_after: float | None = None
     kind: str = field(init=False, default="call_rejected")
+
+
+@dataclass(frozen=True)
+class Retrying(Event):
+    """A protected call failed and will be tried again: ``attempt`` is the number of the
+    attempt about to be made (2 for the first retry), after ``delay`` seconds of backoff."""
+
+    attempt: int = 0
+    delay: float = 0.0
+    kind: str = field(init=False, default="retrying")
 
 
 @dataclass(frozen=True)

@@ -339,6 +339,23 @@ _ROWS: list[Knob] = [
         "baldur.E073",
         accepts=BOOL_ACCEPTS,
     ),
+    # ------------------------------------------------------------ OpenTelemetry (contrib.otel)
+    Knob(
+        "BALDUR_OTEL_ENABLED",
+        False,
+        flag,
+        "report the breakers to OpenTelemetry (instruments and span events)",
+        "baldur.E074",
+        accepts=BOOL_ACCEPTS,
+    ),
+    Knob(
+        "BALDUR_OTEL_SPANS",
+        False,
+        flag,
+        "run each protected call in an OpenTelemetry span of its own",
+        "baldur.E075",
+        accepts=BOOL_ACCEPTS,
+    ),
 ]
 
 #: name -> :class:`Knob`; the single source of defaults (section 10).

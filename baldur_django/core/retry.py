@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
+from .events import CallRejected, Retrying, bus
 from .nesting import Mark, settled_elsewhere
 from .retry_target import RetryPermit, RetryTarget
 
@@ -314,6 +315,7 @@ def retry_plan(
         if wait is None:
             yield sequence.give_up()
             return
+        sequence.announce(wait)
         if wait > 0:
             yield Sleep(wait)
         outcome = None
@@ -376,6 +378,10 @@ class _Sequence(Generic[_P]):
         """The cooldown outlasts the allowed wait: the refused attempt is recorded nowhere;
         the last one made, if any, is final."""
         refusal = RateLimitCooldownError(self.breaker.name, remaining)
+        if bus.wants_rejections():
+            bus.publish(
+                CallRejected(refusal.service, self.breaker.clock.wall(), reason=refusal.reason, retry_after=remaining)
+            )
         if self.attempts:
             self.breaker.record_failure(self.permit, rate_limited=self.rate_limited, count_attempt=False)
             if self.error is not None:
@@ -422,6 +428,13 @@ class _Sequence(Generic[_P]):
         if self.deadline is not None and self.now() + wait >= self.deadline:
             return None
         return wait
+
+    def announce(self, wait: float) -> None:
+        """Tell the bus's listeners (tracing) that another attempt follows in *wait* seconds;
+        a retry is never on the success path."""
+        if bus.listeners:
+            breaker = self.breaker
+            bus.publish(Retrying(breaker.name, breaker.clock.wall(), attempt=self.attempts + 1, delay=wait))
 
     def give_up(self) -> Done:
         """Record the last (failed) attempt as the final outcome (FAC-2) and build the Done step:

@@ -327,6 +327,8 @@ GOOD = {
     "BALDUR_EMERGENCY_STABILIZATION_SECONDS": 120,
     "BALDUR_HEALTH_CRITICAL_SERVICES": ["payments"],
     "BALDUR_HEALTH_DETAILS": False,  # True is a deploy warning (W011)
+    "BALDUR_OTEL_ENABLED": False,  # True installs the reporting (tests/otel)
+    "BALDUR_OTEL_SPANS": True,
 }
 
 
