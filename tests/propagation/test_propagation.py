@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -295,7 +296,12 @@ def test_em6_level3_still_applies_a_peers_decision(trio):
         assert c.send("wait", service=name, state="open")["state"] == "open"
         assert a.send("recover", service=name)["state"] == "closed"
         assert c.send("wait", service=name, state="closed")["state"] == "closed"
-        assert [t[3] for t in c.send("show", service=name)["transitions"]] == ["propagated", "propagated"]
+        # the state is visible before the transition's event reaches C's listener (events are
+        # published after the breaker's lock is let go): read the events once both are in
+        deadline = time.monotonic() + 10
+        while len(transitions := c.send("show", service=name)["transitions"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling another process's listener, with a deadline
+        assert [t[3] for t in transitions] == ["propagated", "propagated"]
     finally:
         c.send("level", level=0)
 
