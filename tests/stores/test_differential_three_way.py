@@ -450,6 +450,7 @@ def test_differential_three_way_breaker_memory_store_and_lua_agree(redis_client,
     seen: dict[str, int] = {}
     most_opens = 0
     max_calls: set[int] = set()
+    triggers: set[str | None] = set()
     for first in range(0, SEQUENCES, BATCH):
         sender = Sender(lua)
         for index in range(first, min(first + BATCH, SEQUENCES)):
@@ -467,6 +468,7 @@ def test_differential_three_way_breaker_memory_store_and_lua_agree(redis_client,
                 seen[op] = seen.get(op, 0) + 1
                 steps += 1
                 most_opens = max(most_opens, run.record.opens)
+                triggers.add(run.record.trigger)
         for (run, index, ref), got in zip(sender.sent, lua.flush(), strict=True):
             compared += 1
             same = (ref is None or ref == got) if isinstance(ref, bool | None) else same_answer(ref, got)
@@ -481,12 +483,26 @@ def test_differential_three_way_breaker_memory_store_and_lua_agree(redis_client,
     elapsed = time.perf_counter() - started
     print(
         f"three-way differential: {SEQUENCES} sequences, {steps} steps, {compared} store answers compared "
-        f"in {elapsed:.1f} s; events {seen}; most consecutive opens {most_opens}; max_calls {sorted(max_calls)}"
+        f"in {elapsed:.1f} s; events {seen}; most consecutive opens {most_opens}; max_calls {sorted(max_calls)}; "
+        f"triggers {sorted(map(str, triggers))}"
     )
     assert steps >= SEQUENCES * 8
     assert set(seen) == {"time", "frozen", "trip", "acquire", "finish", "force", "release", "reset", "prune"}
-    if SEQUENCES >= 1000:
+    if SEQUENCES >= 1000:  # every kind of transition was compared
         assert max_calls == set(range(1, 11)) and most_opens >= 8
+        assert triggers >= {
+            "consecutive_failures",
+            "failure_rate",
+            "rate_limit_cascade",
+            "recovery_timeout",
+            "half_open_success",
+            "half_open_failure",
+            "slow_call_rate",
+            "forced",
+            "force_lapsed",
+            "released",
+            "reset",
+        }
 
 
 def _fail(what: str, seed: int, run: Run, detail: str, upto: int | None = None) -> None:
