@@ -46,10 +46,12 @@ store record                         breaker ``snapshot()``
 been written, ``version > 0``)
 ===================================  ==========================================================
 
-Not compared: ``version`` against the breaker's generation (a store also takes a new version
-for a change that is not a transition: a force renewed in its own state, the end of a forced
-closed; the breaker does not), compared instead by what it decides: an outcome of an older
-round is dropped by both (stale trials are reported on purpose); ``updated_at`` (the
+``version`` and the breaker's ``generation`` are compared where they mean the same: a step
+that moves the state gives the breaker a new generation, and a new generation comes with a
+new version (a store also takes a new version for a change that is not a transition, a force
+renewed in its own state or the end of a forced closed, where the breaker keeps its
+generation). What a generation decides is compared too: an outcome of an older round is
+dropped by both (stale trials are reported on purpose). Not compared: ``updated_at`` (the
 breaker has none); the automatic ``open_until`` kept under a forced open (the breaker shows
 the force's end there). The memory store and the Lua are compared on everything: the whole
 record and the answer of every operation and observation, and prune's verdict.
@@ -150,6 +152,8 @@ class Run:
     tokens: int = 0
     steps: list[dict[str, Any]] = field(default_factory=list)
     record: Record = field(default_factory=Record)  # the memory store's record at the last observation
+    record_before: Record = field(default_factory=Record)  # ... at the one before (generations)
+    generation: int = 0  # the breaker's generation at the last observation
 
     @property
     def name(self) -> str:
@@ -412,13 +416,19 @@ def step(run: Run, sender: Sender) -> str:
 def observe(run: Run, sender: Sender) -> None:
     """Read all three (``snapshot`` / ``sweep``) and compare the breaker with the memory store."""
     answer = sender.store(run, "sweep")
-    run.record = answer.record
+    run.record_before, run.record = run.record, answer.record
     record = answer.record
     fresh = record.version == 0 or (run.pruned and record.trigger is None)
     expected = record_view(record, fresh)
     got = breaker_view(run.breaker.snapshot(), fresh)
     if expected != got:
         raise Divergence(f"store record {expected}\nbreaker        {got}")
+    generation = run.breaker.generation
+    if record.state != run.record_before.state and generation == run.generation:
+        raise Divergence(f"the state moved to {record.state} without a new generation of the breaker")
+    if generation != run.generation and record.version == run.record_before.version:
+        raise Divergence("the breaker took a new generation, the store record kept its version")
+    run.generation = generation
 
 
 class Divergence(AssertionError):
