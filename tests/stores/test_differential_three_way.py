@@ -6,7 +6,8 @@ The same random sequences drive three appliers of the rules:
 * a process-local :class:`CircuitBreaker` (no store) through its public API only:
   ``acquire``, ``record_success`` / ``record_failure`` / ``record_ignored``,
   ``report_rate_limit``, ``force_open`` / ``force_close`` / ``release`` / ``reset``,
-  ``snapshot``; Level 3 through ``emergency.set_level``; time through a clock whose
+  ``snapshot``, ``generation``; Level 3 through the emergency level backend (read at once
+  with ``emergency.refresh``); time through a clock whose
   monotonic and wall readings are one number (so the breaker's monotonic deadlines and
   the stores' Unix-time deadlines are the same floats, and a step exactly onto a deadline
   is exactly on it for all three);
@@ -43,7 +44,8 @@ store record                         breaker ``snapshot()``
 ``len(probes) + successes``,         ``half_open_trials``, ``half_open_successes`` (HALF_OPEN)
 ``successes`` (HALF_OPEN)
 ``trigger`` (once the record has     ``last_trigger``
-been written, ``version > 0``)
+been written, ``version > 0``, and
+while it names one after a prune)
 ===================================  ==========================================================
 
 ``version`` and the breaker's ``generation`` are compared where they mean the same: a step
@@ -64,6 +66,9 @@ none after a prune: the breaker still shows the last one it took).
 Known divergences are pinned by the parametrised cases at the end of this module (each an
 ``xfail(strict=True)`` naming what differs); the random sequences avoid the one input each
 needs, as listed in :data:`AVOIDED`, so that they check everything else.
+
+Legacy and corrupt records have no local-breaker counterpart (a local breaker decodes
+nothing): test_differential_records.py compares the two stores on them.
 
 Replay: the seed is printed and in every failure message, with the sequence's steps;
 ``BALDUR_DIFFERENTIAL_SEED=<n>`` replays it. ``BALDUR_DIFFERENTIAL_SEQUENCES`` (default
