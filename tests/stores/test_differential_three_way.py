@@ -570,8 +570,8 @@ PINNED = [
         id="force_open_over_automatic_open",
         marks=pytest.mark.xfail(
             strict=True,
-            reason="force_open over an automatic open: the local breaker's last trigger becomes 'forced' (and its "
-            "generation moves), the store record keeps the open's trigger and version-only change",
+            reason="force_open over an automatic open: the local breaker's last trigger becomes 'forced', the store "
+            "record keeps the open's trigger (a shared breaker adopting the record shows that one)",
         ),
     ),
     pytest.param(
