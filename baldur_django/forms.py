@@ -1,5 +1,5 @@
-"""Forms of the admin's confirmation pages: lifetime and reason of a force (OP-1, OP-6), and
-the Emergency Mode level (EM-1, EM-3)."""
+"""Forms of the admin's confirmation pages: lifetime and reason of a force, and
+the Emergency Mode level."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ class ForceForm(ReleaseForm):
 
 class EmergencyLevelForm(forms.Form):
     """Level (0..3), lifetime in minutes (0 < x <= 1440, blank = the default lifetime) and
-    reason for setting the Emergency Mode level (EM-1). ``cleaned_data["level"]`` is an int,
+    reason for setting the Emergency Mode level. ``cleaned_data["level"]`` is an int,
     ``cleaned_data["minutes"]`` a float or None."""
 
     level = forms.TypedChoiceField(
@@ -105,4 +105,4 @@ class EmergencyLevelForm(forms.Form):
 
 
 class StepDownForm(forms.Form):
-    """Stepping the level down has nothing to ask: the form only carries the confirmation (EM-3)."""
+    """Stepping the level down has nothing to ask: the form only carries the confirmation."""

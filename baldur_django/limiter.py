@@ -1,10 +1,10 @@
-"""The package's own inbound rate limiter behind ``RateLimitMiddleware`` (IN-4).
+"""The package's own inbound rate limiter behind ``RateLimitMiddleware``.
 
 Rules come from ``BALDUR_RATE_LIMIT_RULES``; every matching rule counts the request in
 a fixed window of its own, in the Django cache ``BALDUR_RATE_LIMIT_CACHE_ALIAS``.
 
 * A counter's cache key names its rule by path, key and period, never by the count, so
-  a rate lowered at run time (``override_settings``, CFG-2) applies at once to the hits
+  a rate lowered at run time (``override_settings``) applies at once to the hits
   already counted in the current window.
 * A request is admitted only when every matching rule has room; a refused request keeps
   no hit in any counter.
@@ -62,7 +62,7 @@ __all__ = [
 _log = logging.getLogger("baldur.inbound")
 
 #: Header every 429 of the package's own limiter carries; its presence on a 429 means
-#: "this limit was imposed by our own app" (IN-3, IN-6).
+#: "this limit was imposed by our own app".
 MODE_HEADER = "X-RateLimit-Mode"
 LIMIT_HEADER = "X-RateLimit-Limit"
 REMAINING_HEADER = "X-RateLimit-Remaining"
@@ -74,7 +74,7 @@ _PERIODS = {"s": 1, "m": 60, "h": 3600}
 
 # ----------------------------------------------------------------------- client keys
 def normalise_ip(text: Any) -> str | None:
-    """Return the canonical text of an IP address, or None when *text* is not one (IN-4).
+    """Return the canonical text of an IP address, or None when *text* is not one.
 
     Accepts the forms proxies write: surrounding spaces, ``[v6]:port``, ``v4:port`` and
     a ``%zone`` suffix. IPv6 is compressed and lower-cased; an IPv4-mapped IPv6 address
@@ -109,7 +109,7 @@ def normalise_ip(text: Any) -> str | None:
 
 
 def client_ip(request: Any, *, trust_forwarded_for: bool | None = None, trusted_proxies: int | None = None) -> str:
-    """The client's IP address for rate limiting (IN-4).
+    """The client's IP address for rate limiting.
 
     ``REMOTE_ADDR`` unless ``X-Forwarded-For`` is trusted; then the entry
     *trusted_proxies* places from the right (each trusted proxy appends the address it
@@ -184,7 +184,7 @@ class Rule:
         key (str): ``"ip"``, ``"user"`` or the dotted path as written.
         key_func (callable): ``request -> str | None``; None exempts the request.
         ident (str): names the rule's counters in cache keys. Built from the path, the key
-            and the period, never from the limit or the position (IN-4): a rate changed
+            and the period, never from the limit or the position: a rate changed
             at run time keeps counting on the same counters.
     """
 
@@ -202,7 +202,7 @@ class Rule:
 
 
 def compile_rules(raw: list[dict[str, Any]], setting: str = "BALDUR_RATE_LIMIT_RULES") -> tuple[Rule, ...]:
-    """Turn validated rule dicts (``{"path", "rate", "key"}``) into :class:`Rule` objects (IN-4).
+    """Turn validated rule dicts (``{"path", "rate", "key"}``) into :class:`Rule` objects.
 
     Args:
         raw: the parsed value of ``BALDUR_RATE_LIMIT_RULES``.
@@ -352,7 +352,7 @@ def _script_client(cache: Any) -> bool:
 
 
 class RateLimiter:
-    """Fixed-window counting of ``BALDUR_RATE_LIMIT_RULES`` in a Django cache. Implements IN-4.
+    """Fixed-window counting of ``BALDUR_RATE_LIMIT_RULES`` in a Django cache.
 
     Every rule whose path substring occurs in the request path applies with its own
     counter, keyed by the rule's path, key and period, the window and the client. A
@@ -402,7 +402,7 @@ class RateLimiter:
 
     # ------------------------------------------------------------------ config
     def rules(self) -> tuple[Rule, ...]:
-        """The compiled rules, recompiled when Baldur settings change (CFG-2).
+        """The compiled rules, recompiled when Baldur settings change.
 
         Returns:
             tuple[Rule, ...]: the fixed rules, or those of ``BALDUR_RATE_LIMIT_RULES``.
@@ -461,7 +461,7 @@ class RateLimiter:
 
     # ---------------------------------------------------------------- counting
     def check(self, request: Any, rules: tuple[Rule, ...] | None = None) -> Refusal | None:
-        """Count *request* against every matching rule (IN-4).
+        """Count *request* against every matching rule.
 
         Args:
             request: a Django ``HttpRequest``.
@@ -610,7 +610,7 @@ class RateLimiter:
 
 
 def rate_limited_response(refusal: Refusal) -> Any:
-    """The 429 ``HttpResponse`` for a :class:`Refusal` (IN-4).
+    """The 429 ``HttpResponse`` for a :class:`Refusal`.
 
     Args:
         refusal: what :meth:`RateLimiter.check` returned.
@@ -618,7 +618,7 @@ def rate_limited_response(refusal: Refusal) -> Any:
     Returns:
         django.http.HttpResponse: status 429 with ``Retry-After`` (whole seconds, >= 1),
         ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` (never negative: ``0``) and
-        ``X-RateLimit-Mode`` (``enforce``), which marks it as the package's own answer (IN-3).
+        ``X-RateLimit-Mode`` (``enforce``), which marks it as the package's own answer.
     """
     from django.http import HttpResponse
 

@@ -1,23 +1,22 @@
-"""Operator use cases, shared by the admin, the management commands and tasks (design habit 10).
+"""Operator use cases, shared by the admin, the management commands and tasks .
 
 Every operator surface is a thin shell over this module: it parses its own input, calls
 one function here and formats the answer. Nothing here knows about HTTP or argparse.
 
 * :func:`force` / :func:`release` -- force a breaker open or closed with a lifetime, or
-  hand it back to automatic judgement (OP-1..OP-4), tagging the audit row with its source.
+  hand it back to automatic judgement, tagging the audit row with its source.
   :func:`known_services` / :func:`check_known` decide which names exist, so a typo
-  creates no ghost breaker (OP-7).
-* :func:`forget` -- remove a breaker from the shared record and registry (OP-7), audited.
+  creates no ghost breaker.
+* :func:`forget` -- remove a breaker from the shared record and registry, audited.
 * :func:`require_migrated` -- every operator command first makes sure ``migrate`` has
-  created the package's tables (OP-7).
-* :func:`status_rows` -- one row per known breaker (OP-6, OP-7); :func:`status_page` one page
-  of them for the admin, read from the store's records without creating breakers (issue 21).
-* :func:`config_report` -- every effective ``BALDUR_*`` value and where it came from (CFG-4).
+  created the package's tables.
+* :func:`status_rows` -- one row per known breaker; :func:`status_page` one page
+  of them for the admin, read from the store's records without creating breakers.
+* :func:`config_report` -- every effective ``BALDUR_*`` value and where it came from.
 * :func:`emergency_status` / :func:`set_emergency_level` / :func:`step_down_emergency` --
-  Emergency Mode's level for the admin and ``baldur_emergency`` (EM-1, EM-3).
+  Emergency Mode's level for the admin and ``baldur_emergency``.
 * :func:`install_audit_listener` -- the bus listener that writes :class:`BreakerAudit`
-  rows for every force and release, and every emergency level change, from any source
-  (OP-6, EM-1).
+  rows for every force and release, and every emergency level change, from any source.
 """
 
 from __future__ import annotations
@@ -92,7 +91,7 @@ TASK_SOURCE = "task"
 #: Longest reason accepted with a force or release, in characters.
 MAX_REASON_LENGTH = 1000
 
-#: The first sentence every operator surface says on the memory backend (OP-6, OP-7).
+#: The first sentence every operator surface says on the memory backend.
 MEMORY_NOTICE = (
     "BALDUR_STATE_BACKEND is 'memory': every process keeps its own breakers, so an operator tool "
     "sees and changes only the process it runs in."
@@ -108,7 +107,7 @@ _context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar
 
 
 class UnknownServiceError(BaldurError, LookupError):
-    """No breaker of that name is known here (OP-7).
+    """No breaker of that name is known here.
 
     Attributes:
         service (str): the name asked for.
@@ -126,7 +125,7 @@ class UnknownServiceError(BaldurError, LookupError):
 
 
 class BreakerForcedError(BaldurError):
-    """The breaker is forced, so it cannot be forgotten (OP-7). Release it first.
+    """The breaker is forced, so it cannot be forgotten. Release it first.
 
     Attributes:
         service (str): the breaker's name.
@@ -148,7 +147,7 @@ def _utc(timestamp: float) -> str:
 
 
 class NotMigratedError(BaldurError):
-    """The package's tables do not exist yet: ``manage.py migrate`` has not run (OP-7).
+    """The package's tables do not exist yet: ``manage.py migrate`` has not run.
 
     Attributes:
         missing (dict[str, list[str]]): database alias -> missing table names.
@@ -175,9 +174,9 @@ def backend_name() -> str:
 
 def is_shared_backend() -> bool:
     """True when breakers live in a store shared by every process (database, Redis, or a
-    store class named by dotted path, ST-6).
+    store class named by dotted path).
 
-    On the memory backend a force reaches only the process that makes it (OP-4, OP-7).
+    On the memory backend a force reaches only the process that makes it.
     """
     return backend_name() != "memory"
 
@@ -188,7 +187,7 @@ def default_ttl_minutes() -> float:
 
 
 def validate_lifetime(ttl_minutes: Any) -> float:
-    """Check a force lifetime (OP-1).
+    """Check a force lifetime.
 
     Args:
         ttl_minutes: minutes, a number > 0 and <= 1440 (fractions allowed); None means
@@ -235,12 +234,12 @@ def _check_actor(actor: Any) -> str | None:
 
 # ------------------------------------------------------------------------ migrations
 def missing_tables() -> dict[str, list[str]]:
-    """The package's tables that do not exist, per database alias (OP-7).
+    """The package's tables that do not exist, per database alias.
 
     The tables are those of the audit (:class:`~baldur_django.models.BreakerAudit`) and of
     the database store (shared records and fleet locks), each looked up in the database
     the routers send its writes to. A database that cannot be reached is not reported
-    here: the command's own work then says what went wrong (ST-4).
+    here: the command's own work then says what went wrong.
 
     Returns:
         dict[str, list[str]]: alias -> missing table names; empty when ``migrate`` has run.
@@ -266,7 +265,7 @@ def missing_tables() -> dict[str, list[str]]:
 
 
 def require_migrated() -> None:
-    """Refuse to go on before ``manage.py migrate`` has created the package's tables (OP-7).
+    """Refuse to go on before ``manage.py migrate`` has created the package's tables.
 
     Raises:
         NotMigratedError: some table is missing; the message says to run ``migrate``.
@@ -287,10 +286,10 @@ def force(
     *,
     allow_new: bool = True,
 ) -> dict[str, Any]:
-    """Force breaker *service* open or closed for a lifetime (OP-1, OP-2, OP-4, OP-7).
+    """Force breaker *service* open or closed for a lifetime.
 
     Every argument is checked before anything is touched: bad input registers no
-    breaker and writes nothing. Forcing a service not seen yet registers it (OP-1),
+    breaker and writes nothing. Forcing a service not seen yet registers it,
     unless *allow_new* is False: then a name that no process or setting knows (see
     :func:`known_services`) is refused, so a typo cannot create a ghost breaker.
 
@@ -311,7 +310,7 @@ def force(
     Raises:
         ConfigError: bad mode, lifetime, reason, actor, source or name; nothing written.
         UnknownServiceError: *allow_new* is False and nobody knows *service*; nothing written.
-        BaldurError: the shared store could not record the force (OP-4), or (*allow_new*
+        BaldurError: the shared store could not record the force, or (*allow_new*
             False) its registry could not be read.
     """
     service = _check_service(service)
@@ -343,10 +342,10 @@ def release(
     *,
     allow_unknown: bool = True,
 ) -> bool:
-    """Hand breaker *service* back to automatic judgement (OP-3).
+    """Hand breaker *service* back to automatic judgement.
 
     A forced open goes straight to HALF_OPEN; a forced closed stays CLOSED with its counts.
-    A name that no process or setting knows is never registered by asking (OP-7).
+    A name that no process or setting knows is never registered by asking.
 
     Args:
         service: breaker name.
@@ -363,7 +362,7 @@ def release(
     Raises:
         ConfigError: bad name, actor, reason or source.
         UnknownServiceError: *allow_unknown* is False and nobody knows *service*.
-        BaldurError: the shared store could not record the release (OP-4), or could not
+        BaldurError: the shared store could not record the release, or could not
             tell whether it knows the name.
     """
     service = _check_service(service)
@@ -388,7 +387,7 @@ def release(
 
 
 def forget(service: str, actor: str | None = None, source: str = "api", reason: str = "") -> dict[str, Any]:
-    """Remove breaker *service* from the shared record and registry, and from this process (OP-7).
+    """Remove breaker *service* from the shared record and registry, and from this process.
 
     For a name that should never have existed (a typo forced before ``--new`` was
     required) or a service that is gone. Refused while the breaker is forced (a force
@@ -461,7 +460,7 @@ def forget(service: str, actor: str | None = None, source: str = "api", reason: 
 
 
 def _unknown_here(service: str) -> None:
-    """Memory backend: only this process's breakers can be acted on (OP-6, OP-7)."""
+    """Memory backend: only this process's breakers can be acted on."""
     raise UnknownServiceError(service, closest_services(service, set(registry_module.registry.names())))
 
 
@@ -474,7 +473,7 @@ def _store_names(strict: bool = False) -> list[str]:
         return []
     try:
         return [name for name in store.names() if isinstance(name, str) and name]
-    except Exception as exc:  # ST-4: show what this process knows rather than fail
+    except Exception as exc:  # show what this process knows rather than fail
         if strict:
             raise StoreError(
                 f"the shared registry of breakers could not be read ({type(exc).__name__}: {exc}); nothing was changed"
@@ -488,7 +487,7 @@ def _store_names(strict: bool = False) -> list[str]:
 
 
 def known_services(*, strict: bool = False) -> set[str]:
-    """Every breaker name that a process or a setting knows (OP-7).
+    """Every breaker name that a process or a setting knows.
 
     That is the breakers of this process, the names in the shared store's registry (every
     process registers the breakers it uses there), the keys of ``BALDUR_SERVICES`` and the
@@ -526,7 +525,7 @@ def closest_services(service: str, known: set[str] | None = None) -> list[str]:
 
 
 def check_known(service: str) -> str:
-    """Make sure a process or a setting knows breaker *service* before acting on it (OP-7).
+    """Make sure a process or a setting knows breaker *service* before acting on it.
 
     Args:
         service: the breaker name.
@@ -549,7 +548,7 @@ def check_known(service: str) -> str:
 
 
 def status_rows(service: str | None = None) -> list[dict[str, Any]]:
-    """Rows of the known breakers, sorted by name (OP-6, OP-7).
+    """Rows of the known breakers, sorted by name.
 
     This is the one place that decides which breakers are "known": the breakers of this
     process's registry plus, with a shared store, every name in the store's registry.
@@ -559,7 +558,7 @@ def status_rows(service: str | None = None) -> list[dict[str, Any]]:
     come from :func:`status_rows_for` over every known name, read a batch of
     :data:`STATUS_BATCH` records per store round trip where the store can: a breaker this
     process does not hold is described from its shared record and is *not* created here
-    (issue 21: a fresh worker listing 10,000 breakers no longer builds 10,000 of them).
+    (a fresh worker listing 10,000 breakers no longer builds 10,000 of them).
 
     Args:
         service: only this breaker; None for all.
@@ -603,18 +602,18 @@ STATUS_BATCH = 500
 
 def status_names() -> list[str]:
     """Every known breaker name, sorted: this process's breakers plus the names in the
-    shared store's registry (OP-6, OP-7). Reads the store's name registry only (one
+    shared store's registry. Reads the store's name registry only (one
     round trip on Redis); no record is read and no breaker is created.
 
     Returns:
         list[str]: the names, sorted; this process's names only when the store cannot
-        answer (a warning is logged, ST-4).
+        answer (a warning is logged).
     """
     return sorted(set(registry_module.registry.names()) | set(_store_names()))
 
 
 def status_page(offset: int = 0, limit: int = PAGE_SIZE) -> tuple[list[dict[str, Any]], int]:
-    """One page of :func:`status_rows`, for the admin's breaker list (OP-6, issue 21).
+    """One page of :func:`status_rows`, for the admin's breaker list.
 
     The names are sorted as in :func:`status_rows`; only the page's records are read, in
     one bulk store call where the store offers ``inspect_many`` (else one ``inspect`` per
@@ -641,7 +640,7 @@ def status_page(offset: int = 0, limit: int = PAGE_SIZE) -> tuple[list[dict[str,
 
 
 def status_rows_for(names: list[str]) -> list[dict[str, Any]]:
-    """The rows of breakers *names*, in that order, without creating any breaker (OP-6).
+    """The rows of breakers *names*, in that order, without creating any breaker.
 
     A breaker this process holds gives its :meth:`CircuitBreaker.snapshot`
     (``from_record`` False). Every other name is read from the shared store, all of them in
@@ -658,7 +657,7 @@ def status_rows_for(names: list[str]) -> list[dict[str, Any]]:
     Returns:
         list[dict]: one row per name. When the store cannot answer, a name this process
         does not hold gets the row of a fresh CLOSED record with ``store_available`` False
-        (what a breaker created now would judge locally, ST-4) and a warning is logged.
+        (what a breaker created now would judge locally) and a warning is logged.
 
     Raises:
         ConfigError: a ``BALDUR_SERVICES`` entry is invalid.
@@ -700,7 +699,7 @@ def _inspect_many(store: Any, names: list[str]) -> list[Answer | None]:
             answers = list(many(names, frozen=frozen))
         else:
             answers = [store.inspect(name, frozen=frozen) for name in names]
-    except Exception as exc:  # ST-4: show what can be shown rather than fail
+    except Exception as exc:  # show what can be shown rather than fail
         _log.warning(
             "baldur.status_store_unavailable: the shared records of %d breaker(s) could not be read (%s); "
             "showing them as a fresh breaker would judge them locally",
@@ -709,7 +708,7 @@ def _inspect_many(store: Any, names: list[str]) -> list[Answer | None]:
         )
         return [None] * len(names)
     for name, answer in zip(names, answers, strict=True):
-        if answer is not None and answer.lapsed is not None:  # this read lapsed it: announce (CB-14)
+        if answer is not None and answer.lapsed is not None:  # this read lapsed it: announce
             bus.publish(
                 ForceLapsed(
                     name, answer.now, previous=answer.lapsed, from_state=answer.lapsed, to_state=answer.record.state
@@ -760,11 +759,11 @@ ROW_CONFIG_KEYS = (
 
 def record_row(name: str, answer: Answer | None, config: dict[str, Any], backend: str) -> dict[str, Any]:
     """The status row of breaker *name* built from its shared record, for a breaker this
-    process does not hold (OP-6; issue 21).
+    process does not hold.
 
     The keys are those of :meth:`CircuitBreaker.snapshot`. What the shared record holds is
     exact: ``state``, ``opened_at``, ``open_until``, ``open_duration`` (the backed-off
-    length of the current or last open, CB-16), ``consecutive_opens``, the force fields,
+    length of the current or last open), ``consecutive_opens``, the force fields,
     ``half_open_trials`` (live trial leases of the whole fleet) and ``half_open_successes``,
     ``last_trigger`` (the trigger of the record's last open) and ``shared_version``.
     What a record does not hold, because it is each process's own, reads as zero:
@@ -826,7 +825,7 @@ def record_row(name: str, answer: Answer | None, config: dict[str, Any], backend
 
 # ------------------------------------------------------------------------- emergency
 def emergency_status(strict: bool = False) -> dict[str, Any]:
-    """The Emergency Mode level after a fresh read (EM-1).
+    """The Emergency Mode level after a fresh read.
 
     Args:
         strict: raise when the level cannot be read (commands) instead of returning the
@@ -845,7 +844,7 @@ def emergency_status(strict: bool = False) -> dict[str, Any]:
 def set_emergency_level(
     level: Any, minutes: Any = None, reason: str = "", actor: str | None = None, source: str = "api"
 ) -> dict[str, Any]:
-    """Set the Emergency Mode level, audited with its *source* (EM-1, OP-6).
+    """Set the Emergency Mode level, audited with its *source*.
 
     Args:
         level: 0..3 (an int); 0 clears.
@@ -872,7 +871,7 @@ def set_emergency_level(
 
 
 def step_down_emergency(actor: str | None = None, source: str = "api") -> dict[str, Any]:
-    """Lower the Emergency Mode level by one, audited with its *source* (EM-3, OP-6).
+    """Lower the Emergency Mode level by one, audited with its *source*.
 
     Returns:
         dict: the status after the step, plus ``previous`` (the level before) and
@@ -954,7 +953,7 @@ def _mask_password(url: str) -> str:
 
 
 def config_report() -> list[dict[str, Any]]:
-    """Every ``BALDUR_*`` knob's effective value and where it came from (CFG-4).
+    """Every ``BALDUR_*`` knob's effective value and where it came from.
 
     Returns:
         ``[{"name": str, "value": JSON-able, "source": "setting" | "env" | "default" |
@@ -1064,7 +1063,7 @@ def _record(row: dict[str, Any]) -> None:
 
 def audit_listener(event: Event) -> None:
     """Bus listener: one :class:`~baldur_django.models.BreakerAudit` row per force, per
-    release that changed something and per emergency level change, from any source (OP-6).
+    release that changed something and per emergency level change, from any source.
 
     The ``source`` and a release's ``reason`` come from :func:`force`/:func:`release`;
     a call of the public API outside them is recorded as ``"api"``. Never raises: a
@@ -1084,7 +1083,7 @@ audit_listener.wants_rejections = False  # type: ignore[attr-defined]  # forces 
 
 def install_audit_listener() -> None:
     """Subscribe :func:`audit_listener` to the process-wide bus (idempotent). Called from
-    ``BaldurDjangoConfig.ready()``. Implements OP-6."""
+    ``BaldurDjangoConfig.ready()``."""
     bus.subscribe(audit_listener)
 
 

@@ -7,7 +7,7 @@ breaker, and whether it is reserved (validated, but its feature is not built yet
 other tables (:data:`OVERRIDE_KEYS`, :data:`SERVICE_KEYS`, :data:`CHECK_IDS`,
 :data:`SECRETS`, :data:`RESERVED`) are derived from the rows. The core (environment
 variables), the Django settings object and the system checks all parse values with the
-same rows, so a bad value reads the same everywhere. Implements CFG-1, CFG-3.
+same rows, so a bad value reads the same everywhere.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def validate_number(
 
     Raises:
         ConfigError: non-numeric, boolean, infinite, NaN, fractional where a whole
-            number is due, or out of bounds (CFG-3).
+            number is due, or out of bounds.
     """
     raw = value
     if isinstance(value, bool):
@@ -225,7 +225,7 @@ _DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 @dataclass(frozen=True)
 class _StoreChoice(_Choice):
     """Parser of ``BALDUR_STATE_BACKEND``: a bundled backend's name (any case) or the dotted
-    path of a store class (ST-6). Only the path's form is checked here; importing it is the
+    path of a store class. Only the path's form is checked here; importing it is the
     Django layer's job (``baldur_django.backends.store_class`` and its system check)."""
 
     def __call__(self, name: str, value: Any, from_env: bool) -> str:
@@ -315,7 +315,7 @@ def check_service_overrides(where: str, overrides: dict[str, Any], from_env: boo
         where: prefix for messages, e.g. ``"BALDUR_SERVICES['payments']"`` or ``"protected('payments')"``.
         overrides: key -> raw value; keys must be in :data:`SERVICE_KEYS` or
             :data:`PREDICATE_KEYS` (the predicates are checked for their form only: a
-            dotted path is imported later, when a breaker is built, CB-18).
+            dotted path is imported later, when a breaker is built).
 
     Raises:
         ConfigError: an unknown key (naming the closest known one) or a bad value.
@@ -332,7 +332,7 @@ def check_service_overrides(where: str, overrides: dict[str, Any], from_env: boo
     return out
 
 
-# ------------------------------------------------------------------ predicates (CB-18)
+# ------------------------------------------------------------------ predicates
 # module.attribute, at least one dot; every part an identifier
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
@@ -349,7 +349,7 @@ def is_predicate(value: Any) -> bool:
 
 def _predicate(name: str, value: Any, from_env: bool) -> str:
     """A ``failure_predicate``/``result_predicate`` of ``BALDUR_SERVICES``: the dotted import
-    path of a function, kept as text and imported when a breaker is built (CB-18)."""
+    path of a function, kept as text and imported when a breaker is built."""
     if isinstance(value, str) and _DOTTED.match(value.strip()):
         return value.strip()
     shown = "a dotted import path" if isinstance(value, str) else "given as its dotted import path (a string)"
@@ -359,7 +359,7 @@ def _predicate(name: str, value: Any, from_env: bool) -> str:
 def _ignore(name: str, value: Any, from_env: bool) -> tuple[str, ...]:
     """``ignore_exceptions`` of ``BALDUR_SERVICES``: a dotted import path or a list of them,
     each naming an exception class or a function ``f(exc) -> bool``; imported when a breaker
-    is built (CB-18)."""
+    is built."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
         raise _fail(name, value, "expected a list of dotted import paths such as ['myapp.errors.NotFound']")
@@ -370,7 +370,7 @@ def _ignore(name: str, value: Any, from_env: bool) -> tuple[str, ...]:
 
 
 #: ``BALDUR_SERVICES`` keys (and per-call overrides) that hold predicates rather than a
-#: knob's value, with the parser that checks their form (CB-18). No global setting exists
+#: knob's value, with the parser that checks their form. No global setting exists
 #: for them: they are per breaker only.
 PREDICATE_KEYS: dict[str, Parser] = {
     "ignore_exceptions": _ignore,
@@ -443,7 +443,7 @@ def _redis_url(name: str, value: Any, from_env: bool) -> str | None:
     if parsed.scheme != "unix":
         db = parsed.path.strip("/")
         if db and not db.isdigit():
-            # redis-py would fail later with a bare int() error deep inside (CFG-3)
+            # redis-py would fail later with a bare int() error deep inside
             raise _fail(name, shown, f"the database number {db!r} in the path is not a whole number")
     return value.strip()
 
@@ -454,7 +454,7 @@ def _https_url(name: str, value: Any, from_env: bool) -> str | None:
     if not isinstance(value, str):
         raise _fail(name, "<hidden>", "expected a URL string")
     parsed = urlparse(value.strip())
-    # never echo the value: a webhook URL is a secret (OP-8)
+    # never echo the value: a webhook URL is a secret
     if parsed.scheme.lower() == "http":
         raise ConfigError(
             f"{name}: a plain http:// URL would send the webhook's secret in clear; an https:// URL is required "
@@ -511,13 +511,13 @@ class Knob:
 
     Every other table (check ids, hint texts, per-call override names, ``BALDUR_SERVICES``
     keys, secrets, reserved settings) is derived from these rows, so a knob is described
-    in exactly one place (CFG-1).
+    in exactly one place.
 
     Attributes:
         name (str): the Django setting and environment variable name.
         default: the value used when neither is defined.
         parse: ``parse(name, raw, from_env) -> value``; raises ConfigError naming *name*
-            and the value (CFG-3).
+            and the value.
         help (str): one line saying what the knob does (check hints, docs).
         check_id (str): the system check id of a bad value, ``baldur.E0xx``. Never
             renumbered, so a log search or ``SILENCED_SYSTEM_CHECKS`` keeps its meaning.
@@ -525,7 +525,7 @@ class Knob:
             parser describes itself (see :meth:`accepted_values`).
         secret (bool): the value is never shown (messages, hints, ``baldur_status --config``).
         key (str | None): the per-call override and ``BALDUR_SERVICES`` key that sets this
-            knob for one breaker (CFG-1 precedence), or None when it is global only.
+            knob for one breaker (it takes precedence over the global value), or None when it is global only.
         reserved (bool): known and validated, but the feature behind it is not built
             yet, so a value has no effect; a system check warns when it is set.
     """
@@ -545,7 +545,7 @@ class Knob:
         return self.accepts or str(getattr(self.parse, "accepts", ""))
 
     def coerce(self, value: Any, from_env: bool = False) -> Any:
-        """Parse and validate *value* for this knob. Raises ConfigError (CFG-3)."""
+        """Parse and validate *value* for this knob. Raises ConfigError."""
         return self.parse(self.name, value, from_env)
 
 
@@ -594,7 +594,7 @@ _ROWS: list[Knob] = [
         "span of the time-based window, whole seconds",
         "baldur.E014",
         accepts="A whole number of seconds, at least 1: the time-based window counts outcomes in one-second "
-        "buckets, so unlike the other *_SECONDS settings it takes no fractions (CB-15).",
+        "buckets, so unlike the other *_SECONDS settings it takes no fractions.",
         key="sliding_window_seconds",
     ),
     Knob(
@@ -980,7 +980,7 @@ _ROWS: list[Knob] = [
         "quiet time after a freeze ends, seconds",
         "baldur.E065",
     ),
-    # ------------------------------------------------------------ health endpoint (contrib.health, HC-5)
+    # ------------------------------------------------------------ health endpoint (contrib.health)
     Knob(
         "BALDUR_HEALTH_CRITICAL_SERVICES",
         [],
@@ -999,12 +999,12 @@ _ROWS: list[Knob] = [
     ),
 ]
 
-#: name -> :class:`Knob`; the single source of defaults (section 10).
+#: name -> :class:`Knob`; the single source of defaults.
 KNOBS: dict[str, Knob] = {row.name: row for row in _ROWS}
 
 # ------------------------------------------------------------------ derived from the rows
 
-#: Per-call override / ``BALDUR_SERVICES`` key -> the global knob it overrides (CFG-1).
+#: Per-call override / ``BALDUR_SERVICES`` key -> the global knob it overrides.
 OVERRIDE_KEYS: dict[str, str] = {row.key: row.name for row in _ROWS if row.key is not None}
 
 #: Keys a ``BALDUR_SERVICES`` entry (or a per-call override) may set, with the parser each uses.

@@ -1,9 +1,9 @@
 """Process-wide registry of named breakers, and the operator functions on top of it.
 
-Breakers are identified by name (CB-12): the first registration's overrides win; a
+Breakers are identified by name: the first registration's overrides win; a
 later registration with different overrides logs ``circuit_breaker.config_conflict``
 once. The Django layer hooks in through :func:`set_backend` (shared stores) and calls
-:func:`reconfigure_all` when settings change (CFG-2).
+:func:`reconfigure_all` when settings change.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class Registry:
         return breaker
 
     def set_store(self, store: StateStore | None) -> None:
-        """Share every breaker's state through *store* (None: back to process-local, ST-1).
+        """Share every breaker's state through *store* (None: back to process-local).
 
         Each breaker swaps the store strategy it holds (never its class), so functions
         decorated before the store was configured keep working.
@@ -162,7 +162,7 @@ class Registry:
                 raise ConfigError(
                     "BALDUR_STATE_BACKEND='database' needs the Django app (add 'baldur_django' to INSTALLED_APPS)"
                 )
-            elif backend != "memory":  # the dotted path of a store class (ST-6)
+            elif backend != "memory":  # the dotted path of a store class
                 from .stores.base import make_store
 
                 store = make_store(backend)
@@ -174,7 +174,7 @@ class Registry:
         return None if self.guard is None else self.guard.store
 
     def reconfigure_all(self) -> None:
-        """Re-resolve every breaker's configuration from current settings (CFG-2).
+        """Re-resolve every breaker's configuration from current settings.
 
         Per-call overrides are kept; a bad new setting raises ConfigError and leaves
         every breaker on its previous configuration.
@@ -188,7 +188,7 @@ class Registry:
                 self._breakers[name].reconfigure(config)
 
     def forget(self, name: str) -> bool:
-        """Drop breaker *name* from this process, with its overrides and cached routes (OP-7).
+        """Drop breaker *name* from this process, with its overrides and cached routes.
 
         Only this process: the shared record is the store's business. A later use builds
         a fresh breaker.
@@ -221,7 +221,7 @@ registry = Registry()
 def _after_fork_in_child() -> None:
     """A forked child (gunicorn ``--preload``, Celery prefork) counts its own calls: each
     breaker's metrics start from what it inherited, so the parent's counts are never
-    reported again by every child (EM-7)."""
+    reported again by every child."""
     for breaker in registry:
         try:
             breaker.after_fork()
@@ -243,7 +243,7 @@ def get_breaker(service: str) -> CircuitBreaker:
         CircuitBreaker: ``.state`` is a :class:`CircuitState`; ``.snapshot()`` a dict.
 
     Raises:
-        ConfigError: *service* is empty or not a string (CB-12).
+        ConfigError: *service* is empty or not a string.
     """
     return registry.get(service)  # type: ignore[return-value]  # create=True: never None
 
@@ -251,7 +251,7 @@ def get_breaker(service: str) -> CircuitBreaker:
 def force_open_circuit(
     service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None
 ) -> None:
-    """Force *service* OPEN for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
+    """Force *service* OPEN for *ttl_minutes* minutes (None: the default lifetime).
 
     Raises:
         ConfigError: bad lifetime (<= 0, > 1440, not a number) or name; nothing is written.
@@ -262,7 +262,7 @@ def force_open_circuit(
 def force_close_circuit(
     service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None
 ) -> None:
-    """Force *service* CLOSED for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
+    """Force *service* CLOSED for *ttl_minutes* minutes (None: the default lifetime).
 
     Raises:
         ConfigError: bad lifetime or name; nothing is written.
@@ -271,7 +271,7 @@ def force_close_circuit(
 
 
 def release_circuit(service: str, actor: str | None = None) -> bool:
-    """Return *service* to automatic judgement. Implements OP-3.
+    """Return *service* to automatic judgement.
 
     Returns:
         bool: False when nothing was forced (a no-op).
@@ -280,7 +280,7 @@ def release_circuit(service: str, actor: str | None = None) -> bool:
 
 
 def record_rate_limit(service: str, retry_after: Any = None) -> None:
-    """Report a 429 seen outside a protected call (RL-9).
+    """Report a 429 seen outside a protected call.
 
     Records a breaker failure, a cascade sighting counted as a call, and a cooldown.
 

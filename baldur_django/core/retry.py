@@ -15,8 +15,7 @@ clock, cooldown and state generation, and reports to it through the breaker's ow
 recording methods (each attempt to the 429 cascade, the final outcome to the triggers),
 exactly as an un-retried call is recorded. The two interpreters in
 :mod:`baldur_django.core.runner` only carry the steps out, so the sync and async call
-styles share every decision. Implements FAC-2, FAC-3, RL-5, RL-6, RL-7, CB-6,
-CB-8 (no attempt after a state change), OP-5 (dry-run refusals).
+styles share every decision.
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ def _number(
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How the retry stage retries one protected call (FAC-3).
+    """How the retry stage retries one protected call.
 
     Args:
         max_attempts (int): attempts in all, the first included (>= 1).
@@ -77,7 +76,7 @@ class RetryPolicy:
         backoff_multiplier (float): growth per attempt (>= 1).
         jitter (float): random fraction (0..1) added or removed from each backoff.
         budget_seconds (float | None): total time the sequence may take, waits included;
-            it also bounds how long a 429 cooldown is waited out (RL-6).
+            it also bounds how long a 429 cooldown is waited out.
         retry_on (tuple[type[BaseException], ...]): exception types worth retrying. Ignored
             exceptions, :class:`CircuitOpenError` and :class:`RateLimitCooldownError` are
             never retried; returned failure or rate-limit responses always are.
@@ -158,7 +157,7 @@ class Sleep:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """Last step: the next attempt is refused (RL-6); *error* goes to the fallback or is raised (FAC-4).
+    """Last step: the next attempt is refused; *error* goes to the fallback or is raised.
 
     The plan has already recorded what had to be recorded.
     """
@@ -168,14 +167,14 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """Last step: the sequence is over and its final outcome recorded (FAC-2).
+    """Last step: the sequence is over and its final outcome recorded.
 
     Attributes:
         value: what to return when *error* is None (a success, or the last failure
-            response unchanged, FAC-3).
+            response unchanged).
         error: the exception to raise, or None.
-        fallback: True when a fallback may replace *error* (a counted exception, FAC-4);
-            False for an ignored exception, which is re-raised unchanged (CB-10).
+        fallback: True when a fallback may replace *error* (a counted exception);
+            False for an ignored exception, which is re-raised unchanged.
     """
 
     value: Any = None
@@ -205,18 +204,18 @@ Outcome = Raised | Returned
 
 # ------------------------------------------------------------------- classification
 def exception_outcome(config: BreakerConfig, exc: BaseException, service: str | None = None) -> tuple[bool, bool]:
-    """``(counted, rate_limited)`` for an exception from the dependency (CB-10, RL-1, RL-7).
+    """``(counted, rate_limited)`` for an exception from the dependency.
 
     Args:
         config: the breaker's configuration (``ignore_exceptions``, ``rate_limit_codes``).
         exc: what the call raised.
         service: the breaker's name: its own :class:`CircuitOpenError` (nested use of one
             breaker) never reached the dependency, so it is not counted and a trial gives
-            its slot back (CB-10).
+            its slot back.
 
     Returns:
         ``counted`` is False for an ignored type, a ``BaseException`` that is not an
-        ``Exception``, the breaker's own refusal, or what a predicate ignores (CB-18);
+        ``Exception``, the breaker's own refusal, or what a predicate ignores;
         ``rate_limited`` is True for a counted 429 sighting. The config's classifier
         decides (:class:`baldur_django.core.classify.Classifier`).
     """
@@ -224,15 +223,15 @@ def exception_outcome(config: BreakerConfig, exc: BaseException, service: str | 
 
 
 def result_kind(config: BreakerConfig, result: Any, service: str | None = None) -> int:
-    """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value (CB-11, CB-18, RL-8)."""
+    """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value."""
     return config.classifier.result(result, service)
 
 
 def settled(breaker: CircuitBreaker, permit: Permit, result: Any) -> bool:
     """End the sequence on *result* if it is a success: True once it is recorded.
 
-    A success is always the final outcome (FAC-2); recording it also counts its attempt
-    in the cascade (RL-5). The runners call this after an inline first attempt, and the
+    A success is always the final outcome; recording it also counts its attempt
+    in the cascade. The runners call this after an inline first attempt, and the
     plan after every later one, so the rule lives here once.
 
     Returns:
@@ -254,7 +253,7 @@ def retry_plan(
     start: float,
     first: Outcome | None = None,
 ) -> Generator[Step, Outcome | None, None]:
-    """The decisions of one retry sequence, as a generator of steps (FAC-2, FAC-3, RL-5, RL-6, CB-6).
+    """The decisions of one retry sequence, as a generator of steps.
 
     Drive it with ``step = next(plan)``; after :data:`ATTEMPT` send the outcome
     (``plan.send(Raised(exc))`` or ``plan.send(Returned(value))``), after a :class:`Sleep`
@@ -262,18 +261,18 @@ def retry_plan(
 
     What it decides:
 
-    - before every attempt (the first included), the cooldown gate (RL-6): wait out the
+    - before every attempt (the first included), the cooldown gate: wait out the
       cooldown, re-read after every wait (an extension meanwhile is waited out too);
       refuse with :class:`RateLimitCooldownError` when it outlasts the allowed wait (the
       budget left, else ``config.max_cooldown_wait``), or in dry-run count the refusal and
-      go on (OP-5);
-    - after every attempt: an ignored exception ends the sequence unrecorded (CB-10); each
-      other attempt is counted in the cascade and a 429 starts the cooldown (RL-5, RL-2);
-      a success ends it; a failure is retried while it is of a retried kind (FAC-3), the
-      breaker has not changed state since admission (CB-8), attempts remain (a trial has
-      one, CB-6) and the backoff fits in the budget. The backoff is followed by the gate,
+      go on;
+    - after every attempt: an ignored exception ends the sequence unrecorded; each
+      other attempt is counted in the cascade and a 429 starts the cooldown;
+      a success ends it; a failure is retried while it is of a retried kind, the
+      breaker has not changed state since admission, attempts remain (a trial has
+      one) and the backoff fits in the budget. The backoff is followed by the gate,
       so a cooldown costs ``max(backoff, cooldown)``, never their sum;
-    - the final outcome: the last attempt that reached the dependency, recorded once (FAC-2).
+    - the final outcome: the last attempt that reached the dependency, recorded once.
 
     Args:
         breaker: the breaker that admitted the call.
@@ -292,14 +291,14 @@ def retry_plan(
     limit = 1 if permit.trial else policy.max_attempts
     attempts = 0
     # The last attempt that reached the dependency. While the sequence goes on it is a
-    # failure (a success ends it), so that is what ending the sequence records (FAC-2).
+    # failure (a success ends it), so that is what ending the sequence records.
     last_error: BaseException | None = None
     last_value: Any = None
     last_rate_limited = False
     outcome = first
     while True:
         if outcome is None:
-            # ---- the gate before an attempt (RL-6), read again after every wait
+            # ---- the gate before an attempt, read again after every wait
             while True:
                 if attempts and permit.generation != breaker.generation:
                     # the breaker changed state since admission (a trip): no further attempt
@@ -314,7 +313,7 @@ def retry_plan(
                     yield Sleep(remaining)
                     continue
                 if config.dry_run:
-                    breaker.note_dry_run_refusal(remaining)  # OP-5: counted and logged, never refused
+                    breaker.note_dry_run_refusal(remaining)  # counted and logged, never refused
                     break
                 # the refused attempt is recorded nowhere; the last one made is final
                 refusal = RateLimitCooldownError(breaker.name, remaining)
@@ -335,7 +334,7 @@ def retry_plan(
             error = outcome.error
             counted, rate_limited = exception_outcome(breaker.config, error, breaker.name)
             if not counted:
-                breaker.record_ignored(permit)  # CB-10: neither success nor failure, never retried
+                breaker.record_ignored(permit)  # neither success nor failure, never retried
                 yield Done(error=error, fallback=False)
                 return
             retried = isinstance(error, policy.retry_on) and not isinstance(error, _NEVER_RETRIED)
@@ -343,7 +342,7 @@ def retry_plan(
             last_error, last_value = error, None
         else:
             value = outcome.value
-            kind = result_kind(breaker.config, value, breaker.name)  # asked once per attempt (CB-18)
+            kind = result_kind(breaker.config, value, breaker.name)  # asked once per attempt
             if kind == SUCCESS:
                 breaker.record_success(permit)  # what settled() does
                 yield Done(value=value)
@@ -353,7 +352,7 @@ def retry_plan(
             retry_after = retry_after_of(value) if rate_limited else None
             last_error, last_value = None, value
         last_rate_limited = rate_limited
-        breaker.note_attempt(rate_limited=rate_limited, retry_after=retry_after)  # RL-5; a 429 starts the cooldown
+        breaker.note_attempt(rate_limited=rate_limited, retry_after=retry_after)  # a 429 starts the cooldown
         # ---- another attempt?
         wait: float | None = None
         if retried and permit.generation == breaker.generation and attempts < limit:
@@ -371,8 +370,8 @@ def retry_plan(
 def _give_up(
     breaker: CircuitBreaker, permit: Permit, rate_limited: bool, error: BaseException | None, value: Any
 ) -> Done:
-    """Record the last (failed) attempt as the final outcome (FAC-2) and build the Done step:
-    its exception, which a fallback may replace (FAC-4), or its response, returned unchanged (FAC-3)."""
+    """Record the last (failed) attempt as the final outcome and build the Done step:
+    its exception, which a fallback may replace, or its response, returned unchanged."""
     breaker.record_failure(permit, rate_limited=rate_limited, count_attempt=False)
     if error is None:
         return Done(value=value)

@@ -4,8 +4,6 @@ Every decision of a retry sequence is taken by the plan in :mod:`.retry`; the tw
 interpreters here only carry its steps out: :func:`run_sync` calls the function and waits
 with the clock's ``sleep``, :func:`run_async` awaits it and waits with ``asyncio.sleep``
 (or the clock's ``asleep``), so the waits of an async call never block its event loop.
-Implements FAC-2, FAC-3, FAC-4, CB-6 (a trial is one attempt), CB-10, CB-11, RL-1, RL-2,
-RL-5, RL-6, RL-7.
 """
 
 from __future__ import annotations
@@ -59,7 +57,7 @@ def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException
 
 def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
     """Record a returned value: a status on either list is a failure, and so is a value the
-    ``result_predicate`` marks (CB-18); else a success (CB-11)."""
+    ``result_predicate`` marks; else a success."""
     if type(result) in breaker.plain_types:  # empty while a result_predicate is set
         breaker.record_success(permit)
         return
@@ -93,7 +91,7 @@ def settle_status(
     retry_after: Callable[[], Any],
     own: Callable[[int, int | None], bool],
 ) -> str:
-    """Record an HTTP response known by its status (the inbound middlewares, IN-1..IN-3, IN-6).
+    """Record an HTTP response known by its status (the inbound middlewares).
 
     Args:
         status: the integer status (anything else reads as no status: a success).
@@ -123,7 +121,7 @@ def settle_status(
 def call_fallback(
     fallback: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException
 ) -> Any:
-    """Run *fallback* with the call's own arguments; its errors are chained from *error* (FAC-4)."""
+    """Run *fallback* with the call's own arguments; its errors are chained from *error*."""
     try:
         return fallback(*args, **kwargs)
     except Exception as fallback_error:
@@ -144,7 +142,7 @@ async def acall_fallback(
 
 
 def _ending(step: Step, fallback: Callable[..., Any] | None) -> tuple[Any, BaseException | None]:
-    """How a finished sequence ends (FAC-3, FAC-4): ``(value, None)`` returns *value*;
+    """How a finished sequence ends: ``(value, None)`` returns *value*;
     ``(None, error)`` hands *error* to the fallback. Raises the error itself when no
     fallback applies (none given, or an ignored exception)."""
     if isinstance(step, Done):
@@ -173,19 +171,19 @@ def run_sync(
 
     Args:
         breaker: the breaker that admitted the call.
-        permit: its permit (a trial makes one attempt, CB-6).
+        permit: its permit (a trial makes one attempt).
         policy: the retry policy.
         func, args, kwargs: the call, made once per attempt.
         fallback: called with *args*/*kwargs* on a refusal or a final counted exception.
 
     Returns:
-        The final value (a failure response unchanged, FAC-3) or the fallback's.
+        The final value (a failure response unchanged) or the fallback's.
 
     Raises:
         RateLimitCooldownError: a cooldown outlasted the allowed wait and no fallback.
         Exception: the final counted exception, or an ignored one, when no fallback applies.
     """
-    # The happy path (issue 12): with no cooldown to gate it (RL-6) the plan would let the
+    # The happy path: with no cooldown to gate it the plan would let the
     # first attempt through at once, so it runs inline, and a success ends the sequence
     # here (settled()): no generator is built. The plan starts on a failed attempt, with
     # its outcome, or at once under a cooldown. The clock is read only when it matters: a
@@ -199,14 +197,14 @@ def run_sync(
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
-            if recorded_since(breaker, mark):  # a nested call through this breaker counted it (CB-19)
+            if recorded_since(breaker, mark):  # a nested call through this breaker counted it
                 if fallback is not None and exception_outcome(breaker.config, exc, breaker.name)[0]:
                     return call_fallback(fallback, args, kwargs, exc)
                 raise
             first = Raised(exc)
         else:
             if recorded_since(breaker, mark):
-                return result  # a nested call through this breaker settled this one (CB-19)
+                return result  # a nested call through this breaker settled this one
             if type(result) in breaker.plain_types:  # settled()'s first test, inlined: no status to read
                 breaker.record_success(permit)
                 return result
@@ -257,7 +255,7 @@ def continue_sync(
 async def _recording(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)``, which may record *permit*'s outcome: a shared breaker's trial
     outcome is a store write, made from a worker thread so the event loop never waits on
-    the store (ST-2); anything else inline."""
+    the store; anything else inline."""
     if permit.trial and breaker.shared:
         return await asyncio.to_thread(fn, *args)
     return fn(*args)
@@ -273,7 +271,7 @@ async def run_async(
     fallback: Callable[..., Any] | None,
 ) -> Any:
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
-    ``asyncio.sleep`` (or the clock's ``asleep``) (FAC-3, RL-6). Same arguments, return
+    ``asyncio.sleep`` (or the clock's ``asleep``). Same arguments, return
     value and errors as :func:`run_sync`; a coroutine-function fallback is awaited."""
     until = breaker.cooldown_deadline  # the happy path: see run_sync
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
@@ -283,7 +281,7 @@ async def run_async(
         try:
             result = await factory(*args, **kwargs)
         except BaseException as exc:
-            if recorded_since(breaker, mark):  # CB-19, as in run_sync
+            if recorded_since(breaker, mark):  # as in run_sync
                 if fallback is not None and exception_outcome(breaker.config, exc, breaker.name)[0]:
                     return await acall_fallback(fallback, args, kwargs, exc)
                 raise

@@ -1,4 +1,4 @@
-"""Operator models: the table-less Breaker (admin list + force permission) and the audit (OP-6).
+"""Operator models: the table-less Breaker (admin list + force permission) and the audit.
 
 Works on Django 4.2 and 5.2."""
 

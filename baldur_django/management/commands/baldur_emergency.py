@@ -1,4 +1,4 @@
-"""``manage.py baldur_emergency {status [--json], set LEVEL [--minutes M] [--reason TEXT], step-down}`` (EM-1, EM-3, OP-7).
+"""``manage.py baldur_emergency {status [--json], set LEVEL [--minutes M] [--reason TEXT], step-down}``.
 
 Shows, sets or steps down the Emergency Mode level through :mod:`baldur_django.services`
 (audit source ``command``, actor ``command:<OS user>``).
@@ -11,7 +11,7 @@ Shows, sets or steps down the Emergency Mode level through :mod:`baldur_django.s
 * ``step-down`` lowers the level by one, keeping its expiry; at 0 it exits 0 saying so.
 
 Notices go to stderr, written by the command (never through logging); output is UTF-8
-whatever the locale. Before ``manage.py migrate`` it exits 1 saying to run it (OP-7).
+whatever the locale. Before ``manage.py migrate`` it exits 1 saying to run it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = ["Command", "command_text", "parse_level", "parse_minutes"]
 
 def command_text(raw: str) -> str:
     """Command-line text as the user typed it: under a C/POSIX locale Python decodes argv as
-    ASCII with ``surrogateescape``; the original bytes are UTF-8 (OP-7)."""
+    ASCII with ``surrogateescape``; the original bytes are UTF-8."""
     try:
         return raw.encode("utf-8", "surrogateescape").decode("utf-8")
     except UnicodeError:

@@ -1,4 +1,4 @@
-"""``manage.py baldur_force {open,close,release} SERVICE [--ttl MINUTES] [--reason TEXT] [--new]`` (OP-7).
+"""``manage.py baldur_force {open,close,release} SERVICE [--ttl MINUTES] [--reason TEXT] [--new]``.
 
 Forces a breaker open or closed for a lifetime in minutes, or releases it, through
 :mod:`baldur_django.services` (audit source ``command``, actor ``command:<OS user>``).
@@ -11,7 +11,7 @@ Forces a breaker open or closed for a lifetime in minutes, or releases it, throu
   typo creates no ghost breaker; ``--new`` forces a service before its first call.
 * On the memory backend it refuses (non-zero): a force made in this short-lived process
   could not reach the running workers, which each keep their own breakers.
-* A force the shared store could not record exits non-zero (OP-4).
+* A force the shared store could not record exits non-zero.
 * Before ``manage.py migrate`` it exits 1 saying to run it.
 * Releasing a breaker that was not forced exits 0 and says so.
 """
