@@ -50,6 +50,7 @@ from .events import (
     TripBlocked,
 )
 from .events import bus as default_bus
+from .knobs import MAX_LIFETIME_MINUTES
 from .rules import next_open
 from .states import CircuitState, Reason, Trigger, check_transition
 from .stores.base import Answer, Record
@@ -175,8 +176,10 @@ def validate_ttl(ttl_minutes: Any, default: float) -> float:
         ttl_minutes = default
     if isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, (int, float)):
         raise ConfigError(f"ttl_minutes={ttl_minutes!r}: expected a number of minutes")
-    if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > 1440:
-        raise ConfigError(f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most 1440 minutes")
+    if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > MAX_LIFETIME_MINUTES:
+        raise ConfigError(
+            f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most {MAX_LIFETIME_MINUTES} minutes"
+        )
     return float(ttl_minutes)
 
 

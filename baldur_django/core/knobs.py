@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 from .errors import ConfigError
 
 __all__ = [
+    "MAX_LIFETIME_MINUTES",
     "Knob",
     "KNOBS",
     "OVERRIDE_KEYS",
@@ -41,6 +42,10 @@ __all__ = [
     "is_exception_type",
     "is_predicate",
 ]
+
+#: The longest lifetime, in minutes, of an operator's force and of an Emergency Mode level
+#: (24 hours): a force or a level nobody renews always ends within a day.
+MAX_LIFETIME_MINUTES = 1440
 
 _MISSING = object()
 
@@ -724,10 +729,10 @@ _ROWS: list[Knob] = [
     Knob(
         "BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES",
         90,
-        _num(minimum=0, maximum=1440, exclusive=True),
+        _num(minimum=0, maximum=MAX_LIFETIME_MINUTES, exclusive=True),
         "default force lifetime, minutes",
         "baldur.E032",
-        accepts="A number of minutes above 0 and at most 1440 (24 hours).",
+        accepts=f"A number of minutes above 0 and at most {MAX_LIFETIME_MINUTES} (24 hours).",
     ),
     # ------------------------------------------------------------ inbound middleware
     Knob(

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..config import settings as _settings
 from ..errors import BaldurError, ConfigError
+from ..knobs import MAX_LIFETIME_MINUTES
 
 __all__ = [
     "LEVELS",
@@ -41,7 +42,6 @@ FREEZE_LEVEL = 3
 SOURCES = ("manual", "auto")
 #: The actor recorded on a level the auto-activation declared.
 AUTO_ACTOR = "auto-activation"
-_MAX_MINUTES = 1440.0
 _MAX_REASON = 1000
 _MAX_ACTOR = 150
 
@@ -88,10 +88,14 @@ def validate_minutes(minutes: Any, default: float | None = None) -> float:
     if minutes is None:
         minutes = default if default is not None else _settings.get("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES")
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)):
-        raise ConfigError(f"minutes={minutes!r}: expected a number of minutes (more than 0, at most 1440)")
+        raise ConfigError(
+            f"minutes={minutes!r}: expected a number of minutes (more than 0, at most {MAX_LIFETIME_MINUTES})"
+        )
     value = float(minutes)
-    if not math.isfinite(value) or value <= 0 or value > _MAX_MINUTES:
-        raise ConfigError(f"minutes={minutes!r}: the lifetime must be more than 0 and at most 1440 minutes")
+    if not math.isfinite(value) or value <= 0 or value > MAX_LIFETIME_MINUTES:
+        raise ConfigError(
+            f"minutes={minutes!r}: the lifetime must be more than 0 and at most {MAX_LIFETIME_MINUTES} minutes"
+        )
     return value
 
 

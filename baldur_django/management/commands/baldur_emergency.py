@@ -24,6 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
+from baldur_django.core.knobs import MAX_LIFETIME_MINUTES
 
 from .baldur_force import command_actor
 from .baldur_status import Utf8OutputMixin, format_time, require_migrated
@@ -55,9 +56,13 @@ def parse_minutes(raw: str | None) -> float | None:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise CommandError(f"--minutes {raw!r}: expected a number of minutes (more than 0, at most 1440)") from None
-    if not math.isfinite(value) or value <= 0 or value > 1440:
-        raise CommandError(f"--minutes {raw!r}: the lifetime must be more than 0 and at most 1440 minutes (24 hours)")
+        raise CommandError(
+            f"--minutes {raw!r}: expected a number of minutes (more than 0, at most {MAX_LIFETIME_MINUTES})"
+        ) from None
+    if not math.isfinite(value) or value <= 0 or value > MAX_LIFETIME_MINUTES:
+        raise CommandError(
+            f"--minutes {raw!r}: the lifetime must be more than 0 and at most {MAX_LIFETIME_MINUTES} minutes (24 hours)"
+        )
     return value
 
 
@@ -77,7 +82,7 @@ class Command(Utf8OutputMixin, BaseCommand):
             "--minutes",
             metavar="M",
             default=None,
-            help="lifetime in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
+            help=f"lifetime in minutes, more than 0 and at most {MAX_LIFETIME_MINUTES} (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
         )
         set_.add_argument(
             "--reason", metavar="TEXT", default="", help="why; recorded in the log, the audit and the status"

@@ -27,6 +27,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
+from baldur_django.core.knobs import MAX_LIFETIME_MINUTES
 
 from .baldur_status import Utf8OutputMixin, format_time, require_migrated
 
@@ -51,9 +52,13 @@ def parse_ttl(raw: str | None) -> float | None:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise CommandError(f"--ttl {raw!r}: expected a number of minutes (more than 0, at most 1440)") from None
-    if not math.isfinite(value) or value <= 0 or value > 1440:
-        raise CommandError(f"--ttl {raw!r}: the lifetime must be more than 0 and at most 1440 minutes (24 hours)")
+        raise CommandError(
+            f"--ttl {raw!r}: expected a number of minutes (more than 0, at most {MAX_LIFETIME_MINUTES})"
+        ) from None
+    if not math.isfinite(value) or value <= 0 or value > MAX_LIFETIME_MINUTES:
+        raise CommandError(
+            f"--ttl {raw!r}: the lifetime must be more than 0 and at most {MAX_LIFETIME_MINUTES} minutes (24 hours)"
+        )
     return value
 
 
@@ -79,7 +84,7 @@ class Command(Utf8OutputMixin, BaseCommand):
             "--ttl",
             metavar="MINUTES",
             default=None,
-            help="lifetime of the force in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
+            help=f"lifetime of the force in minutes, more than 0 and at most {MAX_LIFETIME_MINUTES} (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
         )
         parser.add_argument("--reason", metavar="TEXT", default="", help="why; recorded in the log and the audit")
         parser.add_argument(
