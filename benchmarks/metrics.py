@@ -1,4 +1,4 @@
-"""What the Prometheus metrics cost (EM-7): ``python -m benchmarks --metrics [--quick] [--json FILE]``.
+"""What the Prometheus metrics cost: ``python -m benchmarks --metrics [--quick] [--json FILE]``.
 
 The CLOSED success and the OPEN rejection of ``circuit_breaker`` (and the CLOSED success of
 ``protected``), each as the median overhead over a bare call with the interleaved harness,
@@ -186,7 +186,7 @@ def run_modes(settings: MetricsSettings, progress: Any = None) -> list[dict[str,
 def format_results(results: list[dict[str, Any]], settings: MetricsSettings) -> str:
     """The figures as a table (ns over a bare call; ms for scrapes and flushes)."""
     lines = [
-        f"Prometheus metrics (EM-7): {settings.rounds} interleaved rounds per mode, each mode in a fresh process",
+        f"Prometheus metrics: {settings.rounds} interleaved rounds per mode, each mode in a fresh process",
         "median overhead over a bare call (lower is better), with its ratio to circuitbreaker's in the same",
         f"rounds (compare those across modes); scrape and flush: median ms with {BREAKERS} breakers (off the hot path)",
         "",
