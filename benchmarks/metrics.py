@@ -1,4 +1,4 @@
-"""What the Prometheus metrics cost (EM-7): ``python -m benchmarks --metrics [--quick] [--json FILE]``.
+"""What the Prometheus metrics cost: ``python -m benchmarks --metrics [--quick] [--json FILE]``.
 
 The CLOSED success and the OPEN rejection of ``circuit_breaker`` (and the CLOSED success of
 ``protected``), each as the median overhead over a bare call with the interleaved harness,

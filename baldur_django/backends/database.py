@@ -1,11 +1,11 @@
-"""The ``database`` state backend: the store protocol on the Django ORM (ST-2).
+"""The ``database`` state backend: the store protocol on the Django ORM.
 
 Each transition is one transaction that locks the breaker's row
 (``select_for_update``; on SQLite a no-op write first takes the database's write lock)
 and applies the same pure rules as the memory store (``core/rules.py``). Shared
 timestamps come from the database's clock. ORM work never runs on an event loop: called
 from a thread with a running loop, the operation runs in a worker thread (Django's
-async-safety rule). Every database error becomes ``StoreUnavailable`` (ST-4).
+async-safety rule). Every database error becomes ``StoreUnavailable``.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class DatabaseStore:
 
         key = safe_key(name)
         table = BreakerRecord._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
-        held = frozen  # Level 3 holds automatic steps (EM-2): the caller's reading
+        held = frozen  # Level 3 holds automatic steps: the caller's reading
 
         def work() -> Answer:
             for attempt in range(3):

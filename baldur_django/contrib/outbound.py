@@ -7,7 +7,7 @@ shells over the decorators' engine: each request goes through a
 classifier (failure statuses, 429 with ``Retry-After``), the retry stage, the fallback,
 forces, the emergency freeze and the metrics are the decorators' own. This module only
 decides which breaker a request belongs to and which of its two routes (with or without
-the retry stage) it takes. Implements HC-1, HC-3.
+the retry stage) it takes.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: Methods retried by default (RFC 9110 idempotent methods); a policy with a ``methods``
-#: attribute names its own set instead (HC-3).
+#: attribute names its own set instead.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 
 #: Ports left out of a per-host breaker name for their scheme.
@@ -45,7 +45,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 @dataclass(frozen=True)
 class HTTPRetryPolicy(RetryPolicy):
-    """A :class:`~baldur_django.RetryPolicy` that also names the HTTP methods it retries (HC-3).
+    """A :class:`~baldur_django.RetryPolicy` that also names the HTTP methods it retries.
 
     Args:
         methods (frozenset[str]): methods whose requests are retried, any case (default
@@ -72,8 +72,7 @@ class HTTPRetryPolicy(RetryPolicy):
 class NotAnOutcome(BaseException):
     """Carries a client-side error (an invalid URL, an unsupported scheme) through the
     engine: it is a ``BaseException`` that is not an ``Exception``, which the engine
-    records as neither success nor failure and never retries or hands to a fallback
-    (CB-10). The adapter re-raises :attr:`error` itself, unchanged (HC-2).
+    records as neither success nor failure and never retries or hands to a fallback. The adapter re-raises :attr:`error` itself, unchanged.
 
     Attributes:
         error (Exception): the client's own exception.
@@ -112,7 +111,7 @@ def canonical_host(host: str) -> str:
 
 def host_breaker_name(owner: str, url: str, scheme: str | None, host: str | None, port: int | None) -> str:
     """The per-host breaker name of a request: ``"api.example.com"``, or
-    ``"api.example.com:8443"`` when the port is not the scheme's default (HC-1).
+    ``"api.example.com:8443"`` when the port is not the scheme's default.
 
     Args:
         owner: the adapter's name, for messages.
@@ -237,7 +236,7 @@ class Breakers:
     def named(
         self, request: Any, origin: Any, url: Callable[[], tuple[str, str | None, str | None, int | None]]
     ) -> str:
-        """The breaker name for *request* (HC-1).
+        """The breaker name for *request*.
 
         Args:
             request: the client's request object, handed to a *service* callable.
@@ -288,7 +287,7 @@ class Breakers:
 
     def route(self, entry: _Entry, method: str | None, replayable: bool) -> Route:
         """The route of one request: with the retry stage only for a method the policy
-        retries and a body that can be sent again (HC-3)."""
+        retries and a body that can be sent again."""
         if entry.retrying is not None and replayable and (method or "").upper() in self.methods:
             return entry.retrying
         return entry.plain

@@ -1,9 +1,9 @@
-"""The breaker state machine: ask permission, then record the outcome (design habit 3).
+"""The breaker state machine: ask permission, then record the outcome.
 
 ``acquire()`` either raises :class:`CircuitOpenError` or returns a :class:`Permit`
 stamped with the state generation; the caller runs its own code with no lock held and
 reports back with ``record_success`` / ``record_failure`` / ``record_ignored``. An outcome
-whose generation is no longer current is dropped (CB-8). Every mutation happens under
+whose generation is no longer current is dropped. Every mutation happens under
 one short ``threading.Lock``; events are published after it is released, once per
 transition.
 
@@ -17,8 +17,6 @@ attributes of this class (``_fast_permit``, ``_healthy_permit``, ``_quiet_permit
 ``_reject_until``, ``_sync_due``) plus the cascade counter. The rule that keeps them sound: every path that
 records a failure or changes state goes through :meth:`CircuitBreaker._invalidate`
 first, which clears the hot-path permits before anything else is touched.
-
-Implements CB-1..CB-12, CB-14, OP-1..OP-3, OP-5, RL-2, RL-3, EM-6 (adopting a peer's decision).
 """
 
 from __future__ import annotations
@@ -53,6 +51,7 @@ from .events import (
     TripBlocked,
 )
 from .events import bus as default_bus
+from .knobs import MAX_LIFETIME_MINUTES
 from .names import check_name
 from .nesting import RECORDED, Mark, entering, recorded_since, register
 from .rules import next_open
@@ -83,14 +82,14 @@ CLOSED = CircuitState.CLOSED
 OPEN = CircuitState.OPEN
 HALF_OPEN = CircuitState.HALF_OPEN
 
-# What CircuitBreaker.apply_peer did with a peer's decision (EM-6).
+# What CircuitBreaker.apply_peer did with a peer's decision.
 PEER_APPLIED = "applied"  # the breaker moved to the peer's state
 PEER_UNCHANGED = "unchanged"  # it was in that state already
 PEER_BLOCKED = "blocked"  # an OPEN met a local forced closed (like a trip meeting a force)
 PEER_LIFTED = "lifted"  # a CLOSED was applied over a local forced open (the documented hazard)
 
 #: ``(group, key)`` of each count :meth:`CircuitBreaker.metric_values` returns, in its
-#: order: the keys of :meth:`CircuitBreaker.metrics`' ``calls`` and ``blocked`` dicts (EM-7).
+#: order: the keys of :meth:`CircuitBreaker.metrics`' ``calls`` and ``blocked`` dicts.
 METRIC_COUNTS: tuple[tuple[str, str], ...] = (
     ("calls", "success"),
     ("calls", "failure"),
@@ -141,10 +140,10 @@ class Permit:
         generation (int): the breaker's generation when the call was admitted.
         trial (bool): True for a HALF_OPEN probe.
         dry_run (bool): True when dry-run let through a call it would have rejected; its
-            outcome is never recorded (OP-5).
+            outcome is never recorded.
         token (str | None): a shared store's probe lease, for trials.
         started (float | None): monotonic admission time (seconds) while the slow-call
-            trigger is on: the outcome is slow when it comes that long after (CB-17).
+            trigger is on: the outcome is slow when it comes that long after.
     """
 
     __slots__ = ("generation", "trial", "dry_run", "token", "started")
@@ -161,7 +160,7 @@ class Permit:
         self.trial = trial
         self.dry_run = dry_run
         self.token = token  # a shared store's probe lease, for trials
-        self.started = started  # monotonic admission time, while the slow-call trigger is on (CB-17)
+        self.started = started  # monotonic admission time, while the slow-call trigger is on
 
     def __repr__(self) -> str:
         kind = "trial" if self.trial else ("dry-run" if self.dry_run else "closed")
@@ -169,13 +168,15 @@ class Permit:
 
 
 def validate_ttl(ttl_minutes: Any, default: float) -> float:
-    """Check a force lifetime in minutes (``None`` -> *default*). Raises ConfigError (OP-1)."""
+    """Check a force lifetime in minutes (``None`` -> *default*). Raises ConfigError."""
     if ttl_minutes is None:
         ttl_minutes = default
     if isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, (int, float)):
         raise ConfigError(f"ttl_minutes={ttl_minutes!r}: expected a number of minutes")
-    if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > 1440:
-        raise ConfigError(f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most 1440 minutes")
+    if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > MAX_LIFETIME_MINUTES:
+        raise ConfigError(
+            f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most {MAX_LIFETIME_MINUTES} minutes"
+        )
     return float(ttl_minutes)
 
 
@@ -230,7 +231,7 @@ class View(NamedTuple):
 
 
 class CircuitBreaker:
-    """One named breaker (CB-12) with consecutive, failure-rate and 429-cascade triggers.
+    """One named breaker with consecutive, failure-rate and 429-cascade triggers.
 
     Args:
         name (str): the service name; any non-empty string.
@@ -244,7 +245,7 @@ class CircuitBreaker:
 
     # Slots, not an instance dict: a breaker holds some fifty fields, more than CPython's
     # shared-key instance dicts take, so each breaker used to carry a 1.6 KB dict of its own
-    # (issue 21, memory per breaker). ``__dict__`` stays as the last slot, created only when
+    # (memory per breaker: a fleet may hold many thousands). ``__dict__`` stays as the last slot, created only when
     # something sets an attribute that is not listed here (a test's spy, a subclass's
     # field); ``__weakref__`` because the Prometheus collector holds breakers weakly.
     __slots__ = (
@@ -327,7 +328,7 @@ class CircuitBreaker:
         self._closed_permit: Permit | None = Permit(0)
         # The CLOSED permit while admission needs no lock and no clock (CLOSED and
         # unforced), else None. Read once by the hot path, so a trip racing with it can
-        # only hand out a permit whose generation is already stale (CB-8).
+        # only hand out a permit whose generation is already stale.
         self._fast_permit: Permit | None = self._closed_permit
         # The CLOSED permit while a success would change nothing but the cascade count
         # (window full, no failure in it), else None. Cleared by _invalidate() before
@@ -342,7 +343,7 @@ class CircuitBreaker:
         # 0.0 whenever anything else holds. Cleared first by every transition.
         self._reject_until = 0.0
         # Monotonic time at which a shared breaker must consult its store again: the
-        # locked paths drop the hot-path permit then (ST-3). inf = never (local breakers).
+        # locked paths drop the hot-path permit then. inf = never (local breakers).
         self._sync_due = float("inf")
         self._consecutive = 0
         self._window: CountWindow | TimeWindow = _window_for(config)
@@ -351,19 +352,19 @@ class CircuitBreaker:
         self._lanes = True
         #: Returned types the wrappers record as successes without judging them: the
         #: config's ``plain_types`` (a frozenset shared by every breaker), swapped whole by
-        #: _configure_lanes() and read once per call; empty while a result_predicate is set (CB-18).
+        #: _configure_lanes() and read once per call; empty while a result_predicate is set.
         self.plain_types: frozenset[type] = config.plain_types
-        # While the slow-call trigger is on (CB-17) every admitted call carries its own
+        # While the slow-call trigger is on every admitted call carries its own
         # permit stamped with the admission time: this is the CLOSED permit to copy it
         # from (lock-free, like _fast_permit, which is then None), else None.
         self._timing_permit: Permit | None = None
-        self._timing = False  # the slow-call trigger is on (CB-17); set by _configure_lanes()
+        self._timing = False  # the slow-call trigger is on; set by _configure_lanes()
         self._cascade = SecondBuckets(config.cascade_window)
         self._cooldown_until = 0.0
         self._opened_at: float | None = None  # wall clock
         self._open_until = 0.0  # monotonic
-        self._open_seconds = config.recovery_timeout  # how long the current open lasts (CB-16)
-        self._opens = 0  # consecutive automatic opens since the last close (CB-16)
+        self._open_seconds = config.recovery_timeout  # how long the current open lasts
+        self._opens = 0  # consecutive automatic opens since the last close
         self._trials = 0  # slots taken in the current probing round
         self._trial_successes = 0
         self._forced: str | None = None  # "open" | "closed"
@@ -372,12 +373,12 @@ class CircuitBreaker:
         self._force_reason = ""
         self._force_actor: str | None = None
         self._last_trigger: str | None = None
-        self._seq = 0  # outcomes counted off the healthy lane (lock held), for CB-19
+        self._seq = 0  # outcomes counted off the healthy lane (lock held), so a nested call's outcome is seen
         self.dry_run_rejections = 0
         self._init_metrics()
         # Events are queued here under the state lock, in the order the transitions were
         # decided, and delivered after it is released by whichever thread drains first:
-        # listeners see transitions in order and never run under the state lock (CB-14).
+        # listeners see transitions in order and never run under the state lock.
         # A list, not a deque: append() and pop(0) are each one atomic C call as well, and
         # an empty list is 56 bytes where an empty deque takes a 64-slot block (760 bytes);
         # the queue is rarely longer than the one transition being delivered.
@@ -400,9 +401,9 @@ class CircuitBreaker:
 
     @property
     def state(self) -> CircuitState:
-        """Current :class:`CircuitState`. Evaluates lapses and the recovery timeout (CB-5).
+        """Current :class:`CircuitState`. Evaluates lapses and the recovery timeout.
 
-        With a shared store this may read the shared record (ST-3: when a consult is
+        With a shared store this may read the shared record (when a consult is
         due, or to sweep an OPEN record past its timeout).
         """
         if self._fast_permit is not None and not (self._timed and self._mono() >= self._sync_due):
@@ -423,7 +424,7 @@ class CircuitBreaker:
         return self._forced
 
     def snapshot(self) -> dict[str, Any]:
-        """A dict of the breaker's state and counts (section 0 keys). Never takes a trial slot."""
+        """A dict of the breaker's state and counts (the keys are part of the public contract). Never takes a trial slot."""
         self.state  # noqa: B018 - consult, sweep and evaluate first
         events = self._outbox
         with self._lock:
@@ -471,12 +472,12 @@ class CircuitBreaker:
 
     # ------------------------------------------------------------------ metrics
     def _init_metrics(self) -> None:
-        """The counts behind :meth:`metrics` (EM-7). Nothing is added to the CLOSED healthy
+        """The counts behind :meth:`metrics`. Nothing is added to the CLOSED healthy
         lane: its successes are the cascade's calls that are not counted here as anything
         else. The one count stepped without the lock, the OPEN rejection's, is an
         ``itertools.count`` (one atomic ``next()``); every other count is a plain int,
         changed only under the state lock (ints cost nothing per breaker, a count object
-        56 bytes: issue 21, memory per breaker)."""
+        56 bytes, and a fleet may hold many thousands of breakers)."""
         self._m_failure = 0  # final outcomes, counted or not in the cascade (lock held)
         self._m_rate_limited = 0  # (lock held)
         self._m_ignored = 0  # (lock held)
@@ -509,7 +510,7 @@ class CircuitBreaker:
         }
 
     def metrics(self) -> dict[str, Any]:
-        """What this process's breaker counted, for Prometheus (EM-7). Never takes a trial
+        """What this process's breaker counted, for Prometheus. Never takes a trial
         slot and never reads a shared store: a shared breaker reports the state this
         process last adopted; a local one evaluates its recovery timeout first, as
         :attr:`state` does.
@@ -522,11 +523,9 @@ class CircuitBreaker:
             (``open``, ``half_open_full``, ``frozen``; dry-run rejects nothing);
             ``transitions``: ``{(from_state, to_state, trigger): count}`` for every state
             change of this process's breaker, adopted ones included (every trigger is
-            named, CB-20: ``reset`` after :meth:`reset`, ``adopted`` for a shared record
+            named, ``reset`` after :meth:`reset`, ``adopted`` for a shared record
             that names none). Counts start at 0
             in a process, a forked child included, and never decrease.
-
-        Implements EM-7 (the counts).
         """
         events = self._outbox
         with self._lock:
@@ -546,7 +545,7 @@ class CircuitBreaker:
         return counts
 
     def metric_values(self) -> tuple[CircuitState, tuple[int, ...], tuple[tuple[tuple[str, str, str], int], ...]]:
-        """:meth:`metrics` as tuples, for a scrape over thousands of breakers (EM-7): the
+        """:meth:`metrics` as tuples, for a scrape over thousands of breakers: the
         same counts, read the same way, returned without the nested dicts.
 
         Returns:
@@ -557,8 +556,6 @@ class CircuitBreaker:
             ``transitions``: ``((from_state, to_state, trigger), count)`` pairs, ``()``
             while this process saw no state change. Counts start at 0 in a process and
             never decrease.
-
-        Implements EM-7 (the counts).
         """
         events = self._outbox
         with self._lock:
@@ -587,12 +584,12 @@ class CircuitBreaker:
         return state, counts, transitions
 
     def after_fork(self) -> None:
-        """In a child just forked (one thread): its counts start from what it inherited (EM-7)."""
+        """In a child just forked (one thread): its counts start from what it inherited."""
         self._inherited = self._metric_counts()
 
     def _open_fields(self) -> dict[str, float | None]:
         """The snapshot's ``open_until`` (Unix s, when the OPEN breaker admits a probe) and
-        ``open_duration`` (s, the backed-off length of the current or last open, CB-16). A
+        ``open_duration`` (s, the backed-off length of the current or last open). A
         forced open ends with its force (``open_until`` = its expiry, no automatic duration)."""
         if self._state is CLOSED:
             return {"open_until": None, "open_duration": None}
@@ -611,7 +608,7 @@ class CircuitBreaker:
         Raises:
             CircuitOpenError: OPEN (``reason="open"``, ``retry_after`` seconds until a probe
                 or until a force lapses) or HALF_OPEN with every trial slot taken
-                (``reason="half_open_full"``). Never raised in dry-run (OP-5).
+                (``reason="half_open_full"``). Never raised in dry-run.
         """
         permit = self._fast_permit
         if permit is not None and not (self._timed and self._mono() >= self._sync_due):
@@ -622,11 +619,11 @@ class CircuitBreaker:
         """Admission when the lock-free CLOSED permit does not apply (the second of the two
         methods the hot path binds; :meth:`acquire` is the whole of the first).
 
-        May read or write the shared record (ST-3: a due consult or a due probe).
+        May read or write the shared record (a due consult or a due probe).
 
         Args:
             metered: False when the admission is not a request (a 429 report looking for
-                a probe slot, RL-9): a rejection is then not counted as blocked (EM-7).
+                a probe slot): a rejection is then not counted as blocked.
 
         Returns:
             A permit. Raises CircuitOpenError as :meth:`acquire` does.
@@ -634,12 +631,12 @@ class CircuitBreaker:
         now = self._mono()
         base = self._timing_permit
         if base is not None and now < self._sync_due:
-            # CB-17: CLOSED with the slow-call trigger on; lock-free for the same reason as
-            # the hot path's permit (a racing trip leaves this copy's generation stale, CB-8)
+            # CLOSED with the slow-call trigger on; lock-free for the same reason as
+            # the hot path's permit (a racing trip leaves this copy's generation stale)
             return Permit(base.generation, started=now)
         until = self._reject_until
         if now < until and now < self._sync_due:
-            raise self._reject_fast(now, until, metered)  # CB-4 and ST-3: no lock, no round trip
+            raise self._reject_fast(now, until, metered)  # no lock, no round trip
         sync = self._sync
         if now >= self._sync_due:
             if sync.known:
@@ -655,7 +652,7 @@ class CircuitBreaker:
 
     def timing_start(self, now: float) -> float | None:
         """The admission time to stamp on a permit (monotonic seconds), or None while the
-        slow-call trigger is off (CB-17: then nothing is slow, in any state)."""
+        slow-call trigger is off (then nothing is slow, in any state)."""
         return now if self._timing else None
 
     # ------------------------------------------------------- the hot path's closures
@@ -674,19 +671,19 @@ class CircuitBreaker:
         Args:
             func: the protected function.
             policy: the retry policy, or None for no retry stage.
-            trial_policy: *policy* made one attempt (CB-6), for trials.
+            trial_policy: *policy* made one attempt, for trials.
             fallback: called with the call's arguments when the breaker rejects or the call
-                fails (FAC-4), or None.
+                fails, or None.
             engine: the runner's and retry engine's functions (no import circle).
 
         Returns:
-            A function with *func*'s signature. Implements FAC-1..FAC-4, CB-4, CB-8, CB-19.
+            A function with *func*'s signature.
         """
         # Every variable a closure uses is a cell of its own (40 bytes each, per wrapper): the
         # wrapper keeps cells for what the CLOSED healthy path reads (the breaker, the call,
         # the policy, the clock, the cascade), and reaches everything the slower branches
         # need through the breaker (its fields are slots: one specialised read each) or the
-        # one *engine* (issue 21, memory per breaker).
+        # one *engine* (memory per breaker: a fleet may hold many thousands).
         cascade = self._cascade
         monotonic = self._mono
         budgeted = policy is not None and policy.budget_seconds is not None
@@ -700,7 +697,7 @@ class CircuitBreaker:
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
                     now = monotonic()
                     if now < until and now < self._sync_due and not self._bus.wants_rejections():
-                        next(self._blocked_open)  # EM-7: an itertools.count, one atomic step
+                        next(self._blocked_open)  # an itertools.count, one atomic step
                         if fallback is None:
                             # raised unnamed: a local holding it would tie this frame and the
                             # error's traceback into a cycle that only the GC frees
@@ -710,7 +707,7 @@ class CircuitBreaker:
                         )
                 outer = trial_in_progress(self)
                 if outer is not None:
-                    permit = outer  # CB-19: nested in this breaker's trial: no second slot, no refusal
+                    permit = outer  # nested in this breaker's trial: no second slot, no refusal
                 else:
                     if fallback is None:
                         permit = self.acquire()
@@ -803,7 +800,7 @@ class CircuitBreaker:
                 if until:  # acquire_slow()'s lock-free OPEN rejection, inlined (see core/hotpath.py)
                     now = monotonic()
                     if now < until and now < self._sync_due and not self._bus.wants_rejections():
-                        next(self._blocked_open)  # EM-7: an itertools.count, one atomic step
+                        next(self._blocked_open)  # an itertools.count, one atomic step
                         if fallback is None:
                             raise new_open_error(self.name, Reason.OPEN, until - now)  # unnamed: see sync_wrapper
                         return await engine.acall_fallback(
@@ -811,7 +808,7 @@ class CircuitBreaker:
                         )
                 outer = trial_in_progress(self)
                 if outer is not None:
-                    permit = outer  # CB-19: nested in this breaker's trial
+                    permit = outer  # nested in this breaker's trial
                 else:
                     if fallback is None:
                         permit = await self.aacquire()
@@ -883,7 +880,7 @@ class CircuitBreaker:
         lock-free as the wrappers do. Returns the call's value, or ``engine.slow`` when the
         plain path does not apply (the caller runs its full wrapper), or ``engine.refused``
         when *call* turned out to be a coroutine or generator function (nothing recorded,
-        the caller's full way raises the ConfigError). Implements CB-19 as the wrappers do.
+        the caller's full way raises the ConfigError). A nested call through the same breaker is one call, as in the wrappers.
         """
         slow = engine.slow  # returned by every call of a shared breaker: kept as a cell
         cascade = self._cascade  # the other cells kept, as in build_wrapper
@@ -932,7 +929,7 @@ class CircuitBreaker:
         ``admit()`` returns ``(permit, mark)`` when the plain path applies, else None (the
         caller runs its full wrapper); ``succeeded(permit, mark, result)`` and
         ``failed(permit, mark, exc)`` record the outcome, the healthy lane lock-free, and
-        nothing when a nested call through this breaker settled the call already (CB-19).
+        nothing when a nested call through this breaker settled the call already.
         """
         cascade = self._cascade  # the cells kept, as in build_wrapper
         monotonic = self._mono
@@ -965,8 +962,7 @@ class CircuitBreaker:
         "await :meth:`aacquire`" (it decides, off the loop where the store may be reached).
 
         Returns:
-            The CLOSED permit, or None. Raises nothing. Implements ST-3, IN-7 (no store
-            I/O on the loop).
+            The CLOSED permit, or None. Raises nothing.
         """
         permit = self._fast_permit
         if permit is not None and not (self._timed and self._mono() >= self._sync_due):
@@ -1006,14 +1002,14 @@ class CircuitBreaker:
         return self._clock
 
     def view(self, *, locked: bool = False) -> View:
-        """The state a store strategy decides on (ST-3); *locked* reads it under the state lock."""
+        """The state a store strategy decides on; *locked* reads it under the state lock."""
         if locked:
             with self._lock:
                 return View(self._state, self._forced, self._force_until, self._open_until, self._sync_due)
         return View(self._state, self._forced, self._force_until, self._open_until, self._sync_due)
 
     def schedule(self, deadline: float, *, refresh: bool = False) -> None:
-        """Set when a shared breaker consults its store next (monotonic seconds; ST-3). With
+        """Set when a shared breaker consults its store next (monotonic seconds). With
         *refresh* the hot-path permit is re-derived under the state lock (not held by the caller)."""
         if not refresh:
             self._sync_due = deadline
@@ -1026,7 +1022,7 @@ class CircuitBreaker:
         self, answer: Answer, *, force: bool = False, first: Collection[Event] = (), announced: bool = False
     ) -> None:
         """Make the local state follow a store *answer* (state lock taken here, not held by the
-        caller), then deliver *first* and what the adoption published (CB-14, ST-2).
+        caller), then deliver *first* and what the adoption published.
 
         Args:
             answer (Answer): what one store operation returned.
@@ -1044,14 +1040,14 @@ class CircuitBreaker:
         self._publish(events)
 
     def apply_probe(self, answer: Answer, token: str, now: float) -> Permit | None:
-        """Adopt the answer to a probe request and build the permit it grants (ST-2): a trial
+        """Adopt the answer to a probe request and build the permit it grants: a trial
         permit holding *token* when the store gave a slot, the CLOSED permit when the record
         turned out CLOSED, else None (no slot). Takes the state lock; publishes afterwards."""
         events: list[Event] = []
         permit: Permit | None = None
         with self._lock:
             self._adopt(answer, self._mono(), events)
-            started = self.timing_start(now)  # CB-17: timed calls
+            started = self.timing_start(now)  # timed calls
             if answer.result:  # the adopted round already counts this probe
                 permit = Permit(self._gen, trial=True, token=token, started=started)
             elif self._state is CLOSED:
@@ -1060,12 +1056,12 @@ class CircuitBreaker:
         return permit
 
     def publish(self, events: Collection[Event]) -> None:
-        """Deliver *events* in order after the state lock was released (CB-14)."""
+        """Deliver *events* in order after the state lock was released."""
         self._publish(events)
 
     @property
     def generation(self) -> int:
-        """The state generation: a new one with every transition (CB-8: an outcome admitted
+        """The state generation: a new one with every transition (an outcome admitted
         in an older generation is dropped)."""
         return self._gen
 
@@ -1078,7 +1074,7 @@ class CircuitBreaker:
     @property
     def cooldown_deadline(self) -> float:
         """Monotonic end of this process's 429 cooldown (seconds); 0.0 until a cooldown was
-        ever set, which the retry stage reads to skip the clock (RL-6)."""
+        ever set, which the retry stage reads to skip the clock."""
         return self._cooldown_until
 
     def healthy_success(self, permit: Permit) -> bool:
@@ -1094,18 +1090,18 @@ class CircuitBreaker:
 
     def record_mark(self) -> int:
         """The number of outcomes counted so far off the lock-free healthy lane: read when a
-        call begins, and given to :func:`recorded_since` before its outcome is recorded (CB-19)."""
+        call begins, and given to :func:`recorded_since` before its outcome is recorded."""
         return self._seq
 
     def _mark(self) -> None:
         """An outcome was counted (lock held): number it, and note it for this thread or
-        task, so a call around a nested one through this breaker records nothing more (CB-19)."""
+        task, so a call around a nested one through this breaker records nothing more."""
         self._seq += 1
         RECORDED.set((self, self._seq))
 
     def note_recorded(self) -> None:
         """Note in this thread or task that an outcome of this breaker was counted elsewhere
-        (a worker thread recording a trial for a coroutine), as :meth:`_mark` does (CB-19)."""
+        (a worker thread recording a trial for a coroutine), as :meth:`_mark` does."""
         with self._lock:
             RECORDED.set((self, self._seq))
 
@@ -1125,10 +1121,10 @@ class CircuitBreaker:
         return None
 
     def _reject_fast(self, now: float, until: float, metered: bool = True) -> CircuitOpenError:
-        """OPEN inside its deadline: the rejection needs no lock (CB-4). The event is built
+        """OPEN inside its deadline: the rejection needs no lock. The event is built
         only when a listener wants plain rejections."""
         if metered:
-            next(self._blocked_open)  # EM-7
+            next(self._blocked_open)
         if self._bus.wants_rejections():
             self._publish([CallRejected(self.name, self._clock.wall(), Reason.OPEN, OPEN.value, False, until - now)])
         return new_open_error(self.name, Reason.OPEN, until - now)  # C alone, no Python __init__
@@ -1136,7 +1132,7 @@ class CircuitBreaker:
     def _admit(self, now: float, metered: bool = True) -> Permit:
         """The one admission decision (lock held inside): CLOSED passes, HALF_OPEN takes a
         local trial slot when this process judges alone, anything else is rejected with
-        its reason (CB-4, CB-6), or let through and counted in dry-run (OP-5)."""
+        its reason, or let through and counted in dry-run."""
         events = self._outbox
         permit: Permit | None = None
         reason = Reason.OPEN
@@ -1148,7 +1144,7 @@ class CircuitBreaker:
             if state is CLOSED:
                 permit = Permit(self._gen, started=now) if timing else self._closed_permit
             elif state is HALF_OPEN:
-                # the fleet's slots are the store's while it answers (ST-2): none here
+                # the fleet's slots are the store's while it answers: none here
                 max_calls = self.config.half_open_max_calls
                 taken = self._trials if self._sync.local_judgement() else max_calls
                 refusal = rules.probe_refusal(
@@ -1158,11 +1154,11 @@ class CircuitBreaker:
                     self._trials += 1
                     permit = Permit(self._gen, trial=True, started=now if timing else None)
                 else:
-                    reason = refusal  # frozen (EM-2) or half_open_full (CB-6)
+                    reason = refusal  # frozen or half_open_full
             else:
                 until = self._force_until if self._forced == "open" else self._open_until
                 if now >= until and self._forced is None and frozen():
-                    reason = Reason.FROZEN  # EM-2: held OPEN past its recovery timeout
+                    reason = Reason.FROZEN  # held OPEN past its recovery timeout
                 else:
                     retry_after = max(0.0, until - now)
                     self._hold_open_until(until)
@@ -1174,7 +1170,7 @@ class CircuitBreaker:
                         CallRejected(self.name, self._clock.wall(), reason=reason, state=state.value, dry_run=True)
                     )
                 elif metered:
-                    self._count_blocked(reason)  # EM-7
+                    self._count_blocked(reason)
         if permit is None:
             if self._bus.wants_rejections():
                 events.append(CallRejected(self.name, self._clock.wall(), reason, state.value, False, retry_after))
@@ -1185,7 +1181,7 @@ class CircuitBreaker:
         return permit
 
     def _count_blocked(self, reason: str) -> None:
-        """EM-7: one rejection for *reason* on a locked path (lock held)."""
+        """One rejection for *reason* on a locked path (lock held)."""
         if reason == Reason.OPEN:
             next(self._blocked_open)  # the count the lock-free rejection steps too
         elif reason == Reason.HALF_OPEN_FULL:
@@ -1207,7 +1203,7 @@ class CircuitBreaker:
             # cascade call, counted by an atomic next(); rolling to a new second locks.
             if not count_attempt:
                 with self._lock:
-                    self._m_uncounted += 1  # EM-7: a success the cascade does not count
+                    self._m_uncounted += 1  # a success the cascade does not count
                 return
             cascade = self._cascade
             if self._mono() < cascade.bucket_end:
@@ -1231,7 +1227,7 @@ class CircuitBreaker:
                         if now >= self._sync_due:
                             self._quiet_permit = self._fast_permit = None  # a shared store's consult is due
                     else:
-                        self._m_uncounted += 1  # EM-7
+                        self._m_uncounted += 1
                     self._mark()
                     return
             finally:
@@ -1250,14 +1246,14 @@ class CircuitBreaker:
 
         Args:
             permit: from :meth:`acquire`.
-            rate_limited: the failure was a 429 sighting (RL-1); also feeds the cascade
-                and starts the cooldown (RL-2) when *count_attempt*.
+            rate_limited: the failure was a 429 sighting; also feeds the cascade
+                and starts the cooldown when *count_attempt*.
             retry_after: the raw ``Retry-After`` (seconds or header text) for the cooldown.
             count_attempt: False when the retry stage already noted each attempt.
         """
         if permit.dry_run:
             with self._lock:
-                self._count_failure(rate_limited)  # EM-7: a call let through by dry-run counts
+                self._count_failure(rate_limited)  # a call let through by dry-run counts
             return
         if count_attempt and rate_limited:
             self.note_attempt(rate_limited=True, retry_after=retry_after, evaluate=False)
@@ -1267,13 +1263,13 @@ class CircuitBreaker:
     def record_ignored(self, permit: Permit) -> None:
         """The call ended in an ignored exception, a ``BaseException`` that is not an
         ``Exception``, or never reached the dependency: neither success nor failure. A trial
-        gives its slot back (CB-10); with a shared store, to the fleet's round."""
+        gives its slot back; with a shared store, to the fleet's round."""
         with self._lock:
-            self._m_ignored += 1  # EM-7
+            self._m_ignored += 1
         self.give_back(permit)
 
     def give_back(self, permit: Permit) -> None:
-        """Return the trial slot *permit* holds without recording an outcome (CB-10, CB-19).
+        """Return the trial slot *permit* holds without recording an outcome.
 
         For a trial whose call ended without its outcome reaching the locked path (a success
         taken by the healthy lane after a state change counted itself there): the slot comes
@@ -1283,7 +1279,7 @@ class CircuitBreaker:
         if not permit.trial:
             return
         with self._lock:
-            self._mark()  # settled, for a call around a nested one (CB-19)
+            self._mark()  # settled, for a call around a nested one
         if self._sync.finish_probe(self, permit, "abandon"):
             return
         with self._lock:
@@ -1291,7 +1287,7 @@ class CircuitBreaker:
                 self._trials -= 1
 
     def _count_failure(self, rate_limited: bool) -> None:
-        """EM-7: one final failed outcome (lock held)."""
+        """One final failed outcome (lock held)."""
         if rate_limited:
             self._m_rate_limited += 1
         else:
@@ -1299,16 +1295,16 @@ class CircuitBreaker:
 
     def _record(self, permit: Permit, *, ok: bool, count_attempt: bool, rate_limited: bool = False) -> None:
         """One outcome off the lanes (a failure comes only from :meth:`record_failure`, and
-        is counted here as its final outcome, EM-7)."""
+        is counted here as its final outcome)."""
         if permit.dry_run:  # record_failure() counted a dry-run failure already
             if ok:
                 with self._lock:
-                    self._m_uncounted += 1  # EM-7: a success outside the cascade's count
+                    self._m_uncounted += 1  # a success outside the cascade's count
             return
-        uncounted = ok and not count_attempt  # EM-7: a success outside the cascade's count
+        uncounted = ok and not count_attempt  # a success outside the cascade's count
         now = self._mono()
         started = permit.started
-        # CB-17: only while the trigger is on (a duration and a rate threshold, both > 0)
+        # only while the trigger is on (a duration and a rate threshold, both > 0)
         slow = started is not None and self._timing and now - started >= self.config.slow_call_duration
         if permit.trial:
             with self._lock:
@@ -1320,7 +1316,7 @@ class CircuitBreaker:
                 if count_attempt:
                     self._cascade.add(now, False)
                     if not ok:
-                        self._m_noted += 1  # EM-7
+                        self._m_noted += 1
             self._record_trial(permit, ok and not slow, now, slow)
             return
         events = self._outbox
@@ -1333,11 +1329,11 @@ class CircuitBreaker:
             if count_attempt:
                 self._cascade.add(now, False)
                 if not ok:
-                    self._m_noted += 1  # EM-7: a cascade call that is not a success
+                    self._m_noted += 1  # a cascade call that is not a success
             if now >= self._sync_due:
                 self._quiet_permit = self._fast_permit = None  # a shared store's consult is due
             if permit.generation != self._gen:
-                pass  # CB-8: stale outcome, dropped
+                pass  # stale outcome, dropped
             elif self._state is CLOSED:
                 if ok and not slow:
                     self._consecutive = 0
@@ -1348,7 +1344,7 @@ class CircuitBreaker:
                 else:
                     self._invalidate()
                     if ok:
-                        self._consecutive = 0  # a slow success is still a success (CB-2)
+                        self._consecutive = 0  # a slow success is still a success
                     else:
                         self._consecutive += 1
                     self._window.add(not ok, slow, now)
@@ -1361,8 +1357,8 @@ class CircuitBreaker:
         self._settle(events)
 
     def _record_trial(self, permit: Permit, ok: bool, now: float, slow: bool = False) -> None:
-        """A trial's outcome (CB-6): N successes close, one failure reopens; stale ones drop.
-        A slow trial is a failed one, reopening with trigger ``slow_call_rate`` (CB-17).
+        """A trial's outcome: N successes close, one failure reopens; stale ones drop.
+        A slow trial is a failed one, reopening with trigger ``slow_call_rate``.
         With a shared store the fleet's round decides (one store operation)."""
         outcome = "slow" if slow else ("success" if ok else "failure")
         if self._sync.finish_probe(self, permit, outcome):
@@ -1377,30 +1373,30 @@ class CircuitBreaker:
                     frozen=frozen(),
                 )
                 if verdict == rules.GIVE_BACK:
-                    self._trials -= 1  # EM-2: no close, no reopen while frozen; the slot goes back
+                    self._trials -= 1  # no close, no reopen while frozen; the slot goes back
                 elif verdict == rules.COUNT:
                     self._trial_successes += 1
                 elif verdict == rules.CLOSE:
                     self._trial_successes += 1
                     self._to_closed(Trigger.HALF_OPEN_SUCCESS, events)
                 else:
-                    # a re-open is a trip like any other (ST-4): with a shared store it is
+                    # a re-open is a trip like any other: with a shared store it is
                     # queued for write-back, and pushed once the store answers again
                     self._trip(now, rules.trial_trigger(outcome), events, reopen=True)
         self._settle(events)
 
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
-        """Count one attempt at the dependency in the cascade window (RL-5).
+        """Count one attempt at the dependency in the cascade window.
 
         A 429 sighting (*rate_limited*) also starts or extends the cooldown from
-        *retry_after* (RL-2) and may open the breaker through the cascade (RL-3).
+        *retry_after* and may open the breaker through the cascade.
         Outcomes for the breaker's own triggers are recorded separately.
         """
         now = self._mono()
         events = self._outbox
         with self._lock:
             self._cascade.add(now, rate_limited)
-            self._m_noted += 1  # EM-7: an attempt, never a success of its own
+            self._m_noted += 1  # an attempt, never a success of its own
             if rate_limited:
                 cfg = self.config
                 seconds = parse_retry_after(
@@ -1414,7 +1410,7 @@ class CircuitBreaker:
         self._settle(events)
 
     def report_rate_limit(self, retry_after: Any = None) -> None:
-        """A 429 seen outside any protected call (RL-9): a sighting counted as a call, a
+        """A 429 seen outside any protected call: a sighting counted as a call, a
         cooldown, and a failure of the current state (CLOSED: a recorded failure;
         HALF_OPEN: a failed probe; OPEN: nothing more). While a fleet probes through a
         shared store, the failure takes one of the round's slots (none free: a sighting only).
@@ -1425,7 +1421,7 @@ class CircuitBreaker:
                 permit = self.acquire_slow(metered=False)
             except CircuitOpenError:
                 with self._lock:
-                    self._m_rate_limited += 1  # EM-7: a rate-limited call all the same
+                    self._m_rate_limited += 1  # a rate-limited call all the same
                 self.note_attempt(rate_limited=True, retry_after=retry_after)
                 return
             self.record_failure(permit, rate_limited=True, retry_after=retry_after)
@@ -1433,7 +1429,7 @@ class CircuitBreaker:
         with self._lock:
             state, gen = self._state, self._gen
             if state is OPEN:
-                self._m_rate_limited += 1  # EM-7
+                self._m_rate_limited += 1
         if state is OPEN:
             self.note_attempt(rate_limited=True, retry_after=retry_after)
             return
@@ -1443,7 +1439,7 @@ class CircuitBreaker:
         self.record_failure(permit, rate_limited=True, retry_after=retry_after)
 
     def note_dry_run_refusal(self, remaining: float) -> None:
-        """Dry-run (OP-5): a cooldown refusal that did not happen; counted and logged."""
+        """Dry-run: a cooldown refusal that did not happen; counted and logged."""
         with self._lock:
             self.dry_run_rejections += 1
         self._publish(
@@ -1458,8 +1454,8 @@ class CircuitBreaker:
     # ------------------------------------------------------------------ triggers
     def _closed_trigger(self, now: float, *, failed: bool) -> str | None:
         """The trigger one recorded CLOSED outcome fires, or None (lock held): the consecutive
-        count, then the rates over the window (CB-2, CB-3, CB-15), the failure rate before the
-        slow-call rate (CB-17, gated by ``minimum_calls`` whatever the failure-rate setting).
+        count, then the rates over the window, the failure rate before the
+        slow-call rate (gated by ``minimum_calls`` whatever the failure-rate setting).
         The order is :func:`rules.closed_trigger`'s."""
         cfg = self.config
         window = self._window
@@ -1493,7 +1489,7 @@ class CircuitBreaker:
     # --------------------------------------------------------------- transitions
     def _refresh_fast(self) -> None:
         """Recompute the hot-path permit after a state or force change (lock held). With the
-        slow-call trigger on, the CLOSED permit becomes the one admission copies (CB-17)."""
+        slow-call trigger on, the CLOSED permit becomes the one admission copies."""
         fast = (
             self._closed_permit
             if self._state is CLOSED and self._forced is None and (not self._timed or self._mono() < self._sync_due)
@@ -1510,16 +1506,16 @@ class CircuitBreaker:
     def _configure_lanes(self) -> None:
         """Whether successes may skip the window (lock held, or in __init__): only with the
         count window and no call timing, where a success in a clean full window changes
-        nothing. A time window must count every success (CB-15).
+        nothing. A time window must count every success.
 
         Calls are timed only while the slow-call trigger is on: a duration and a rate
-        threshold both above 0. With either at 0 nothing is ever slow, in any state (CB-17)."""
+        threshold both above 0. With either at 0 nothing is ever slow, in any state."""
         cfg = self.config
         self._timing = cfg.slow_call_duration > 0 and cfg.slow_call_rate_threshold > 0
         self._lanes = cfg.sliding_window_type == "count" and not self._timing
         if not self._lanes:
             self._quiet_permit = self._healthy_permit = None
-        self.plain_types = cfg.plain_types  # CB-18: empty while a result_predicate judges every value
+        self.plain_types = cfg.plain_types  # empty while a result_predicate judges every value
 
     def _invalidate(self) -> None:
         """Clear what the lock-free paths read, before any failure is recorded or any state
@@ -1534,15 +1530,15 @@ class CircuitBreaker:
         the store who decided the trip)."""
         if reopen:
             if frozen():
-                return  # EM-2 (the trial's verdict already said so)
+                return  # Level 3 holds it (the trial's verdict already said so)
         elif rules.trip_verdict(state=self._state.value, forced=self._forced, frozen=frozen()) != rules.TRIPPED:
-            return  # EM-2: Level 3 holds every automatic decision; a force refuses it (OP-2)
+            return  # Level 3 holds every automatic decision; a force refuses it
         held: list[Event] = []
         self._to_open(now, trigger, held)
         self._sync.trip_decided(self, trigger, held, events)
 
     def open_timing(self) -> tuple[float, float, float]:
-        """``(recovery_timeout, backoff factor, cap)`` in seconds, for the store's open (CB-16)."""
+        """``(recovery_timeout, backoff factor, cap)`` in seconds, for the store's open."""
         cfg = self.config
         return cfg.recovery_timeout, cfg.recovery_backoff_factor, cfg.recovery_timeout_max
 
@@ -1556,10 +1552,9 @@ class CircuitBreaker:
     ) -> float:
         """Move to *target* in a new generation (lock held): the single place a state
         changes, for local decisions and adoption alike. Appends ``StateChanged`` to
-        *events* unless it is None (adoption of a peer's decision publishes nothing, CB-14).
+        *events* unless it is None (adoption of a peer's decision publishes nothing).
 
-        The edge is checked against the legal-transition table first (CB-20,
-        :func:`~baldur_django.core.states.check_transition`); *adopted* marks a state taken
+        The edge is checked against the legal-transition table first (:func:`~baldur_django.core.states.check_transition`); *adopted* marks a state taken
         over from a shared record, legal from any state.
 
         Returns:
@@ -1571,7 +1566,7 @@ class CircuitBreaker:
         before = self._state
         check_transition(before, target, trigger, adopted=adopted)
         self._invalidate()
-        if target is not before:  # EM-7
+        if target is not before:
             key = (before.value, target.value, trigger)
             transitions = self._transitions
             if transitions is None:
@@ -1585,7 +1580,7 @@ class CircuitBreaker:
         if target is CLOSED:
             self._closed_permit = Permit(self._gen)
             self._opened_at = None
-            self._opens = 0  # any close resets the backoff (CB-16)
+            self._opens = 0  # any close resets the backoff
         else:
             self._closed_permit = None
         self._refresh_fast()
@@ -1610,7 +1605,7 @@ class CircuitBreaker:
 
     def _to_open(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
         """Open (lock held). An automatic open counts one more consecutive open and lasts its
-        backed-off duration (CB-16); a forced open leaves the count alone."""
+        backed-off duration; a forced open leaves the count alone."""
         self._opened_at = self._enter(OPEN, trigger, events)
         if trigger != Trigger.FORCED:
             self._opens, self._open_seconds = next_open(self._opens, *self.open_timing())
@@ -1629,10 +1624,10 @@ class CircuitBreaker:
             self._window.clear()
 
     def _evaluate(self, now: float, events: MutableSequence[Event]) -> None:
-        """Apply a lapsed force and the recovery timeout (lazy transitions, CB-5, OP-3).
+        """Apply a lapsed force and the recovery timeout (lazy transitions).
 
         With a shared store that answers, the store decides both (its operations
-        normalise the record first); locally only while it is down (ST-4).
+        normalise the record first); locally only while it is down.
         """
         if not self._sync.local_judgement():
             return
@@ -1642,7 +1637,7 @@ class CircuitBreaker:
             self._clear_force()
             if rules.lapse_target(previous, frozen=frozen()) is not None:
                 self._to_half_open(Trigger.FORCE_LAPSED, None)
-            elif previous == "open":  # EM-2: a lapsed forced open stays OPEN until the level drops
+            elif previous == "open":  # a lapsed forced open stays OPEN until the level drops
                 self._open_until = now
             else:
                 self._refresh_fast()
@@ -1681,7 +1676,7 @@ class CircuitBreaker:
         """Make the local state follow the shared record of a store *answer* (lock held).
 
         Publishes only what this worker's own store operation decided (``answer.moved``,
-        ``answer.lapsed``); a state adopted from a peer's decision publishes nothing (CB-14).
+        ``answer.lapsed``); a state adopted from a peer's decision publishes nothing.
         """
         record = answer.record
         sync = self._sync
@@ -1697,7 +1692,7 @@ class CircuitBreaker:
             )
         if isinstance(sync, StoreSync):
             # Same version: nothing new, unless this worker's own judgement during an outage
-            # (ST-4) left it elsewhere; then it follows the record again (a local trip still
+            # left it elsewhere; then it follows the record again (a local trip still
             # waiting for its push keeps its state: the push settles it).
             same = _STATES[record.state] is self._state and record.forced == self._forced
             if record.version == sync.version and not force and (same or sync.pending is not None):
@@ -1751,7 +1746,7 @@ class CircuitBreaker:
 
     # -------------------------------------------------------------------- forces
     def force_open(self, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
-        """Hold the breaker OPEN for *ttl_minutes* minutes (OP-1, OP-2).
+        """Hold the breaker OPEN for *ttl_minutes* minutes.
 
         Args:
             ttl_minutes: lifetime in minutes, > 0 and <= 1440; None uses
@@ -1761,16 +1756,16 @@ class CircuitBreaker:
 
         Raises:
             ConfigError: bad lifetime; nothing changes.
-            StoreError: a shared store could not store the force (OP-4).
+            StoreError: a shared store could not store the force.
         """
         self._force("open", ttl_minutes, reason, actor)
 
     def force_close(self, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None) -> None:
-        """Hold the breaker CLOSED for *ttl_minutes* minutes; failures are still recorded (OP-2).
+        """Hold the breaker CLOSED for *ttl_minutes* minutes; failures are still recorded.
 
         Raises:
             ConfigError: bad lifetime; nothing changes.
-            StoreError: a shared store could not store the force (OP-4).
+            StoreError: a shared store could not store the force.
         """
         self._force("closed", ttl_minutes, reason, actor)
 
@@ -1827,7 +1822,7 @@ class CircuitBreaker:
         self._refresh_fast()
 
     def release(self, actor: str | None = None, reason: str = "") -> bool:
-        """Hand the breaker back to automatic judgement (OP-3).
+        """Hand the breaker back to automatic judgement.
 
         A forced open goes straight to HALF_OPEN; a forced closed stays CLOSED with its
         counts, and the next outcome evaluates the triggers.
@@ -1836,7 +1831,7 @@ class CircuitBreaker:
             True when a force was removed, False when nothing was forced (a no-op).
 
         Raises:
-            StoreError: a shared store could not store the release (OP-4).
+            StoreError: a shared store could not store the release.
         """
         events = self._outbox
         with self._sync.serial():
@@ -1882,7 +1877,7 @@ class CircuitBreaker:
         self._settle(events)
         return previous is not None
 
-    # -------------------------------------------------------------- peers (EM-6)
+    # -------------------------------------------------------------- peers
     def apply_peer(self, state: str) -> str:
         """Adopt a peer worker's OPEN or CLOSED decision received through cluster propagation.
 
@@ -1891,17 +1886,17 @@ class CircuitBreaker:
         is published on this process's bus with trigger ``propagated`` (the propagation
         listener never sends such a transition on again, so peers cannot echo each other).
         Applied during Emergency Level 3 too: catching up with a decision taken elsewhere
-        is not a new automatic decision (EM-2).
+        is not a new automatic decision.
 
         * ``"open"``: a CLOSED or HALF_OPEN breaker opens for its own (backed-off) recovery
           duration. A breaker forced closed refuses it as it refuses a trip: nothing
           changes and a ``TripBlocked`` event (``circuit_breaker.trip_blocked``, trigger
-          ``propagated``) is published (OP-4).
-        * ``"closed"``: an OPEN or HALF_OPEN breaker closes with its counts cleared (CB-7),
-          a forced open included: the force is lifted (the documented hazard of EM-6).
+          ``propagated``) is published.
+        * ``"closed"``: an OPEN or HALF_OPEN breaker closes with its counts cleared,
+          a forced open included: the force is lifted (the documented hazard of cluster propagation).
 
         With a shared store the shared record stays the authority: the breaker's next
-        admission consults it (ST-3), so a force held there is taken back at once.
+        admission consults it, so a force held there is taken back at once.
 
         Args:
             state (str): ``"open"`` or ``"closed"``.
@@ -1913,8 +1908,6 @@ class CircuitBreaker:
 
         Raises:
             ConfigError: *state* is neither ``"open"`` nor ``"closed"``.
-
-        Implements EM-6.
         """
         if state not in ("open", "closed"):
             raise ConfigError(f"state={state!r}: a peer's decision is 'open' or 'closed'")
@@ -1953,7 +1946,7 @@ class CircuitBreaker:
         """Share this breaker's state through *guard*'s store, or go back to process-local
         state (None). The breaker object stays the same: functions decorated before the
         store was configured keep working. Local counts are kept; a shared breaker's
-        next call consults the store (ST-3: first use)."""
+        next call consults the store (first use)."""
         with self._lock:
             self._invalidate()
             if guard is None:
@@ -1971,7 +1964,7 @@ class CircuitBreaker:
         self._sync.consult(self, self._mono())
 
     def reconfigure(self, config: BreakerConfig) -> None:
-        """Swap in a new configuration (CFG-2). A new window size restarts the window."""
+        """Swap in a new configuration. A new window size restarts the window."""
         config = shared_config(config)
         with self._lock:
             self._invalidate()  # re-derived by the next locked admission and success
@@ -2032,7 +2025,7 @@ class CircuitBreaker:
     # ------------------------------------------------------------------- events
     def _settle(self, events: Collection[Event] = ()) -> None:
         """After a locked section (state lock NOT held): write a trip the strategy left
-        pending to the shared store (store I/O, ST-3), then deliver the queued events."""
+        pending to the shared store (store I/O), then deliver the queued events."""
         if self._sync.pending is not None:
             self._sync.push_trip(self)
         self._publish(events)
@@ -2074,7 +2067,7 @@ _DRAIN_MADE = threading.Lock()
 
 # ------------------------------------------------------------ shared configurations
 # A BreakerConfig with its classifier is some 2 KB; a worker's breakers mostly share one
-# effective configuration (issue 21, memory per breaker). BreakerConfig is a frozen
+# effective configuration (memory per breaker: a fleet may hold many thousands). BreakerConfig is a frozen
 # dataclass and nothing changes one after it was built, so breakers whose configurations
 # are equal field for field (of the same types, the same clock object, the same
 # overrides) can hold one object. A configuration with a predicate is never shared: its
@@ -2135,7 +2128,7 @@ def _note_shared(config: BreakerConfig) -> None:
 
 
 def _window_for(config: BreakerConfig) -> CountWindow | TimeWindow:
-    """The sliding window *config* asks for: the last N outcomes, or the last N seconds (CB-15)."""
+    """The sliding window *config* asks for: the last N outcomes, or the last N seconds."""
     if config.sliding_window_type == "time":
         return TimeWindow(config.sliding_window_seconds)
     return CountWindow(config.sliding_window_size)

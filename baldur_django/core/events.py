@@ -1,4 +1,4 @@
-"""Typed events and the in-process event bus (CB-14).
+"""Typed events and the in-process event bus.
 
 The breaker publishes one event per transition, force, release, lapse, reset and rejection.
 Logging, Django signals, Slack and metrics are listeners; a listener that raises is
@@ -126,7 +126,7 @@ class Retrying(Event):
 
 @dataclass(frozen=True)
 class TripBlocked(Event):
-    """A trip met a force in the shared store and was refused (OP-4)."""
+    """A trip met a force in the shared store and was refused."""
 
     forced: str = ""
     trigger: str = ""
@@ -135,7 +135,7 @@ class TripBlocked(Event):
 
 @dataclass(frozen=True)
 class RateLimitStorm(Event):
-    """The 429 cascade fired: ``count`` sightings among ``calls`` calls (RL-4)."""
+    """The 429 cascade fired: ``count`` sightings among ``calls`` calls."""
 
     count: int = 0
     calls: int = 0
@@ -154,7 +154,7 @@ class StoreProblem(Event):
 
 @dataclass(frozen=True)
 class RecordAdopted(Event):
-    """This worker took the shared record again after the store had not answered it (ST-4):
+    """This worker took the shared record again after the store had not answered it:
     what it adopted. ``state`` is the record's state; ``forced`` ``"open"``, ``"closed"`` or
     ``""``; ``version`` the record's version; ``local_state`` the worker's state before."""
 
@@ -167,7 +167,7 @@ class RecordAdopted(Event):
 
 @dataclass(frozen=True)
 class EmergencyLevelChanged(Event):
-    """The Emergency Mode level changed (EM-1, EM-4). ``service`` is ``""``: it concerns every breaker.
+    """The Emergency Mode level changed. ``service`` is ``""``: it concerns every breaker.
 
     ``action`` is ``"set"`` (an operator set it), ``"step_down"`` (one level lower) or
     ``"auto"`` (auto-activation); ``source`` is ``"manual"`` or ``"auto"``;
@@ -189,7 +189,7 @@ Listener = Callable[[Event], Any]
 
 
 class EventBus:
-    """Synchronous publish/subscribe with contained listener errors (CB-14).
+    """Synchronous publish/subscribe with contained listener errors.
 
     ``publish`` calls every listener in subscription order; an exception from one is
     logged on logger ``baldur.events`` and the next listener still runs.

@@ -11,15 +11,15 @@ closures read, and why each read is safe without the lock:
 * ``breaker._fast_permit``: the CLOSED permit while admission needs no lock and no clock
   (CLOSED, unforced, and for a shared store, before its next consult). Read once per
   call; a trip racing with the read can only hand out a permit whose generation is
-  already stale, and a stale outcome is dropped (CB-8).
+  already stale, and a stale outcome is dropped.
 * ``breaker._timed`` / ``breaker._sync_due``: a shared breaker's hot-path permit expires
-  at its next consult (ST-3); a local breaker never reads the clock for admission.
+  at its next consult; a local breaker never reads the clock for admission.
 * ``breaker._reject_until``: while OPEN (or forced open), the monotonic deadline before
   which the breaker rejects without its lock, else 0.0; every transition clears it first
   (``CircuitBreaker._invalidate``). The wrappers raise that rejection themselves, as
   ``acquire_slow`` would (same test, same error, built in C by ``new_open_error``), and
   go to ``acquire_slow`` whenever a listener wants the rejection event. They count it
-  with ``next()`` on ``breaker._blocked_open`` (an ``itertools.count``, atomic; EM-7).
+  with ``next()`` on ``breaker._blocked_open`` (an ``itertools.count``, atomic).
 * ``breaker._healthy_permit``: set while a success would change nothing but the cascade
   count (window full, no failure in it). Every path that records a failure or changes
   state clears it first (``CircuitBreaker._invalidate``), so the lock-free success
@@ -29,7 +29,7 @@ closures read, and why each read is safe without the lock:
   (``bucket_end``, read against the monotonic clock) takes the lock in ``record_success``.
 * ``breaker.plain_types``: the set of returned types recorded as successes without being
   judged, bound once per wrapper (a closure read, like the global it replaced). Its
-  contents follow the configuration (empty while a ``result_predicate`` is set, CB-18);
+  contents follow the configuration (empty while a ``result_predicate`` is set);
   a reader racing with a refill sees the old types, the new ones or none, and a value
   that misses the set only takes the response lane, which judges it properly.
 * ``breaker._cooldown_until``: 0.0 until this process ever saw a 429 cooldown. With a
@@ -58,9 +58,6 @@ A slow branch of the wrappers (``if permit is None or ...``) is where anything t
 see every call goes: ``protect``/``aprotect`` run their call inline only when a wrapper
 would skip that branch for a process-local breaker (``_quiet_permit`` set, not
 ``_timed``), and send every other call through the full wrapper.
-
-Implements CB-4 (lock-free rejection), CB-8, CB-9 (lock-free parts), FAC-1..FAC-4 (the
-wrappers), ST-3 (no round trip on the CLOSED hot path).
 """
 
 from __future__ import annotations
@@ -149,7 +146,7 @@ def _trial(
 ) -> Any:
     """Run a HALF_OPEN trial: the wrapper is entered again with the trial marked as running
     in this thread, so it and every call nested in it through the same breaker use this
-    one permit (CB-19). A trial that recorded nothing (its outcome was dropped on the
+    one permit. A trial that recorded nothing (its outcome was dropped on the
     healthy lane after a state change) gives its slot back."""
     mark = breaker.record_mark()
     token = enter_trial(breaker, permit)
@@ -180,7 +177,7 @@ async def _atrial(
 
 
 def _trial_policy(policy: RetryPolicy | None) -> RetryPolicy:
-    # a trial is one attempt (CB-6), still gated by the cooldown (RL-6)
+    # a trial is one attempt, still gated by the cooldown
     return cast(RetryPolicy, None if policy is None else dataclasses.replace(policy, max_attempts=1))
 
 
@@ -195,7 +192,7 @@ def sync_wrapper(
         func: the protected function.
         policy: the retry policy, or None for no retry stage.
         fallback: called with the call's arguments when the breaker rejects or the call
-            fails (FAC-4), or None.
+            fails, or None.
 
     Returns:
         A function with *func*'s signature.

@@ -1,9 +1,9 @@
 """Process-wide registry of named breakers, and the operator functions on top of it.
 
-Breakers are identified by name (CB-12): the first registration's overrides win; a
+Breakers are identified by name: the first registration's overrides win; a
 later registration with different overrides logs ``circuit_breaker.config_conflict``
 once. The Django layer hooks in through :func:`set_backend` (shared stores) and calls
-:func:`reconfigure_all` when settings change (CFG-2).
+:func:`reconfigure_all` when settings change.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Registry:
             log_event(logging.WARNING, "circuit_breaker.config_conflict", name, "kept=%r ignored=%r", known, checked)
 
     def set_store(self, store: StateStore | None) -> None:
-        """Share every breaker's state through *store* (None: back to process-local, ST-1).
+        """Share every breaker's state through *store* (None: back to process-local).
 
         Each breaker swaps the store strategy it holds (never its class), so functions
         decorated before the store was configured keep working.
@@ -171,7 +171,7 @@ class Registry:
                 raise ConfigError(
                     "BALDUR_STATE_BACKEND='database' needs the Django app (add 'baldur_django' to INSTALLED_APPS)"
                 )
-            elif backend != "memory":  # the dotted path of a store class (ST-6)
+            elif backend != "memory":  # the dotted path of a store class
                 from .stores.base import make_store
 
                 store = make_store(backend)
@@ -183,7 +183,7 @@ class Registry:
         return None if self.guard is None else self.guard.store
 
     def reconfigure_all(self) -> None:
-        """Re-resolve every breaker's configuration from current settings (CFG-2).
+        """Re-resolve every breaker's configuration from current settings.
 
         Per-call overrides are kept; a bad new setting raises ConfigError and leaves
         every breaker on its previous configuration.
@@ -197,7 +197,7 @@ class Registry:
                 self._breakers[name].reconfigure(config)
 
     def forget(self, name: str) -> bool:
-        """Drop breaker *name* from this process, with its overrides and cached routes (OP-7).
+        """Drop breaker *name* from this process, with its overrides and cached routes.
 
         Only this process: the shared record is the store's business. A later use builds
         a fresh breaker.
@@ -230,7 +230,7 @@ registry = Registry()
 def _after_fork_in_child() -> None:
     """A forked child (gunicorn ``--preload``, Celery prefork) counts its own calls: each
     breaker's metrics start from what it inherited, so the parent's counts are never
-    reported again by every child (EM-7)."""
+    reported again by every child."""
     for breaker in registry:
         try:
             breaker.after_fork()
@@ -253,7 +253,7 @@ def get_breaker(service: str) -> CircuitBreaker:
 
     Raises:
         ConfigError: *service* is not a valid name: not a string, empty, longer than
-            1,000 characters, with a control character or whitespace at an end (CB-12).
+            1,000 characters, with a control character or whitespace at an end.
     """
     return registry.get(service)  # type: ignore[return-value]  # create=True: never None
 
@@ -261,7 +261,7 @@ def get_breaker(service: str) -> CircuitBreaker:
 def force_open_circuit(
     service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None
 ) -> None:
-    """Force *service* OPEN for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
+    """Force *service* OPEN for *ttl_minutes* minutes (None: the default lifetime).
 
     Raises:
         ConfigError: bad lifetime (<= 0, > 1440, not a number) or name; nothing is written.
@@ -272,7 +272,7 @@ def force_open_circuit(
 def force_close_circuit(
     service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None
 ) -> None:
-    """Force *service* CLOSED for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
+    """Force *service* CLOSED for *ttl_minutes* minutes (None: the default lifetime).
 
     Raises:
         ConfigError: bad lifetime or name; nothing is written.
@@ -281,7 +281,7 @@ def force_close_circuit(
 
 
 def release_circuit(service: str, actor: str | None = None) -> bool:
-    """Return *service* to automatic judgement. Implements OP-3.
+    """Return *service* to automatic judgement.
 
     Returns:
         bool: False when nothing was forced (a no-op).
@@ -290,7 +290,7 @@ def release_circuit(service: str, actor: str | None = None) -> bool:
 
 
 def record_rate_limit(service: str, retry_after: Any = None) -> None:
-    """Report a 429 seen outside a protected call (RL-9).
+    """Report a 429 seen outside a protected call.
 
     Records a breaker failure, a cascade sighting counted as a call, and a cooldown.
 

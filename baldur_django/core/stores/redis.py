@@ -1,4 +1,4 @@
-"""Redis implementation of the store protocol: one Lua script per transition (ST-2).
+"""Redis implementation of the store protocol: one Lua script per transition.
 
 Each transition is a script in ``core/stores/lua/`` (with a shared prelude that
 normalises the record using Redis ``TIME``), registered once with ``register_script``
@@ -8,7 +8,7 @@ and retries once. Values are JSON. One breaker's keys share a hash tag
 is a sorted set of names scored by last-seen Redis time.
 
 Every Redis error becomes :class:`StoreUnavailable` (the breaker falls back to local
-judgement, ST-4). ``redis`` is imported lazily, only here.
+judgement). ``redis`` is imported lazily, only here.
 
 Redis Cluster (``connect(url, cluster=True)``, ``BALDUR_REDIS_CLUSTER``): every command
 and script touches one key, or the keys of one breaker (one hash tag, one slot); the
@@ -62,7 +62,7 @@ def store_errors() -> tuple[type[BaseException], ...]:
 
 
 def connect(url: str, socket_timeout: float = 0.25, max_connections: int = 50, *, cluster: bool = False) -> Any:
-    """A redis-py client for *url* with short timeouts and no client-side retries (ST-4).
+    """A redis-py client for *url* with short timeouts and no client-side retries.
 
     Opens no connection: the plain client connects on its first command, the cluster
     client (:class:`ClusterClient`) discovers the cluster on its first command.
@@ -109,7 +109,7 @@ def is_cluster(client: Any) -> bool:
 
 
 class ClusterClient:
-    """redis-py's ``RedisCluster`` for one node's URL, built on its first command (ST-2, ST-4).
+    """redis-py's ``RedisCluster`` for one node's URL, built on its first command.
 
     ``RedisCluster`` discovers the cluster (``CLUSTER SLOTS``) as soon as it is made; this
     wrapper defers that to the first command, so building a store never connects and a
@@ -221,7 +221,7 @@ class RedisStore:
         clock: for tests only: a function returning Unix seconds that the transition scripts
             use as "now" instead of Redis ``TIME`` (the differential test pins both sides of
             a comparison to one time this way). Leave it None in production: the scripts
-            then read ``TIME``, the store's own clock that every host agrees on (ST-2).
+            then read ``TIME``, the store's own clock that every host agrees on.
     """
 
     backend = "redis"
@@ -239,12 +239,12 @@ class RedisStore:
         self.registry_key = f"{prefix}:registry"
 
     def key(self, name: str) -> str:
-        """The record key of breaker *name*; its ``{...}`` hash tag is the breaker's own (CB-12)."""
+        """The record key of breaker *name*; its ``{...}`` hash tag is the breaker's own."""
         return f"{self.prefix}:{{{safe_key(name)}}}:state"
 
     def _argv(self, args: tuple[Any, ...], frozen: bool) -> list[Any]:
         """The ARGV of a transition script: the operation's arguments, then the pinned clock
-        (``""``: use Redis ``TIME``), then the Level 3 flag (EM-2), always in the last two places."""
+        (``""``: use Redis ``TIME``), then the Level 3 flag, always in the last two places."""
         argv = ["" if a is None else a for a in args]
         argv.append("" if self.clock is None else repr(float(self.clock())))
         argv.append("1" if frozen else "0")
@@ -420,12 +420,12 @@ class RedisStore:
         except store_errors() as exc:
             raise StoreUnavailable(f"redis reset failed: {exc}") from exc
 
-    # --- bulk reads for the fleet jobs (issue 21; added by the perf work, new methods only:
+    # --- bulk reads for the fleet jobs (added by the perf work, new methods only:
     # the per-name methods above are unchanged, and core/maintenance.py falls back to them
     # for a store without these) ---
     def inspect_many(self, names: list[str], *, frozen: bool = False) -> list[Answer]:
         """:meth:`inspect` of every name in *names*, pipelined: one round trip per batch
-        instead of one per breaker (ST-5 at fleet scale). Answers in the order of *names*.
+        instead of one per breaker (for the fleet jobs over many breakers). Answers in the order of *names*.
 
         Raises:
             StoreUnavailable: the server failed the batch (no partial answer is returned).

@@ -3,7 +3,7 @@ local NULL = cjson.null
 local function isnull(v) return v == nil or v == NULL end
 
 -- The last two ARGV of every transition: a pinned clock ('' in production: Redis TIME is the
--- store's clock, ST-2; tests pin it to compare with the Python rules) and the Level 3 flag.
+-- store's clock; tests pin it to compare with the Python rules) and the Level 3 flag.
 local PINNED = tonumber(ARGV[#ARGV - 1])
 
 local function clock()
@@ -45,7 +45,7 @@ local function load(key)
   local ok, rec = pcall(cjson.decode, raw)
   if not ok or type(rec) ~= 'table' or type(rec.version) ~= 'number'
      or (rec.state ~= 'closed' and rec.state ~= 'open' and rec.state ~= 'half_open') then
-    return fresh()  -- a corrupt record reads as a fresh CLOSED breaker (ST-2)
+    return fresh()  -- a corrupt record reads as a fresh CLOSED breaker
   end
   local base = fresh()
   for k, v in pairs(base) do if rec[k] == nil then rec[k] = v end end
@@ -62,10 +62,10 @@ local function bump(rec, state, now, trigger)
   rec.successes = 0
   rec.trigger = trigger
   rec.updated_at = now
-  if state == 'closed' then rec.opens = 0 end  -- any close resets the backoff (CB-16)
+  if state == 'closed' then rec.opens = 0 end  -- any close resets the backoff
 end
 
--- CB-16, mirrors logic.open_duration / next_open: the k-th consecutive automatic open lasts
+-- mirrors logic.open_duration / next_open: the k-th consecutive automatic open lasts
 -- min(rt * factor^(k-1), cap); k counts opens and stops growing once the cap is reached.
 local function open_duration(k, rt, factor, cap)
   if k <= 1 or factor == 1 then return math.min(rt, cap) end
@@ -90,7 +90,7 @@ local function clear_force(rec)
   rec.force_actor = NULL
 end
 
--- The last ARGV of every transition says whether Level 3 holds (EM-2): no automatic step.
+-- The last ARGV of every transition says whether Level 3 holds: no automatic step.
 local FROZEN = ARGV[#ARGV] == '1'
 
 local function normalise(rec, now)

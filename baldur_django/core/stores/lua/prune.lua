@@ -1,4 +1,4 @@
--- KEYS[1]: a record key. Delete it only when it is CLOSED and unforced (ST-5); 1 when deleted.
+-- KEYS[1]: a record key. Delete it only when it is CLOSED and unforced; 1 when deleted.
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 1 end
 local ok, rec = pcall(cjson.decode, raw)
