@@ -276,6 +276,7 @@ def test_offline_diagrams_render_in_a_browser_that_reaches_no_other_host(site):
     driver, problem = start_browser(profile)
     try:
         need_server("headless Chromium", driver is not None, problem)
+        driver.set_window_size(1280, 1000)  # a laptop's width: the diagrams must read there
         driver.get(urljoin(f"http://127.0.0.1:{server.server_port}/", "architecture/"))
         # the theme swaps each diagram's source block for a drawing in a closed shadow root
         drawn = (
@@ -286,6 +287,13 @@ def test_offline_diagrams_render_in_a_browser_that_reaches_no_other_host(site):
         shown = driver.execute_script("return document.querySelector('article').innerText")
         assert "flowchart" not in shown and "-->" not in shown
         assert driver.execute_script("return typeof mermaid") == "object"
+        # the layers diagram is drawn tall and narrow enough to keep its text at reading size: a
+        # wide one is scaled down to the column's width, and came out about 260 px tall with
+        # labels of a few pixels
+        heights = driver.execute_script(
+            "return [...document.querySelectorAll('.mermaid')].map(b => b.getBoundingClientRect().height)"
+        )
+        assert heights[0] > 900, heights
     finally:
         if driver is not None:
             driver.quit()
