@@ -319,7 +319,8 @@ class Registry:
                         self.source.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
                         self.source.get("BALDUR_REDIS_MAX_CONNECTIONS"),
                         cluster=self.source.get("BALDUR_REDIS_CLUSTER"),
-                    )
+                    ),
+                    record_ttl=self.source.get("BALDUR_REGISTRY_IDLE_SECONDS"),
                 )
             elif backend == "database":
                 raise ConfigError(

@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from baldur_django.core.rules import prunable
 from baldur_django.core.stores.base import Answer
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.stores.redis import RedisStore, decode_answer
@@ -50,28 +51,44 @@ class QueuedRedisStore(RedisStore):
     """A RedisStore whose transitions are queued on a pipeline instead of run one by one;
     :meth:`flush` runs the queue and returns the answers in order."""
 
-    def __init__(self, client: Any, prefix: str, clock: Any) -> None:
-        super().__init__(client, prefix=prefix, clock=clock)
+    def __init__(self, client: Any, prefix: str, clock: Any, record_ttl: float | None = None) -> None:
+        super().__init__(client, prefix=prefix, clock=clock, record_ttl=record_ttl)
         self.queue: list[tuple[str, str, str, list[Any]]] = []
         for script in self._scripts.values():
             client.script_load(script.script)
 
-    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False) -> Answer:
+    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False, read: bool = False) -> Answer:
         # the registry touch of load/force is left out: the registry is not compared
-        self.queue.append((op, self._scripts[op].sha, self.key(name), self._argv(args, frozen)))
+        self.queue.append((op, self._scripts[op].sha, self.key(name), self._argv(args, frozen, read=read)))
         return Answer(record=None, now=math.nan)  # type: ignore[arg-type]  # filled in by flush()
 
-    def flush(self) -> list[Answer | Exception]:
+    def flush(self) -> list[tuple[Answer | Exception, int]]:
+        """Run the queue; each answer comes with the record key's PTTL read right after it
+        (-2: no key, -1: no expiry, else milliseconds left)."""
         pipe = self.client.pipeline(transaction=False)
         for _, sha, key, argv in self.queue:
             pipe.evalsha(sha, 1, key, *argv)
+            pipe.pttl(key)
         raws = pipe.execute(raise_on_error=False)
         answers = [
-            raw if isinstance(raw, Exception) else decode_answer(op, raw)
-            for (op, *_), raw in zip(self.queue, raws, strict=True)
+            (raw if isinstance(raw, Exception) else decode_answer(op, raw), ttl)
+            for (op, *_), raw, ttl in zip(self.queue, raws[0::2], raws[1::2], strict=True)
         ]
         self.queue = []
         return answers
+
+
+def _expiry(reference: MemoryStore, name: str, answer: Answer) -> str:
+    """What the record's key must look like with an idle lifetime: ``"none"`` (the
+    reference holds no record: a read of a missing one creates none), ``"expires"`` (CLOSED
+    and unforced: the rules may forget it) or ``"kept"`` (anything else never expires)."""
+    if name not in reference._records:
+        return "none"
+    return "expires" if prunable(answer.record) else "kept"
+
+
+def _key_expiry(pttl: int) -> str:
+    return {-2: "none", -1: "kept"}.get(pttl, "expires")
 
 
 @dataclass
@@ -207,13 +224,18 @@ def differential_seed() -> int:
     return seed
 
 
-def test_st2_differential_lua_scripts_match_the_python_rules(redis_client, differential_seed):
+@pytest.mark.parametrize("record_ttl", [None, 3600.0], ids=["no-expiry", "idle-expiry"])
+def test_st2_differential_lua_scripts_match_the_python_rules(redis_client, differential_seed, record_ttl):
     """ST-2, ST-6: after every step of thousands of random event sequences, the Lua scripts
-    on the real Redis give the same record and answer as the Python rules (memory store)."""
+    on the real Redis give the same record and answer as the Python rules (memory store).
+    With an idle lifetime, the record's key also expires exactly when the rules could forget
+    the record (CLOSED, unforced), never otherwise, and a fleet job's read of a missing
+    record creates no key, as the reference creates no record."""
     seed = differential_seed
     current = {"now": 0.0}
     reference = MemoryStore(now=lambda: current["now"])
-    lua = QueuedRedisStore(redis_client, prefix=redis_client.test_prefix, clock=lambda: current["now"])
+    prefix = f"{redis_client.test_prefix}-{record_ttl}"
+    lua = QueuedRedisStore(redis_client, prefix=prefix, clock=lambda: current["now"], record_ttl=record_ttl)
     started = time.perf_counter()
     compared = 0
     seen_ops: dict[str, int] = {}
@@ -233,10 +255,17 @@ def test_st2_differential_lua_scripts_match_the_python_rules(redis_client, diffe
                 getattr(lua, op)(seq.name, **kwargs)
                 seq.versions.append(last.record.version)
                 seq.steps.append({"op": op, "now": seq.now, **kwargs})
-                sent.append((seq, len(seq.steps) - 1, last))
+                sent.append((seq, len(seq.steps) - 1, last, _expiry(reference, seq.name, last)))
                 seen_ops[op] = seen_ops.get(op, 0) + 1
-        for (seq, step, ref), got in zip(sent, lua.flush(), strict=True):
+        for (seq, step, ref, expiry), (got, pttl) in zip(sent, lua.flush(), strict=True):
             compared += 1
+            if record_ttl is not None and _key_expiry(pttl) != expiry:
+                history = "\n".join(json.dumps(s, default=repr, ensure_ascii=False) for s in seq.steps[: step + 1])
+                pytest.fail(
+                    f"the record's expiry differs from the rules (seed={seed}, sequence {seq.index}, step {step}): "
+                    f"key {_key_expiry(pttl)} (PTTL {pttl}), rules say {expiry}.\nsteps:\n{history}\n"
+                    f"python: {_show(ref)}"
+                )
             if not _same(ref, got):
                 history = "\n".join(json.dumps(s, default=repr, ensure_ascii=False) for s in seq.steps[: step + 1])
                 pytest.fail(
