@@ -31,7 +31,7 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 from requests.models import PreparedRequest, Response
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from ..core.sync import enter_call_bound, leave_call_bound
+from ..core.lease import enter_call_bound, leave_call_bound
 from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
 
 __all__ = [

@@ -128,12 +128,10 @@ class Registry:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
         breaker = self._breakers.get(name)
-        if breaker is not None and overrides is None:
-            return breaker
         if breaker is None and name in self._left:
             breaker = self._return(name)
-            if breaker is not None and overrides is None:
-                return breaker
+        if breaker is not None and overrides is None:
+            return breaker
         if breaker is None and not create:
             return None
         if breaker is None:
@@ -141,6 +139,11 @@ class Registry:
         checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)
         if not self.store_configured:
             self._store_from_settings()
+        return self._register(name, checked)
+
+    def _register(self, name: str, checked: dict[str, Any] | None) -> CircuitBreaker:
+        """The breaker *name*, registered now if new (or put back if it left), with its
+        checked overrides met."""
         created = False
         with self._lock:
             breaker = self._breakers.get(name)

@@ -25,10 +25,10 @@ import baldur_django as baldur
 from baldur_django.contrib import prometheus
 from baldur_django.contrib.requests import BreakerAdapter, CircuitOpenRequestError
 from baldur_django.core.config import settings as baldur_settings
+from baldur_django.core.lease import LEASE_MARGIN, call_bound, probe_lease
 from baldur_django.core.registry import Registry
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.stores.redis import RedisStore
-from baldur_django.core.sync import LEASE_MARGIN, call_bound, probe_lease
 from tests.stores.conftest import redis_client  # noqa: F401 - a fixture
 
 HOSTS = 10_000
