@@ -155,7 +155,10 @@ class Registry:
             elif checked is not None:
                 self._meet_overrides(name, breaker, checked)
         if created:
-            self.sweep()  # at most once per sweep interval: creations are what make a registry grow
+            try:
+                self.sweep()  # at most once per sweep interval: creations are what make a registry grow
+            except ConfigError:  # a bad idle setting: the system checks report it; creating goes on
+                pass
         return breaker
 
     def _return(self, name: str) -> CircuitBreaker | None:
