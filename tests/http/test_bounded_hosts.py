@@ -23,6 +23,7 @@ from requests.models import Response
 
 import baldur_django as baldur
 from baldur_django.contrib import prometheus
+from baldur_django.contrib.outbound import timeout_bound
 from baldur_django.contrib.requests import BreakerAdapter, CircuitOpenRequestError
 from baldur_django.core.config import settings as baldur_settings
 from baldur_django.core.lease import LEASE_MARGIN, call_bound, probe_lease
@@ -279,3 +280,41 @@ def test_st2_without_a_known_bound_the_lease_is_the_setting(clock, fresh_registr
         assert probe_lease(30.0) == 30.0  # a bound never lengthens the lease
     with call_bound(None):
         assert probe_lease(30.0) == 30.0
+
+
+def test_hc1_timeout_bound_reads_every_client_spelling():
+    """HC-1, ST-2: a number, a (connect, read) pair and httpx's phase mapping bound a call;
+    anything unbounded or odd bounds nothing."""
+    assert timeout_bound(8) == 8.0
+    assert timeout_bound((3, 5)) == 8.0
+    assert timeout_bound({"connect": 1.0, "read": 2.0, "write": 3.0, "pool": 4.0}) == 10.0
+    for unbounded in (None, (3, None), {"connect": 1.0, "read": None}, "8", True, (), 0, -1.0):
+        assert timeout_bound(unbounded) is None
+
+
+def test_hc1_httpx_transports_give_the_request_timeout_to_the_trial_lease():
+    """HC-1, ST-2: inside a request through the httpx transports the lease bound is the
+    request's timeout phases summed plus the margin (sync and async)."""
+    import asyncio
+
+    import httpx
+
+    from baldur_django.contrib.httpx import AsyncBreakerTransport, BreakerTransport
+
+    seen: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(probe_lease(30.0))
+        return httpx.Response(200)
+
+    with httpx.Client(transport=BreakerTransport(transport=httpx.MockTransport(handler)), timeout=2.0) as client:
+        client.get("http://sync.example/")
+
+    async def main() -> None:
+        transport = AsyncBreakerTransport(transport=httpx.MockTransport(handler))
+        async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(1.0, read=3.0)) as client:
+            await client.get("http://async.example/")
+
+    asyncio.run(main())
+    assert seen == [4 * 2.0 + LEASE_MARGIN, 1.0 + 3.0 + 1.0 + 1.0 + LEASE_MARGIN]
+    assert probe_lease(30.0) == 30.0  # nothing left behind
