@@ -75,11 +75,11 @@ def build_store() -> Any:
     if backend == "database":
         from .database import DatabaseStore
 
-        return DatabaseStore()
+        return DatabaseStore(record_ttl=baldur_settings.get("BALDUR_REGISTRY_IDLE_SECONDS"))
     if backend == "redis":
         from ..core.stores.redis import RedisStore
 
-        return RedisStore(redis_client())
+        return RedisStore(redis_client(), record_ttl=baldur_settings.get("BALDUR_REGISTRY_IDLE_SECONDS"))
     from django.utils.module_loading import import_string
 
     from ..core.stores.base import make_store

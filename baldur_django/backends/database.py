@@ -61,14 +61,19 @@ class DatabaseStore:
 
     Args:
         alias: the Django database alias (``router.db_for_write`` of the model by default).
+        record_ttl: seconds after its last write by a worker that a CLOSED, unforced record
+            is removed (``BALDUR_REGISTRY_IDLE_SECONDS``): at the next read of the registry
+            (:meth:`names`: the admin page, ``baldur_status``, the fleet jobs). An OPEN,
+            half-open or forced record is never removed. None or 0: never.
     """
 
     backend = "database"
 
-    def __init__(self, alias: str | None = None) -> None:
+    def __init__(self, alias: str | None = None, *, record_ttl: float | None = None) -> None:
         from .models import BreakerRecord
 
         self.alias = alias or router.db_for_write(BreakerRecord)
+        self.record_ttl = record_ttl
 
     # ---------------------------------------------------------------- plumbing
     def _off_loop(self, fn: Callable[[], T]) -> T:
@@ -212,6 +217,10 @@ class DatabaseStore:
 
     def names(self) -> dict[str, float]:
         from .models import BreakerRecord
+
+        if self.record_ttl and self.record_ttl > 0:  # idle records leave first, as they expire on Redis
+            ttl = float(self.record_ttl)
+            self.prune(older_than=self._guarded("clock read", lambda: db_now(self.alias)) - ttl)
 
         def work() -> dict[str, float]:
             return dict(BreakerRecord.objects.using(self.alias).values_list("name", "last_seen"))

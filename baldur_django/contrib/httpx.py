@@ -27,7 +27,8 @@ from typing import Any
 import httpx
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome
+from ..core.lease import enter_call_bound, leave_call_bound
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
 
 __all__ = [
     "BreakerTransport",
@@ -125,6 +126,8 @@ class BreakerTransport(httpx.BaseTransport):
         fallback (Callable[[httpx.Request], Any] | None): called with the request when the
             breaker or the cooldown refuses, or the final outcome is a counted exception;
             its value (an ``httpx.Response``) is returned instead.
+        max_hosts (int | None): per-host breakers this transport keeps at most (None:
+            ``BALDUR_ADAPTER_MAX_HOSTS``); the least recently used CLOSED ones leave first.
         **overrides: the decorators' per-call knobs, for every breaker this transport uses.
 
     Raises:
@@ -137,11 +140,12 @@ class BreakerTransport(httpx.BaseTransport):
         transport: httpx.BaseTransport | None = None,
         retry: Any = None,
         fallback: Any = None,
+        max_hosts: int | None = None,
         **overrides: Any,
     ) -> None:
         if transport is not None and not callable(getattr(transport, "handle_request", None)):
             raise ConfigError(f"BreakerTransport(transport={transport!r}): expected an httpx.BaseTransport")
-        self._breakers = Breakers("BreakerTransport", service, retry, fallback, overrides)
+        self._breakers = Breakers("BreakerTransport", service, retry, fallback, overrides, max_hosts=max_hosts)
         self._transport = httpx.HTTPTransport() if transport is None else transport
 
     @property
@@ -184,6 +188,7 @@ class BreakerTransport(httpx.BaseTransport):
             return response
 
         fallback = breakers.fallback
+        bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -195,6 +200,8 @@ class BreakerTransport(httpx.BaseTransport):
             if refusal is None:
                 raise
             raise refusal from exc.__cause__
+        finally:
+            leave_call_bound(bound)
         raise error
 
     def close(self) -> None:
@@ -237,6 +244,8 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
         fallback (Callable[[httpx.Request], Any] | None): called with the request when the
             breaker or the cooldown refuses, or the final outcome is a counted exception;
             its value (an ``httpx.Response``; a coroutine is awaited) is returned instead.
+        max_hosts (int | None): per-host breakers this transport keeps at most (None:
+            ``BALDUR_ADAPTER_MAX_HOSTS``); the least recently used CLOSED ones leave first.
         **overrides: the decorators' per-call knobs, for every breaker this transport uses.
 
     Raises:
@@ -249,11 +258,14 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
         transport: httpx.AsyncBaseTransport | None = None,
         retry: Any = None,
         fallback: Any = None,
+        max_hosts: int | None = None,
         **overrides: Any,
     ) -> None:
         if transport is not None and not callable(getattr(transport, "handle_async_request", None)):
             raise ConfigError(f"AsyncBreakerTransport(transport={transport!r}): expected an httpx.AsyncBaseTransport")
-        self._breakers = Breakers("AsyncBreakerTransport", service, retry, fallback, overrides, is_async=True)
+        self._breakers = Breakers(
+            "AsyncBreakerTransport", service, retry, fallback, overrides, is_async=True, max_hosts=max_hosts
+        )
         self._transport = httpx.AsyncHTTPTransport() if transport is None else transport
 
     @property
@@ -286,6 +298,7 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
             return response
 
         fallback = breakers.fallback
+        bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
         try:
             if fallback is None:
                 return await route.run(attempt)  # type: ignore[no-any-return]
@@ -297,6 +310,8 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
             if refusal is None:
                 raise
             raise refusal from exc.__cause__
+        finally:
+            leave_call_bound(bound)
         raise error
 
     async def aclose(self) -> None:

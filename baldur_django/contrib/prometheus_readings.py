@@ -154,6 +154,17 @@ class Tally:
 
     def __init__(self) -> None:
         self.reset()
+        _breakers.watchers.add(self)  # told when idle breakers leave the registry
+
+    def let_go(self, gone: dict[str, Any]) -> None:
+        """Idle breakers left the registry: their series go too, so an idle fleet of per-host
+        breakers does not keep a series each. One that comes back starts its series again
+        from its own counts, which never went down."""
+        with self.lock:
+            for name, breaker in gone.items():
+                entry = self._series.get(name)
+                if entry is not None and entry.ref() in (breaker, None):
+                    del self._series[name]
 
     def reset(self) -> None:
         """Forget everything (a forked child: its breakers' counts restart at zero; the
@@ -162,7 +173,12 @@ class Tally:
         self._series: dict[str, Series] = {}
 
     def read(self) -> View:
-        """Read every breaker of the process and the emergency level. Never raises."""
+        """Read every breaker of the process and the emergency level (idle breakers are let
+        go first, at most once per sweep interval). Never raises."""
+        try:
+            _breakers.sweep()
+        except Exception:  # a bad idle setting: read what is there
+            WARNINGS.warn("metrics.sweep_failed: idle breakers were not let go")
         readings = []
         states = []
         for breaker in _breakers:

@@ -31,7 +31,8 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 from requests.models import PreparedRequest, Response
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome
+from ..core.lease import enter_call_bound, leave_call_bound
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
 
 __all__ = [
     "BreakerAdapter",
@@ -169,6 +170,8 @@ class BreakerAdapter(BaseAdapter):
         adapter (BaseAdapter | None): the adapter to wrap (default a new
             ``requests.adapters.HTTPAdapter()``); its pools, proxies and TLS settings are
             used as they are.
+        max_hosts (int | None): per-host breakers this adapter keeps at most (None:
+            ``BALDUR_ADAPTER_MAX_HOSTS``); the least recently used CLOSED ones leave first.
         **overrides: the decorators' per-call knobs (``failure_threshold``,
             ``recovery_timeout`` in seconds, ``ignore_exceptions``...), for every breaker
             this adapter uses.
@@ -184,12 +187,13 @@ class BreakerAdapter(BaseAdapter):
         retry: Any = None,
         fallback: Any = None,
         adapter: BaseAdapter | None = None,
+        max_hosts: int | None = None,
         **overrides: Any,
     ) -> None:
         super().__init__()
         if adapter is not None and not callable(getattr(adapter, "send", None)):
             raise ConfigError(f"BreakerAdapter(adapter={adapter!r}): expected a requests transport adapter")
-        self._breakers = Breakers("BreakerAdapter", service, retry, fallback, overrides)
+        self._breakers = Breakers("BreakerAdapter", service, retry, fallback, overrides, max_hosts=max_hosts)
         self._adapter: BaseAdapter = HTTPAdapter() if adapter is None else adapter
 
     @property
@@ -224,7 +228,8 @@ class BreakerAdapter(BaseAdapter):
         Args:
             request: the prepared request.
             stream: passed to the wrapped adapter unchanged, like the next four.
-            timeout: seconds (or a ``(connect, read)`` pair), or None.
+            timeout: seconds (or a ``(connect, read)`` pair), or None; also bounds the
+                lease of a half-open trial in a shared store (their sum plus a second).
             verify: TLS verification (bool or a CA bundle path).
             cert: the client certificate, or None.
             proxies: scheme -> proxy URL, or None.
@@ -246,6 +251,7 @@ class BreakerAdapter(BaseAdapter):
         options = {"stream": stream, "timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
         attempt = _attempts(self._adapter, request, options)
         fallback = breakers.fallback
+        bound = enter_call_bound(timeout_bound(timeout))  # a trial's lease follows the timeout
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -264,6 +270,8 @@ class BreakerAdapter(BaseAdapter):
             raise RateLimitCooldownRequestError(
                 refusal.service, refusal.remaining, request=request
             ) from refusal.__cause__
+        finally:
+            leave_call_bound(bound)
         raise error
 
     def close(self) -> None:

@@ -199,6 +199,20 @@ _ROWS: list[Knob] = [
         "registry entries unseen this long are pruned, days",
         "baldur.E048",
     ),
+    Knob(
+        "BALDUR_REGISTRY_IDLE_SECONDS",
+        3600,
+        number(minimum=0, unit=SECONDS),
+        "an idle CLOSED, unforced breaker leaves the process and its shared record expires, seconds (0 = never)",
+        "baldur.E076",
+    ),
+    Knob(
+        "BALDUR_ADAPTER_MAX_HOSTS",
+        1000,
+        number(integer=True, minimum=1),
+        "per-host breakers one HTTP adapter keeps; the least recently used CLOSED ones leave first",
+        "baldur.E077",
+    ),
     # ------------------------------------------------------------ Celery tasks
     Knob(
         "BALDUR_TASK_RECOVERY_SWEEP_SECONDS",

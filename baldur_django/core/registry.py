@@ -4,6 +4,13 @@ Breakers are identified by name: the first registration's overrides win; a
 later registration with different overrides logs ``circuit_breaker.config_conflict``
 once. The Django layer hooks in through :func:`set_backend` (shared stores) and calls
 :func:`reconfigure_all` when settings change.
+
+Idle breakers leave: one that stayed CLOSED and unforced with no call for
+``BALDUR_REGISTRY_IDLE_SECONDS`` is dropped by :meth:`Registry.sweep`, which runs now and
+then when a breaker is created and when the metrics are read (never on a call's path). A
+dropped breaker that something still holds (a decorated function, an adapter) is not lost:
+the registry keeps a weak reference to it, and the next lookup of its name, or the next
+sweep that sees it used, puts the same object back.
 """
 
 from __future__ import annotations
@@ -11,8 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from .breaker import CircuitBreaker
 from .clock import SYSTEM_CLOCK, Clock
@@ -21,6 +29,7 @@ from .errors import ConfigError
 from .events import bus
 from .log import LoggingListener, log_event
 from .names import check_name, show_name
+from .states import CircuitState
 from .stores.base import StateStore
 from .sync import StoreGuard
 
@@ -32,7 +41,33 @@ __all__ = [
     "force_close_circuit",
     "release_circuit",
     "record_rate_limit",
+    "Watcher",
+    "activity",
 ]
+
+#: Longest time between two sweeps for idle breakers (seconds); shorter when the idle time is short.
+SWEEP_EVERY = 60.0
+
+
+class Watcher(Protocol):
+    """Something that keeps breakers of its own (an HTTP adapter's routes, the metrics'
+    series) and lets them go when the registry does."""
+
+    def let_go(self, gone: dict[str, CircuitBreaker]) -> None:
+        """Drop what is kept for the breakers in *gone* (name -> the breaker that left)."""
+
+
+def activity(breaker: CircuitBreaker) -> int:
+    """A number that grows with every call, rejection and transition of *breaker*: two equal
+    readings mean nothing happened in between. Reads the breaker's counts (its lock, no I/O)."""
+    _, counts, _ = breaker.metric_values()
+    return sum(counts) + breaker.generation
+
+
+def _idle_state(breaker: CircuitBreaker) -> bool:
+    """True while *breaker* is CLOSED and unforced as this process holds it (no I/O)."""
+    view = breaker.view(locked=True)
+    return view.state is CircuitState.CLOSED and view.forced is None
 
 
 class Registry:
@@ -55,6 +90,16 @@ class Registry:
         self._overrides: dict[str, dict[str, Any] | None] = {}
         self._conflicts: set[str] = set()
         self._lock = threading.RLock()
+        # Idle tracking, read only by sweep(): name -> (activity reading, monotonic time it
+        # last changed); None as the reading means "not read yet".
+        self._seen: dict[str, tuple[int | None, float]] = {}
+        # Breakers a sweep let go that something still holds (a weak reference each, gone
+        # with the breaker), their overrides, and their activity when they left.
+        self._left: weakref.WeakValueDictionary[str, CircuitBreaker] = weakref.WeakValueDictionary()
+        self._left_overrides: dict[str, tuple[dict[str, Any] | None, int]] = {}
+        self._swept_at = clock.monotonic()
+        #: Objects told which breakers left (:class:`Watcher`), held weakly.
+        self.watchers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def __iter__(self) -> Iterator[CircuitBreaker]:
         return iter(list(self._breakers.values()))
@@ -83,6 +128,8 @@ class Registry:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
         breaker = self._breakers.get(name)
+        if breaker is None and name in self._left:
+            breaker = self._return(name)
         if breaker is not None and overrides is None:
             return breaker
         if breaker is None and not create:
@@ -92,12 +139,39 @@ class Registry:
         checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)
         if not self.store_configured:
             self._store_from_settings()
+        return self._register(name, checked)
+
+    def _register(self, name: str, checked: dict[str, Any] | None) -> CircuitBreaker:
+        """The breaker *name*, registered now if new (or put back if it left), with its
+        checked overrides met."""
+        created = False
         with self._lock:
             breaker = self._breakers.get(name)
             if breaker is None:
+                breaker = self._return(name)
+            if breaker is None:
                 breaker = self._create(name, checked)
+                created = True
             elif checked is not None:
                 self._meet_overrides(name, breaker, checked)
+        if created:
+            try:
+                self.sweep()  # at most once per sweep interval: creations are what make a registry grow
+            except ConfigError:  # a bad idle setting: the system checks report it; creating goes on
+                pass
+        return breaker
+
+    def _return(self, name: str) -> CircuitBreaker | None:
+        """Put back breaker *name* that a sweep let go while something still holds it (the
+        same object, with its state and counts); None when it is gone."""
+        with self._lock:
+            breaker = self._left.pop(name, None)
+            overrides, _ = self._left_overrides.pop(name, (None, 0))
+            if breaker is None or name in self._breakers:
+                return self._breakers.get(name)
+            self._breakers[name] = breaker
+            self._overrides[name] = overrides
+            self._seen[name] = (None, self.clock.monotonic())
         return breaker
 
     def _create(self, name: str, checked: dict[str, Any] | None) -> CircuitBreaker:
@@ -108,6 +182,7 @@ class Registry:
             breaker.use_store(self.guard)
         self._breakers[name] = breaker
         self._overrides[name] = checked
+        self._seen[name] = (0, self.clock.monotonic())  # a new breaker has done nothing yet
         return breaker
 
     def _meet_overrides(self, name: str, breaker: CircuitBreaker, checked: dict[str, Any]) -> None:
@@ -122,6 +197,91 @@ class Registry:
             self._conflicts.add(name)
             log_event(logging.WARNING, "circuit_breaker.config_conflict", name, "kept=%r ignored=%r", known, checked)
 
+    # ------------------------------------------------------------- idle breakers
+    def sweep(self, *, now: bool = False) -> list[str]:
+        """Let go of the breakers that stayed idle for ``BALDUR_REGISTRY_IDLE_SECONDS``.
+
+        Idle means CLOSED, unforced, and no call, rejection or transition since an earlier
+        sweep at least that long ago (or since the breaker was made). Each one leaves this
+        registry, the cached routes and every :class:`Watcher`; one that something still
+        holds comes back, the same object, on the next lookup of its name or on the first
+        sweep that sees it used. A breaker that left and was used meanwhile is put back.
+        Runs at most once per sweep interval (a sixtieth of the idle time, at most
+        :data:`SWEEP_EVERY` seconds) unless *now*; does nothing when the setting is 0. Reads
+        each breaker's counts under its own lock; no store I/O.
+
+        Args:
+            now: sweep whatever the time since the last sweep.
+
+        Returns:
+            list[str]: the names that left, sorted.
+        """
+        idle = float(self.source.get("BALDUR_REGISTRY_IDLE_SECONDS") or 0.0)
+        if idle <= 0:
+            return []
+        moment = self.clock.monotonic()
+        if not now and 0 <= moment - self._swept_at < min(idle / 60.0, SWEEP_EVERY):
+            return []
+        self._swept_at = moment
+        self._take_back_used()
+        idle_now: list[tuple[str, CircuitBreaker, int]] = []
+        for name, breaker in list(self._breakers.items()):
+            reading = activity(breaker)
+            seen = self._seen.get(name)
+            if seen is None or seen[0] != reading:
+                self._seen[name] = (reading, moment)
+            elif moment - seen[1] >= idle and _idle_state(breaker):
+                idle_now.append((name, breaker, reading))
+        gone = self._let_go(idle_now)
+        return sorted(gone)
+
+    def _take_back_used(self) -> None:
+        """Put back every breaker that left and was used since (a decorated function's)."""
+        for name, breaker in list(self._left.items()):
+            _, reading = self._left_overrides.get(name, (None, 0))
+            if activity(breaker) != reading:
+                self._return(name)
+        with self._lock:  # overrides of breakers that are gone for good
+            for name in [name for name in self._left_overrides if name not in self._left]:
+                del self._left_overrides[name]
+
+    def _let_go(self, idle: list[tuple[str, CircuitBreaker, int]]) -> dict[str, CircuitBreaker]:
+        """Drop the breakers in *idle* that are still registered and still idle, then tell
+        the watchers (outside the lock)."""
+        gone: dict[str, CircuitBreaker] = {}
+        with self._lock:
+            for name, breaker, reading in idle:
+                if self._breakers.get(name) is not breaker:
+                    continue
+                del self._breakers[name]
+                self._left_overrides[name] = (self._overrides.pop(name, None), reading)
+                self._left[name] = breaker
+                self._seen.pop(name, None)
+                self._conflicts.discard(name)
+                for cache in self.name_caches:
+                    cache.pop(name, None)
+                gone[name] = breaker
+        if gone:
+            for watcher in list(self.watchers):
+                watcher.let_go(gone)
+        return gone
+
+    def drop_idle(self, name: str, breaker: CircuitBreaker) -> bool:
+        """Drop *breaker* now if it is the one registered as *name* and CLOSED and unforced
+        (an adapter over its cap of hosts): as :meth:`sweep` drops an idle one.
+
+        Returns:
+            bool: True when it left.
+        """
+        if self._breakers.get(name) is not breaker or not _idle_state(breaker):
+            return False
+        return bool(self._let_go([(name, breaker, activity(breaker))]))
+
+    def everyone(self) -> list[CircuitBreaker]:
+        """Every breaker this process may still use: the registered ones and those a sweep
+        let go while something still holds them."""
+        return [*self._breakers.values(), *self._left.values()]
+
     def set_store(self, store: StateStore | None) -> None:
         """Share every breaker's state through *store* (None: back to process-local).
 
@@ -132,7 +292,7 @@ class Registry:
             self.store_configured = True
             if store is None:
                 self.guard = None
-                for breaker in self._breakers.values():
+                for breaker in self.everyone():
                     breaker.use_store(None)
                 return
             self.guard = StoreGuard(
@@ -142,7 +302,7 @@ class Registry:
                 monotonic=self.clock.monotonic,
                 wall=self.clock.wall,
             )
-            for breaker in self._breakers.values():
+            for breaker in self.everyone():
                 breaker.use_store(self.guard)
 
     def _store_from_settings(self) -> None:
@@ -165,7 +325,8 @@ class Registry:
                         self.source.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
                         self.source.get("BALDUR_REDIS_MAX_CONNECTIONS"),
                         cluster=self.source.get("BALDUR_REDIS_CLUSTER"),
-                    )
+                    ),
+                    record_ttl=self.source.get("BALDUR_REGISTRY_IDLE_SECONDS"),
                 )
             elif backend == "database":
                 raise ConfigError(
@@ -189,12 +350,12 @@ class Registry:
         every breaker on its previous configuration.
         """
         with self._lock:
-            fresh = {
-                name: build_config(name, self._overrides.get(name) or {}, self.source, self.clock)
-                for name in self._breakers
-            }
+            held = {**{name: b for name, b in self._left.items()}, **self._breakers}
+            overrides = {name: pair[0] for name, pair in self._left_overrides.items()}
+            overrides.update(self._overrides)
+            fresh = {name: build_config(name, overrides.get(name) or {}, self.source, self.clock) for name in held}
             for name, config in fresh.items():
-                self._breakers[name].reconfigure(config)
+                held[name].reconfigure(config)
 
     def forget(self, name: str) -> bool:
         """Drop breaker *name* from this process, with its overrides and cached routes.
@@ -207,6 +368,9 @@ class Registry:
         """
         with self._lock:
             known = self._breakers.pop(name, None) is not None
+            self._left.pop(name, None)
+            self._left_overrides.pop(name, None)
+            self._seen.pop(name, None)
             self._overrides.pop(name, None)
             self._conflicts.discard(name)
             for cache in self.name_caches:
@@ -217,6 +381,9 @@ class Registry:
         """Forget every breaker (tests; a new process)."""
         with self._lock:
             self._breakers.clear()
+            self._left.clear()
+            self._left_overrides.clear()
+            self._seen.clear()
             self._overrides.clear()
             self._conflicts.clear()
             for cache in self.name_caches:
@@ -231,7 +398,7 @@ def _after_fork_in_child() -> None:
     """A forked child (gunicorn ``--preload``, Celery prefork) counts its own calls: each
     breaker's metrics start from what it inherited, so the parent's counts are never
     reported again by every child."""
-    for breaker in registry:
+    for breaker in registry.everyone():
         try:
             breaker.after_fork()
         except Exception:  # pragma: no cover - never fail a fork

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from .emergency import frozen
 from .errors import StoreError
 from .events import Event, RecordAdopted, StoreProblem, TripBlocked
+from .lease import probe_lease
 from .states import CircuitState
 from .stores.base import BLOCKED, TRIPPED, Answer, StateStore
 
@@ -510,7 +511,7 @@ class StoreSync:
                 "acquire_probe",
                 token=token,
                 max_calls=cfg.half_open_max_calls,
-                lease_seconds=cfg.probe_lease,
+                lease_seconds=probe_lease(cfg.probe_lease),
                 frozen=frozen(),
             )
             if answer is not None:

@@ -45,42 +45,47 @@ def seed_from_env() -> int:
 class QueuedRedisStore(RedisStore):
     """A RedisStore whose transitions are queued on a pipeline instead of run one by one;
     :meth:`flush` runs the queue and returns the answers in order (an ``Exception`` where
-    the server refused a command: a script error is the Lua's way to refuse)."""
+    the server refused a command: a script error is the Lua's way to refuse). After each
+    command the record key's PTTL is read too, into :attr:`ttls` (-2: no key, -1: no
+    expiry, else milliseconds left), for a store made with *record_ttl*."""
 
-    def __init__(self, client: Any, prefix: str, clock: Any) -> None:
-        super().__init__(client, prefix=prefix, clock=clock)
-        self.queue: list[tuple[str, tuple[Any, ...]]] = []  # (op, command args)
+    def __init__(self, client: Any, prefix: str, clock: Any, record_ttl: float | None = None) -> None:
+        super().__init__(client, prefix=prefix, clock=clock, record_ttl=record_ttl)
+        self.queue: list[tuple[str, tuple[Any, ...], str]] = []  # (op, command args, record key)
+        self.ttls: list[int] = []
         for script in (*self._scripts.values(), self._prune):
             client.script_load(script.script)
 
-    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False) -> Answer:
+    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False, read: bool = False) -> Answer:
         # the registry touch of load/force is left out: the registry is not compared
-        command = ("EVALSHA", self._scripts[op].sha, 1, self.key(name), *self._argv(args, frozen))
-        self.queue.append((op, command))
+        command = ("EVALSHA", self._scripts[op].sha, 1, self.key(name), *self._argv(args, frozen, read=read))
+        self.queue.append((op, command, self.key(name)))
         return Answer(record=None, now=math.nan)  # type: ignore[arg-type]  # filled in by flush()
 
     def queue_raw(self, name: str, raw: str) -> None:
         """Write *raw* as the record of *name* (a legacy or corrupt record); answers True."""
-        self.queue.append(("raw", ("SET", self.key(name), raw)))
+        self.queue.append(("raw", ("SET", self.key(name), raw), self.key(name)))
 
     def queue_prune(self, name: str) -> None:
         """The prune script on the record of *name* alone (the registry is not compared):
         answers True when it deleted the record (or there was none)."""
-        self.queue.append(("prune", ("EVALSHA", self._prune.sha, 1, self.key(name))))
+        self.queue.append(("prune", ("EVALSHA", self._prune.sha, 1, self.key(name)), self.key(name)))
 
     def flush(self) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
-        for _, command in self.queue:
+        for _, command, key in self.queue:
             pipe.execute_command(*command)
+            pipe.pttl(key)
         raws = pipe.execute(raise_on_error=False)
         answers: list[Any] = []
-        for (op, _), raw in zip(self.queue, raws, strict=True):
+        for (op, _, _), raw in zip(self.queue, raws[0::2], strict=True):
             if isinstance(raw, Exception):
                 answers.append(raw)
             elif op in ("raw", "prune"):
                 answers.append(bool(raw))
             else:
                 answers.append(decode_answer(op, raw))
+        self.ttls = list(raws[1::2])
         self.queue = []
         return answers
 

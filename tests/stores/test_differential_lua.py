@@ -27,6 +27,7 @@ import time
 
 import pytest
 
+from baldur_django.core.rules import prunable
 from baldur_django.core.stores.base import Answer
 from baldur_django.core.stores.memory import MemoryStore
 from tests.stores.differential import (
@@ -52,18 +53,36 @@ def differential_seed() -> int:
     return seed_from_env()
 
 
-def test_st2_differential_lua_scripts_match_the_python_rules(redis_client, differential_seed):
+def _expiry(reference: MemoryStore, name: str, answer: Answer) -> str:
+    """What the record's key must look like with an idle lifetime: ``"none"`` (the reference
+    holds no record: a read of a missing one creates none), ``"expires"`` (CLOSED and
+    unforced: the rules may forget it) or ``"kept"`` (anything else never expires)."""
+    if name not in reference._records:
+        return "none"
+    return "expires" if prunable(answer.record) else "kept"
+
+
+def _key_expiry(pttl: int) -> str:
+    return {-2: "none", -1: "kept"}.get(pttl, "expires")
+
+
+@pytest.mark.parametrize("record_ttl", [None, 3600.0], ids=["no-expiry", "idle-expiry"])
+def test_st2_differential_lua_scripts_match_the_python_rules(redis_client, differential_seed, record_ttl):
     """ST-2, ST-6: after every step of thousands of random event sequences, the Lua scripts
-    on the real Redis give the same record and answer as the Python rules (memory store)."""
+    on the real Redis give the same record and answer as the Python rules (memory store).
+    With an idle lifetime, the record's key also expires exactly when the rules could forget
+    the record (CLOSED, unforced), never otherwise, and a fleet job's read of a missing
+    record creates no key, as the reference creates no record."""
     seed = differential_seed
     current = {"now": 0.0}
     reference = MemoryStore(now=lambda: current["now"])
-    lua = QueuedRedisStore(redis_client, prefix=redis_client.test_prefix, clock=lambda: current["now"])
+    prefix = f"{redis_client.test_prefix}-{record_ttl}"
+    lua = QueuedRedisStore(redis_client, prefix=prefix, clock=lambda: current["now"], record_ttl=record_ttl)
     started = time.perf_counter()
     compared = 0
     seen_ops: dict[str, int] = {}
     for first in range(0, SEQUENCES, BATCH):
-        sent: list[tuple[Sequence, int, Answer]] = []  # (sequence, step index, reference answer)
+        sent: list[tuple[Sequence, int, Answer, str]] = []  # (sequence, step, reference answer, expiry)
         for index in range(first, min(first + BATCH, SEQUENCES)):
             seq = new_sequence(index, seed)
             last: Answer | None = None
@@ -78,10 +97,17 @@ def test_st2_differential_lua_scripts_match_the_python_rules(redis_client, diffe
                 getattr(lua, op)(seq.name, **kwargs)
                 seq.versions.append(last.record.version)
                 seq.steps.append({"op": op, "now": seq.now, **kwargs})
-                sent.append((seq, len(seq.steps) - 1, last))
+                sent.append((seq, len(seq.steps) - 1, last, _expiry(reference, seq.name, last)))
                 seen_ops[op] = seen_ops.get(op, 0) + 1
-        for (seq, step, ref), got in zip(sent, lua.flush(), strict=True):
+        answers = lua.flush()
+        for (seq, step, ref, expiry), got, pttl in zip(sent, answers, lua.ttls, strict=True):
             compared += 1
+            if record_ttl is not None and _key_expiry(pttl) != expiry:
+                pytest.fail(
+                    f"the record's expiry differs from the rules (seed={seed}, sequence {seq.index}, step {step}): "
+                    f"key {_key_expiry(pttl)} (PTTL {pttl}), rules say {expiry}.\nsteps:\n"
+                    f"{history(seq.steps[: step + 1])}\npython: {show(ref)}"
+                )
             if not same_answer(ref, got):
                 pytest.fail(
                     f"Lua and the Python rules differ (seed={seed}, sequence {seq.index}, step {step}; replay with "

@@ -222,14 +222,26 @@ class RedisStore:
             use as "now" instead of Redis ``TIME`` (the differential test pins both sides of
             a comparison to one time this way). Leave it None in production: the scripts
             then read ``TIME``, the store's own clock that every host agrees on.
+        record_ttl: seconds a CLOSED, unforced record lives after its last write or read by
+            a worker (``BALDUR_REGISTRY_IDLE_SECONDS``), so the records of idle breakers
+            expire; an OPEN, half-open or forced record never does. None or 0: never.
+            The fleet jobs' reads (:meth:`inspect`, :meth:`sweep`) keep the time left.
     """
 
     backend = "redis"
 
-    def __init__(self, client: Any, prefix: str = "baldur", *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        prefix: str = "baldur",
+        *,
+        clock: Callable[[], float] | None = None,
+        record_ttl: float | None = None,
+    ) -> None:
         self.client = client
         self.prefix = prefix
         self.clock = clock
+        self.record_ttl = record_ttl
         prelude = _read("_prelude")
         self._scripts = {name: client.register_script(prelude + "\n" + _read(name)) for name in _SCRIPTS}
         self._touch = client.register_script(_read("registry_touch"))
@@ -242,16 +254,20 @@ class RedisStore:
         """The record key of breaker *name*; its ``{...}`` hash tag is the breaker's own."""
         return f"{self.prefix}:{{{safe_key(name)}}}:state"
 
-    def _argv(self, args: tuple[Any, ...], frozen: bool) -> list[Any]:
-        """The ARGV of a transition script: the operation's arguments, then the pinned clock
-        (``""``: use Redis ``TIME``), then the Level 3 flag, always in the last two places."""
+    def _argv(self, args: tuple[Any, ...], frozen: bool, *, read: bool = False) -> list[Any]:
+        """The ARGV of a transition script: the operation's arguments, then the idle lifetime
+        of a record (ms, ``"~"`` first for a fleet job's read, ``""`` for none), the pinned
+        clock (``""``: use Redis ``TIME``), and the Level 3 flag, always in the last
+        three places."""
         argv = ["" if a is None else a for a in args]
+        ttl = self.record_ttl
+        argv.append(f"{'~' if read else ''}{max(1, int(ttl * 1000))}" if ttl and ttl > 0 else "")
         argv.append("" if self.clock is None else repr(float(self.clock())))
         argv.append("1" if frozen else "0")
         return argv
 
-    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False) -> Answer:
-        argv = self._argv(args, frozen)
+    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False, read: bool = False) -> Answer:
+        argv = self._argv(args, frozen, read=read)
         try:
             if touch:
                 raw = self._pipelined(self._scripts[op], name, argv)
@@ -294,7 +310,7 @@ class RedisStore:
         return self._run("load", name, frozen=frozen, touch=True)
 
     def inspect(self, name: str, *, frozen: bool = False) -> Answer:
-        return self._run("load", name, frozen=frozen)
+        return self._run("load", name, frozen=frozen, read=True)
 
     def trip(
         self,
@@ -368,14 +384,35 @@ class RedisStore:
         return self._run("clear", name, frozen=frozen, touch=True)
 
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
-        return self._run("sweep", name, frozen=frozen)
+        return self._run("sweep", name, frozen=frozen, read=True)
 
     def names(self) -> dict[str, float]:
+        """The registry: name -> last seen (Redis time). With *record_ttl*, the names whose
+        record expired (idle) are removed from it first, so it stays as small as the records.
+        """
         try:
+            if self.record_ttl and self.record_ttl > 0:
+                self._forget_expired()
             pairs = self.client.zrange(self.registry_key, 0, -1, withscores=True)
         except store_errors() as exc:
             raise StoreUnavailable(f"redis registry read failed: {exc}") from exc
         return {(n.decode("utf-8") if isinstance(n, bytes) else n): float(s) for n, s in pairs}
+
+    def _forget_expired(self) -> None:
+        """Remove from the registry the names unseen for longer than *record_ttl* whose record
+        is gone: one read of the old names, one pipelined ``EXISTS`` per batch, one ``ZREM``.
+        A name a worker registers again meanwhile comes back with its next read."""
+        seconds, micros = self.client.time()
+        horizon = float(seconds) + float(micros) / 1e6 - float(self.record_ttl or 0.0)
+        old = self.client.zrangebyscore(self.registry_key, "-inf", f"({horizon}")
+        for start in range(0, len(old), 1000):
+            batch = [raw.decode("utf-8") if isinstance(raw, bytes) else raw for raw in old[start : start + 1000]]
+            pipe = self.client.pipeline(transaction=False)
+            for name in batch:
+                pipe.exists(self.key(name))
+            gone = [name for name, there in zip(batch, pipe.execute(), strict=True) if not there]
+            if gone:
+                self.client.zrem(self.registry_key, *gone)
 
     def prune(self, *, older_than: float) -> list[str]:
         try:
@@ -447,7 +484,7 @@ class RedisStore:
         if not names:
             return []
         script = self._scripts[op]
-        argv = self._argv((), frozen)
+        argv = self._argv((), frozen, read=True)
         raws: list[Any] = [None] * len(names)
         pending = list(range(len(names)))
         try:

@@ -131,9 +131,35 @@ local function count(t)
   return n
 end
 
+-- ARGV[#ARGV - 2]: how long an idle record lives, in ms ('' = for ever). A CLOSED, unforced
+-- record expires that long after its last write; any other record never expires. A leading
+-- '~' marks a fleet job's read: it keeps the time left and never creates a record.
+local TTL_ARG = ARGV[#ARGV - 2] or ''
+local KEEP = string.sub(TTL_ARG, 1, 1) == '~'
+local RECORD_TTL = tonumber(KEEP and string.sub(TTL_ARG, 2) or TTL_ARG)
+
+local function store(key, rec, text)
+  if not RECORD_TTL or RECORD_TTL <= 0 then
+    redis.call('SET', key, text)
+    return
+  end
+  local idle = rec.state == 'closed' and isnull(rec.forced)
+  local ttl = math.floor(RECORD_TTL)
+  if KEEP then
+    local left = redis.call('PTTL', key)
+    if left == -2 then return end  -- a read of a missing record writes nothing
+    if left > 0 then ttl = left end
+  end
+  if idle then
+    redis.call('SET', key, text, 'PX', ttl)
+  else
+    redis.call('SET', key, text)  -- OPEN, half-open or forced: kept until it closes again
+  end
+end
+
 local function finish(key, rec, now, result, lapsed, before)
   local text = encode(rec)
-  redis.call('SET', key, text)
+  store(key, rec, text)
   return '{"record":' .. text .. ',"now":' .. encode(now) .. ',"result":' .. encode(result)
     .. ',"lapsed":' .. encode(lapsed) .. ',"moved":' .. tostring(rec.state ~= before) .. '}'
 end
