@@ -1,7 +1,7 @@
 """Redis implementation of the store protocol: one Lua script per transition (ST-2).
 
-Each transition is a script in ``core/stores/lua/`` (with a shared prelude that
-normalises the record using Redis ``TIME``), registered once with ``register_script``
+Each transition is a script in ``core/stores/lua/`` (with a shared prelude that reads the
+record as :func:`~.base.decode` does and normalises it using Redis ``TIME``), registered once with ``register_script``
 and called by SHA; redis-py reloads a script after a ``NOSCRIPT`` (a restarted server)
 and retries once. Values are JSON. One breaker's keys share a hash tag
 (``baldur:{<safe name>}:state``) so a Redis Cluster keeps them in one slot; the registry
@@ -230,12 +230,13 @@ class RedisStore:
         self.client = client
         self.prefix = prefix
         self.clock = clock
-        prelude = _read("_prelude")
+        reader = _read("_record")  # how a stored record is read, shared by the transitions and prune
+        prelude = reader + "\n" + _read("_prelude")
         self._scripts = {name: client.register_script(prelude + "\n" + _read(name)) for name in _SCRIPTS}
         self._touch = client.register_script(_read("registry_touch"))
         self._unlock = client.register_script(_read("unlock"))
         self._extend = client.register_script(_read("extend"))
-        self._prune = client.register_script(_read("prune"))
+        self._prune = client.register_script(reader + "\n" + _read("prune"))
         self.registry_key = f"{prefix}:registry"
 
     def key(self, name: str) -> str:

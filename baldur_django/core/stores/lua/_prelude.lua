@@ -1,6 +1,5 @@
--- Shared by every transition script (prepended at load time); mirrors core/rules.py.
-local NULL = cjson.null
-local function isnull(v) return v == nil or v == NULL end
+-- Shared by every transition script (prepended at load time, after _record.lua); mirrors
+-- core/rules.py.
 
 -- The last two ARGV of every transition: a pinned clock ('' in production: Redis TIME is the
 -- store's clock, ST-2; tests pin it to compare with the Python rules) and the Level 3 flag.
@@ -33,26 +32,8 @@ local function encode(v)
   return cjson.encode(v)
 end
 
-local function fresh()
-  return {state = 'closed', version = 0, opened_at = NULL, open_until = NULL, trigger = NULL,
-          forced = NULL, force_expires_at = NULL, force_reason = '', force_actor = NULL,
-          probes = {}, successes = 0, updated_at = NULL, opens = 0}
-end
-
 local function load(key)
-  local raw = redis.call('GET', key)
-  if not raw then return fresh() end
-  local ok, rec = pcall(cjson.decode, raw)
-  if not ok or type(rec) ~= 'table' or type(rec.version) ~= 'number'
-     or (rec.state ~= 'closed' and rec.state ~= 'open' and rec.state ~= 'half_open') then
-    return fresh()  -- a corrupt record reads as a fresh CLOSED breaker (ST-2)
-  end
-  local base = fresh()
-  for k, v in pairs(base) do if rec[k] == nil then rec[k] = v end end
-  if type(rec.probes) ~= 'table' then rec.probes = {} end
-  if type(rec.successes) ~= 'number' then rec.successes = 0 end
-  if type(rec.opens) ~= 'number' then rec.opens = 0 end
-  return rec
+  return decode(redis.call('GET', key))
 end
 
 local function bump(rec, state, now, trigger)
