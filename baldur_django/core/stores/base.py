@@ -233,7 +233,8 @@ class StateStore(Protocol):
         """Normalise and return the record; registers *name* (touching its last-seen time)."""
 
     def inspect(self, name: str, *, frozen: bool = False) -> Answer:
-        """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks."""
+        """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks.
+        A name without a record keeps none (nothing is written)."""
 
     def trip(
         self,
@@ -295,7 +296,8 @@ class StateStore(Protocol):
 
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
         """Recovery sweep for one record: OPEN past its timeout (unforced) -> HALF_OPEN.
-        Does not register *name*. ``result`` True when it moved."""
+        Does not register *name*, and writes nothing for a name without a record. ``result``
+        True when it moved."""
 
     def names(self) -> dict[str, float]:
         """Registered breaker names -> last-seen store time (Unix seconds)."""

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # redis is imported lazily at run time
 
 __all__ = ["ClusterClient", "RedisStore", "connect", "decode_answer", "is_cluster", "store_errors"]
 
-_SCRIPTS = ("load", "trip", "acquire_probe", "finish_probe", "force", "release", "clear", "sweep")
+_SCRIPTS = ("load", "inspect", "trip", "acquire_probe", "finish_probe", "force", "release", "clear", "sweep")
 
 
 def _read(name: str) -> str:
@@ -295,7 +295,7 @@ class RedisStore:
         return self._run("load", name, frozen=frozen, touch=True)
 
     def inspect(self, name: str, *, frozen: bool = False) -> Answer:
-        return self._run("load", name, frozen=frozen)
+        return self._run("inspect", name, frozen=frozen)
 
     def trip(
         self,
@@ -431,7 +431,7 @@ class RedisStore:
         Raises:
             StoreUnavailable: the server failed the batch (no partial answer is returned).
         """
-        return self._run_many("load", names, frozen=frozen)
+        return self._run_many("inspect", names, frozen=frozen)
 
     def sweep_many(self, names: list[str], *, frozen: bool = False) -> list[Answer]:
         """:meth:`sweep` of every name in *names*, pipelined (see :meth:`inspect_many`);

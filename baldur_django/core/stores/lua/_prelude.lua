@@ -32,8 +32,14 @@ local function encode(v)
   return cjson.encode(v)
 end
 
+-- Whether the key held a record when the script began: a read (inspect) or a sweep of a
+-- missing record writes nothing, so no record is left behind without a registry entry.
+local STORED = false
+
 local function load(key)
-  return decode(redis.call('GET', key))
+  local raw = redis.call('GET', key)
+  STORED = raw ~= false
+  return decode(raw)
 end
 
 local function bump(rec, state, now, trigger)
@@ -112,11 +118,16 @@ local function count(t)
   return n
 end
 
-local function finish(key, rec, now, result, lapsed, before)
-  local text = encode(rec)
-  redis.call('SET', key, text)
-  return '{"record":' .. text .. ',"now":' .. encode(now) .. ',"result":' .. encode(result)
+-- The answer, without writing the record.
+local function reply(rec, now, result, lapsed, before)
+  return '{"record":' .. encode(rec) .. ',"now":' .. encode(now) .. ',"result":' .. encode(result)
     .. ',"lapsed":' .. encode(lapsed) .. ',"moved":' .. tostring(rec.state ~= before) .. '}'
+end
+
+-- Write the record and answer.
+local function finish(key, rec, now, result, lapsed, before)
+  redis.call('SET', key, encode(rec))
+  return reply(rec, now, result, lapsed, before)
 end
 
 local key = KEYS[1]
