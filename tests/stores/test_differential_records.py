@@ -109,6 +109,7 @@ RECORDS: dict[str, Callable[[float], str]] = {
     "expiry_true": lambda now: _open(now, forced="closed", force_expires_at=True),
 }
 
+
 class RawMemoryStore(MemoryStore):
     """The memory store with a way to put raw text in place of a record (registered, as a
     record some worker wrote)."""
