@@ -136,7 +136,7 @@ def pair(redis_client):
 @pytest.mark.parametrize("key", list(RECORDS))
 def test_differential_record_decodes_alike(pair, differential_seed, key):
     """ST-2: from a legacy or corrupt record, every step of random sequences gives the same
-    record and answer on both stores, or both refuse it."""
+    record and answer on both stores; neither store refuses a step."""
     current, memory, lua = pair
     seed = differential_seed
     sent: list[tuple[Any, int, Any]] = []
