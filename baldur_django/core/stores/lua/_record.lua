@@ -1,6 +1,6 @@
 -- Reading a stored record, shared by the transition scripts (through the prelude) and prune.lua;
 -- the same rule as decode() in core/stores/base.py. A missing or corrupt record reads as a fresh
--- CLOSED one (ST-2). Corrupt: not JSON, not an object, no state or version, or a field of the
+-- CLOSED one. Corrupt: not JSON, not an object, no state or version, or a field of the
 -- wrong type or with an impossible value. A field that is absent or null takes its default;
 -- unknown fields are dropped.
 local NULL = cjson.null

@@ -1,5 +1,5 @@
 -- KEYS[1]: a record key. Delete it only when the record, read as the transition scripts read
--- it (_record.lua is prepended), is CLOSED and unforced (ST-5); 1 when deleted (or missing).
+-- it (_record.lua is prepended), is CLOSED and unforced; 1 when deleted (or missing).
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 1 end
 local rec = decode(raw)
