@@ -101,37 +101,102 @@ class Answer:
     moved: bool = False
 
 
-_FIELDS = set(Record.__dataclass_fields__)
-
-
 def encode(record: Record) -> str:
     """JSON text of *record* (never pickle)."""
     return json.dumps(record.to_dict(), separators=(",", ":"), sort_keys=True)
 
 
 def decode(raw: Any) -> Record:
-    """A :class:`Record` from JSON text/bytes/dict; missing or corrupt input reads as a fresh CLOSED record."""
+    """A :class:`Record` from JSON text/bytes or a dict; never raises.
+
+    A missing record, or one that is corrupt, reads as a fresh CLOSED record (version 0).
+    Corrupt means: not JSON, not an object, no ``state`` or ``version``, or a field of the
+    wrong type or with an impossible value: a state other than ``closed``/``open``/
+    ``half_open``; a ``version``, ``successes`` or ``opens`` that is not a whole number from
+    0 to 2**53 - 1 (``3.0`` reads as 3; ``true`` is not a number); a time that is not a
+    number; ``trigger``, ``force_reason`` or ``force_actor`` that is not text; ``forced``
+    other than ``open``/``closed``; ``probes`` that is not an object of token -> lease
+    time. A field that is absent or null takes its default (an older release's record);
+    an empty JSON array of probes counts as none (the Lua decoder cannot tell it from
+    ``{}``); unknown fields are ignored. The Redis store's Lua (``_record.lua``) applies
+    the same rule.
+    """
     if raw is None:
         return Record()
     try:
-        data = json.loads(raw) if isinstance(raw, (str, bytes, bytearray)) else dict(raw)
-        if not isinstance(data, dict) or not isinstance(data.get("version"), int) or "state" not in data:
-            return Record()
-        record = Record(**{k: v for k, v in data.items() if k in _FIELDS})
-        if record.state not in ("closed", "open", "half_open") or not isinstance(record.version, int):
-            return Record()
-        if not isinstance(record.probes, dict):
-            record.probes = {}
-        record.opens = _opens(record.opens)
-        return record
-    except (TypeError, ValueError):
+        data = json.loads(raw) if isinstance(raw, (str, bytes, bytearray)) else raw
+    except (ValueError, RecursionError):  # not JSON (a UnicodeDecodeError is a ValueError)
         return Record()
+    if not isinstance(data, dict):
+        return Record()
+    fields: dict[str, Any] = {}
+    for name, check in _CHECKS.items():
+        value = data.get(name)
+        if value is None:
+            if name in _REQUIRED:
+                return Record()
+            continue  # absent or null: the default
+        value = check(value)
+        if value is _CORRUPT:
+            return Record()
+        fields[name] = value
+    return Record(**fields)
 
 
-def _opens(value: Any) -> int:
-    """A stored count of consecutive opens as an int; anything but a whole number >= 0 reads as 0."""
-    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    return int(value) if whole and not isinstance(value, bool) and value >= 0 else 0
+_CORRUPT: Any = object()  # what a field check returns for a value of the wrong type or an impossible one
+_REQUIRED = ("state", "version")
+_MAX_COUNT = 2**53 - 1  # the largest whole number a double (the Lua's only number) holds exactly
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> Any:
+    """A version or count: a whole number from 0 to 2**53 - 1, as an int."""
+    if not _is_number(value) or not 0 <= value <= _MAX_COUNT or (isinstance(value, float) and not value.is_integer()):
+        return _CORRUPT
+    return int(value)
+
+
+def _time(value: Any) -> Any:
+    return value if _is_number(value) else _CORRUPT
+
+
+def _text(value: Any) -> Any:
+    return value if isinstance(value, str) else _CORRUPT
+
+
+def _one_of(*allowed: str) -> Callable[[Any], Any]:
+    return lambda value: value if isinstance(value, str) and value in allowed else _CORRUPT
+
+
+def _probes(value: Any) -> Any:
+    """Token -> lease expiry; an empty JSON array counts as no probes."""
+    if value == []:
+        return {}
+    if not isinstance(value, dict):
+        return _CORRUPT
+    if not all(isinstance(token, str) and _is_number(until) for token, until in value.items()):
+        return _CORRUPT
+    return dict(value)
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "state": _one_of("closed", "open", "half_open"),
+    "version": _count,
+    "opened_at": _time,
+    "open_until": _time,
+    "trigger": _text,
+    "forced": _one_of("open", "closed"),
+    "force_expires_at": _time,
+    "force_reason": _text,
+    "force_actor": _text,
+    "probes": _probes,
+    "successes": _count,
+    "updated_at": _time,
+    "opens": _count,
+}
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -163,7 +228,8 @@ class StateStore(Protocol):
         """Normalise and return the record; registers *name* (touching its last-seen time)."""
 
     def inspect(self, name: str, *, frozen: bool = False) -> Answer:
-        """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks."""
+        """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks.
+        A name without a record keeps none (nothing is written)."""
 
     def trip(
         self,
@@ -225,7 +291,8 @@ class StateStore(Protocol):
 
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
         """Recovery sweep for one record: OPEN past its timeout (unforced) -> HALF_OPEN.
-        Does not register *name*. ``result`` True when it moved."""
+        Does not register *name*, and writes nothing for a name without a record. ``result``
+        True when it moved."""
 
     def names(self) -> dict[str, float]:
         """Registered breaker names -> last-seen store time (Unix seconds)."""

@@ -1,7 +1,7 @@
 """Redis implementation of the store protocol: one Lua script per transition.
 
-Each transition is a script in ``core/stores/lua/`` (with a shared prelude that
-normalises the record using Redis ``TIME``), registered once with ``register_script``
+Each transition is a script in ``core/stores/lua/`` (with a shared prelude that reads the
+record as :func:`~.base.decode` does and normalises it using Redis ``TIME``), registered once with ``register_script``
 and called by SHA; redis-py reloads a script after a ``NOSCRIPT`` (a restarted server)
 and retries once. Values are JSON. One breaker's keys share a hash tag
 (``baldur:{<safe name>}:state``) so a Redis Cluster keeps them in one slot; the registry
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # redis is imported lazily at run time
 
 __all__ = ["ClusterClient", "RedisStore", "connect", "decode_answer", "is_cluster", "store_errors"]
 
-_SCRIPTS = ("load", "trip", "acquire_probe", "finish_probe", "force", "release", "clear", "sweep")
+_SCRIPTS = ("load", "inspect", "trip", "acquire_probe", "finish_probe", "force", "release", "clear", "sweep")
 
 
 def _read(name: str) -> str:
@@ -242,12 +242,13 @@ class RedisStore:
         self.prefix = prefix
         self.clock = clock
         self.record_ttl = record_ttl
-        prelude = _read("_prelude")
+        reader = _read("_record")  # how a stored record is read, shared by the transitions and prune
+        prelude = reader + "\n" + _read("_prelude")
         self._scripts = {name: client.register_script(prelude + "\n" + _read(name)) for name in _SCRIPTS}
         self._touch = client.register_script(_read("registry_touch"))
         self._unlock = client.register_script(_read("unlock"))
         self._extend = client.register_script(_read("extend"))
-        self._prune = client.register_script(_read("prune"))
+        self._prune = client.register_script(reader + "\n" + _read("prune"))
         self.registry_key = f"{prefix}:registry"
 
     def key(self, name: str) -> str:
@@ -310,7 +311,7 @@ class RedisStore:
         return self._run("load", name, frozen=frozen, touch=True)
 
     def inspect(self, name: str, *, frozen: bool = False) -> Answer:
-        return self._run("load", name, frozen=frozen, read=True)
+        return self._run("inspect", name, frozen=frozen, read=True)
 
     def trip(
         self,
@@ -467,7 +468,7 @@ class RedisStore:
         Raises:
             StoreUnavailable: the server failed the batch (no partial answer is returned).
         """
-        return self._run_many("load", names, frozen=frozen)
+        return self._run_many("inspect", names, frozen=frozen)
 
     def sweep_many(self, names: list[str], *, frozen: bool = False) -> list[Answer]:
         """:meth:`sweep` of every name in *names*, pipelined (see :meth:`inspect_many`);

@@ -1,6 +1,5 @@
--- Shared by every transition script (prepended at load time); mirrors core/rules.py.
-local NULL = cjson.null
-local function isnull(v) return v == nil or v == NULL end
+-- Shared by every transition script (prepended at load time, after _record.lua); mirrors
+-- core/rules.py.
 
 -- The last two ARGV of every transition: a pinned clock ('' in production: Redis TIME is the
 -- store's clock; tests pin it to compare with the Python rules) and the Level 3 flag.
@@ -33,26 +32,14 @@ local function encode(v)
   return cjson.encode(v)
 end
 
-local function fresh()
-  return {state = 'closed', version = 0, opened_at = NULL, open_until = NULL, trigger = NULL,
-          forced = NULL, force_expires_at = NULL, force_reason = '', force_actor = NULL,
-          probes = {}, successes = 0, updated_at = NULL, opens = 0}
-end
+-- Whether the key held a record when the script began: a read (inspect) or a sweep of a
+-- missing record writes nothing, so no record is left behind without a registry entry.
+local STORED = false
 
 local function load(key)
   local raw = redis.call('GET', key)
-  if not raw then return fresh() end
-  local ok, rec = pcall(cjson.decode, raw)
-  if not ok or type(rec) ~= 'table' or type(rec.version) ~= 'number'
-     or (rec.state ~= 'closed' and rec.state ~= 'open' and rec.state ~= 'half_open') then
-    return fresh()  -- a corrupt record reads as a fresh CLOSED breaker
-  end
-  local base = fresh()
-  for k, v in pairs(base) do if rec[k] == nil then rec[k] = v end end
-  if type(rec.probes) ~= 'table' then rec.probes = {} end
-  if type(rec.successes) ~= 'number' then rec.successes = 0 end
-  if type(rec.opens) ~= 'number' then rec.opens = 0 end
-  return rec
+  STORED = raw ~= false
+  return decode(raw)
 end
 
 local function bump(rec, state, now, trigger)
@@ -65,7 +52,7 @@ local function bump(rec, state, now, trigger)
   if state == 'closed' then rec.opens = 0 end  -- any close resets the backoff
 end
 
--- mirrors logic.open_duration / next_open: the k-th consecutive automatic open lasts
+-- mirrors rules.open_duration / next_open: the k-th consecutive automatic open lasts
 -- min(rt * factor^(k-1), cap); k counts opens and stops growing once the cap is reached.
 local function open_duration(k, rt, factor, cap)
   if k <= 1 or factor == 1 then return math.min(rt, cap) end
@@ -131,6 +118,12 @@ local function count(t)
   return n
 end
 
+-- The answer, without writing the record.
+local function reply(rec, now, result, lapsed, before)
+  return '{"record":' .. encode(rec) .. ',"now":' .. encode(now) .. ',"result":' .. encode(result)
+    .. ',"lapsed":' .. encode(lapsed) .. ',"moved":' .. tostring(rec.state ~= before) .. '}'
+end
+
 -- ARGV[#ARGV - 2]: how long an idle record lives, in ms ('' = for ever). A CLOSED, unforced
 -- record expires that long after its last write; any other record never expires. A leading
 -- '~' marks a fleet job's read: it keeps the time left and never creates a record.
@@ -157,11 +150,10 @@ local function store(key, rec, text)
   end
 end
 
+-- Write the record (with its idle lifetime) and answer.
 local function finish(key, rec, now, result, lapsed, before)
-  local text = encode(rec)
-  store(key, rec, text)
-  return '{"record":' .. text .. ',"now":' .. encode(now) .. ',"result":' .. encode(result)
-    .. ',"lapsed":' .. encode(lapsed) .. ',"moved":' .. tostring(rec.state ~= before) .. '}'
+  store(key, rec, encode(rec))
+  return reply(rec, now, result, lapsed, before)
 end
 
 local key = KEYS[1]
