@@ -71,6 +71,27 @@ def load_hook(name: str):
 mermaid_offline = load_hook("mermaid_offline")
 
 
+def probe_config(tmp_path: Path, *, nav: str = "[index.md]", hook: str = "mermaid_offline.py", paths: str = "") -> Path:
+    """A mkdocs.yml in *tmp_path* that inherits the site's configuration for a probe site in
+    ``tmp_path/docs``, with one of the site's hooks and the API reference's handler."""
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
+        "docs_dir: docs\n"
+        f"nav: {nav}\n"
+        f"hooks: [{HOOKS / hook}]\n"
+        "plugins:\n"
+        "  mkdocstrings:\n"
+        "    handlers:\n"
+        "      python:\n"
+        f"        paths: [{paths or ROOT}]\n"
+        "        options:\n"
+        f"          extensions: [griffe_sphinx, {HOOKS / 'sphinx_roles.py'}]\n",
+        encoding="utf-8",
+    )
+    return config
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     mermaid_offline.fetch()  # as ./dev docs does first (once: docs/_vendor/ keeps it)
@@ -143,21 +164,7 @@ def test_q3_strict_build_fails_on(tmp_path, case, page, expected):
     docs.mkdir()
     (docs / "index.md").write_text(page, encoding="utf-8")
     (tmp_path / "docs_probe_module.py").write_text(PROBE_MODULE, encoding="utf-8")
-    config = tmp_path / "mkdocs.yml"
-    config.write_text(
-        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
-        "docs_dir: docs\n"
-        "nav: [index.md]\n"
-        f"hooks: [{HOOKS / 'mermaid_offline.py'}]\n"
-        "plugins:\n"
-        "  mkdocstrings:\n"
-        "    handlers:\n"
-        "      python:\n"
-        f"        paths: [{tmp_path}, {ROOT}]\n"
-        "        options:\n"
-        f"          extensions: [griffe_sphinx, {DOCS / '_hooks' / 'sphinx_roles.py'}]\n",
-        encoding="utf-8",
-    )
+    config = probe_config(tmp_path, paths=f"{tmp_path}, {ROOT}")
     done = mkdocs(config, tmp_path / "site")
     assert done.returncode != 0, f"{case}: the strict build passed\n{done.stderr}"
     assert expected in done.stderr, done.stderr
@@ -327,21 +334,7 @@ def test_offline_strict_build_fails_when_a_diagram_would_show_its_source(tmp_pat
         (docs / "_vendor").mkdir()
         for name in ("mermaid.min.js", "VERSION"):
             (docs / "_vendor" / name).symlink_to(DOCS / "_vendor" / name)
-    config = tmp_path / "mkdocs.yml"
-    config.write_text(
-        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
-        "docs_dir: docs\n"
-        "nav: [index.md]\n"
-        f"hooks: [{HOOKS / 'mermaid_offline.py'}]\n"
-        "plugins:\n"
-        "  mkdocstrings:\n"
-        "    handlers:\n"
-        "      python:\n"
-        f"        paths: [{ROOT}]\n"
-        "        options:\n"
-        f"          extensions: [griffe_sphinx, {HOOKS / 'sphinx_roles.py'}]\n",
-        encoding="utf-8",
-    )
+    config = probe_config(tmp_path)
     done = mkdocs(config, tmp_path / "site")
     assert done.returncode != 0, f"{case}: the strict build passed\n{done.stderr}"
     assert expected in done.stderr, done.stderr
@@ -448,21 +441,7 @@ def test_q3_strict_build_fails_on_an_id_outside_the_behaviour_reference(tmp_path
     (docs / "behaviour-reference.md").write_text(
         '# Ids\n\n- <a id="cb-6"></a>**CB-6** Half-open admits a few trial calls per round.\n', encoding="utf-8"
     )
-    config = tmp_path / "mkdocs.yml"
-    config.write_text(
-        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
-        "docs_dir: docs\n"
-        "nav: [index.md, behaviour-reference.md]\n"
-        f"hooks: [{HOOKS / 'requirement_ids.py'}]\n"
-        "plugins:\n"
-        "  mkdocstrings:\n"
-        "    handlers:\n"
-        "      python:\n"
-        f"        paths: [{ROOT}]\n"
-        "        options:\n"
-        f"          extensions: [griffe_sphinx, {HOOKS / 'sphinx_roles.py'}]\n",
-        encoding="utf-8",
-    )
+    config = probe_config(tmp_path, nav="[index.md, behaviour-reference.md]", hook="requirement_ids.py")
     done = mkdocs(config, tmp_path / "site")
     assert done.returncode != 0, f"{case}: the strict build passed\n{done.stderr}"
     assert expected in done.stderr, done.stderr
@@ -476,21 +455,7 @@ def test_offline_build_without_the_script_shows_a_note_instead_of_the_diagram(tm
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "index.md").write_text("# Probe\n\n```mermaid\nflowchart LR\n  alpha --> beta\n```\n", encoding="utf-8")
-    config = tmp_path / "mkdocs.yml"
-    config.write_text(
-        f"INHERIT: {ROOT / 'mkdocs.yml'}\n"
-        "docs_dir: docs\n"
-        "nav: [index.md]\n"
-        f"hooks: [{HOOKS / 'mermaid_offline.py'}]\n"
-        "plugins:\n"
-        "  mkdocstrings:\n"
-        "    handlers:\n"
-        "      python:\n"
-        f"        paths: [{ROOT}]\n"
-        "        options:\n"
-        f"          extensions: [griffe_sphinx, {HOOKS / 'sphinx_roles.py'}]\n",
-        encoding="utf-8",
-    )
+    config = probe_config(tmp_path)
     monkeypatch.setenv("BALDUR_DOCS_NO_DIAGRAMS", "1")
     done = mkdocs(config, tmp_path / "site")
     assert done.returncode == 0, done.stderr
