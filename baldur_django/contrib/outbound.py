@@ -2,8 +2,8 @@
 
 :mod:`baldur_django.contrib.requests` and :mod:`baldur_django.contrib.httpx` are thin
 shells over the decorators' engine: each request goes through a
-:class:`~baldur_django.core.hotpath.Route` built by the same checks ``protect()`` runs
-(:func:`~baldur_django.core.decorators.protect_route`), so admission, recording, the
+:class:`~baldur_django.core.routes.Route` built by the same checks ``protect()`` runs
+(:func:`~baldur_django.core.routes.protect_route`), so admission, recording, the
 classifier (failure statuses, 429 with ``Retry-After``), the retry stage, the fallback,
 forces, the emergency freeze and the metrics are the decorators' own. This module only
 decides which breaker a request belongs to and which of its two routes (with or without
@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.config import OVERRIDE_NAMES, validate_overrides
-from ..core.decorators import aprotect_route, protect_route
 from ..core.errors import ConfigError
-from ..core.hotpath import Route
 from ..core.names import name_problem, show_name
 from ..core.registry import registry
 from ..core.retry import RetryPolicy
+from ..core.routes import Route, aprotect_route, protect_route
 
 __all__ = [
     "IDEMPOTENT_METHODS",

@@ -14,8 +14,9 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core import emergency
-from ..core.breaker import METRIC_COUNTS
+from ..core.breaker import core_of
 from ..core.names import show_name
+from ..core.readings import METRIC_COUNTS, metric_values
 from ..core.registry import registry as _breakers
 from ..core.states import CircuitState
 
@@ -166,7 +167,7 @@ class Tally:
         states = []
         for breaker in _breakers:
             try:
-                state, counts, transitions = breaker.metric_values()
+                state, counts, transitions = metric_values(core_of(breaker))
             except Exception:
                 WARNINGS.warn(
                     "metrics.read_failed service=%s: its series are left out of this reading", show_name(breaker.name)

@@ -14,13 +14,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .breaker import CircuitBreaker
+from .breaker import CircuitBreaker, core_of
 from .clock import SYSTEM_CLOCK, Clock
 from .config import SettingsSource, build_config, settings, validate_overrides
 from .errors import ConfigError
 from .events import bus
 from .log import LoggingListener, log_event
 from .names import check_name, show_name
+from .readings import after_fork
 from .stores.base import StateStore
 from .sync import StoreGuard
 
@@ -233,7 +234,7 @@ def _after_fork_in_child() -> None:
     reported again by every child (EM-7)."""
     for breaker in registry:
         try:
-            breaker.after_fork()
+            after_fork(core_of(breaker))
         except Exception:  # pragma: no cover - never fail a fork
             logging.getLogger("baldur.metrics").exception("metrics.fork_failed service=%s", show_name(breaker.name))
 

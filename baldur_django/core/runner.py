@@ -15,10 +15,11 @@ import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .breaker import CircuitBreaker, Permit
+from .calls import BreakerCore
 from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of, status_of
 from .errors import awaitable_refused, is_awaitable
 from .nesting import Mark, outer_of, recorded_since, settled_elsewhere
+from .permit import Permit
 from .retry import (
     ATTEMPT,
     Done,
@@ -55,7 +56,7 @@ __all__ = [
 _COROUTINE = types.CoroutineType
 
 
-def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException) -> bool:
+def settle_exception(breaker: BreakerCore, permit: Permit, exc: BaseException) -> bool:
     """Record the outcome of a single attempt that raised; True when it counted as a failure."""
     counted, rate_limited = exception_outcome(breaker.config, exc, breaker.name)
     if not counted:
@@ -68,7 +69,7 @@ def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException
     return True
 
 
-def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
+def settle_result(breaker: BreakerCore, permit: Permit, result: Any) -> None:
     """Record a returned value: a status on either list is a failure, and so is a value the
     ``result_predicate`` marks (CB-18); else a success (CB-11)."""
     if type(result) in breaker.plain_types:  # empty while a result_predicate is set
@@ -97,7 +98,7 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         breaker.record_failure(permit)
 
 
-def _fail_outer(breaker: CircuitBreaker, outer: tuple[Permit, Mark], exc: BaseException, rate_limited: bool) -> bool:
+def _fail_outer(breaker: BreakerCore, outer: tuple[Permit, Mark], exc: BaseException, rate_limited: bool) -> bool:
     """A nested call failed and its fallback answers: the outer call never got the
     dependency's answer, so its outcome is this failure, recorded once on its permit.
     Returns True when it recorded (False: the outer call's outcome was recorded already)."""
@@ -111,7 +112,7 @@ def _fail_outer(breaker: CircuitBreaker, outer: tuple[Permit, Mark], exc: BaseEx
     return True
 
 
-def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: BaseException, answered: bool) -> bool:
+def settle_raised(breaker: BreakerCore, permit: Permit, mark: Mark, exc: BaseException, answered: bool) -> bool:
     """Record that the call admitted by *permit* (begun at record number *mark*) ended by
     raising *exc*, as :func:`settle_exception` does, unless its outcome is not its own to
     record (:func:`settled_elsewhere`).
@@ -135,9 +136,7 @@ def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: Base
     return counted
 
 
-async def asettle_raised(
-    breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: BaseException, answered: bool
-) -> bool:
+async def asettle_raised(breaker: BreakerCore, permit: Permit, mark: Mark, exc: BaseException, answered: bool) -> bool:
     """:func:`settle_raised` for a coroutine: the stack is read on the event loop's thread,
     and a shared breaker's trial outcome is written from a worker thread."""
     if recorded_since(breaker, mark):
@@ -156,7 +155,7 @@ async def asettle_raised(
     return counted
 
 
-def settle_returned(breaker: CircuitBreaker, permit: Permit, mark: Mark, result: Any) -> None:
+def settle_returned(breaker: BreakerCore, permit: Permit, mark: Mark, result: Any) -> None:
     """Record the value the call admitted by *permit* returned, as :func:`settle_result`
     does, unless its outcome is not its own to record (:func:`settled_elsewhere`). A
     success on the lock-free healthy lane is counted there without asking."""
@@ -174,7 +173,7 @@ def settle_returned(breaker: CircuitBreaker, permit: Permit, mark: Mark, result:
 
 
 def settle_status(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     status: Any,
     retry_after: Callable[[], Any],
@@ -255,7 +254,7 @@ def _ending(step: Step, fallback: Callable[..., Any] | None) -> tuple[Any, BaseE
 
 
 def run_sync(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     policy: RetryPolicy,
     func: Callable[..., Any],
@@ -289,7 +288,7 @@ def run_sync(
     # its outcome, or at once under a cooldown. The clock is read only when it matters: a
     # cooldown was ever set in this process (_cooldown_until is 0.0 until then) or the
     # budget needs the start time.
-    until = breaker.cooldown_deadline
+    until = breaker.cooldown_until
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if mark is None:
@@ -318,7 +317,7 @@ def run_sync(
 
 
 def _recorded_end(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     outcome: Outcome,
     fallback: Callable[..., Any] | None,
     args: tuple[Any, ...],
@@ -336,7 +335,7 @@ def _recorded_end(
 
 
 def continue_sync(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     policy: RetryPolicy,
     func: Callable[..., Any],
@@ -377,7 +376,7 @@ def continue_sync(
     return call_fallback(fallback, args, kwargs, error)
 
 
-async def _recording(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
+async def _recording(breaker: BreakerCore, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)``, which may record *permit*'s outcome: a shared breaker's trial
     outcome is a store write, made from a worker thread so the event loop never waits on
     the store (ST-2); anything else inline."""
@@ -387,7 +386,7 @@ async def _recording(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., 
 
 
 async def run_async(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     policy: RetryPolicy,
     factory: Callable[..., Awaitable[Any]],
@@ -399,7 +398,7 @@ async def run_async(
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
     ``asyncio.sleep`` (or the clock's ``asleep``) (FAC-3, RL-6). Same arguments, return
     value and errors as :func:`run_sync`; a coroutine-function fallback is awaited."""
-    until = breaker.cooldown_deadline  # the happy path: see run_sync
+    until = breaker.cooldown_until  # the happy path: see run_sync
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if mark is None:
@@ -428,7 +427,7 @@ async def run_async(
 
 
 async def continue_async(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     policy: RetryPolicy,
     factory: Callable[..., Awaitable[Any]],
