@@ -74,7 +74,7 @@ from .errors import ConfigError
 from .nesting import register
 from .permit import Permit
 from .retry import RetryPolicy
-from .routes import Route, aprotect_route, aroutes, knob_aroutes, knob_routes, protect_route, routes
+from .routes import NO_ROUTE, Route, aprotect_route, aroutes, knob_aroutes, knob_routes, protect_route, routes
 from .states import Reason
 from .wrappers import (
     NOT_PLAIN,
@@ -150,9 +150,8 @@ def protect(
 ) -> Any:
     """Run ``call()`` once under the breaker for *service*, with optional retry and fallback.
 
-    A call with the same *service*, *retry* object and overrides as an earlier one reuses
-    what that one checked and built, so this costs little more than a decorated call;
-    keep a :class:`RetryPolicy` in a constant rather than building one per call.
+    A call with the same *service*, *retry* object and overrides as an earlier one reuses what
+    it checked and built (keep a :class:`RetryPolicy` in a constant, not one per call).
 
     Args:
         service: breaker name.
@@ -174,43 +173,56 @@ def protect(
     try:  # a subscript, cheaper than .get(); a miss, or a name that is not even hashable,
         route = (knob_routes if overrides else routes)[service]  # goes the full way (it says why)
     except (KeyError, TypeError):
-        route = None
+        route = NO_ROUTE  # its retry is no caller's: the checks below fail at once
     if (
-        route is not None
-        and retry is route.retry  # the very object that was checked: nothing to re-check
+        retry is route.retry  # the very object that was checked: nothing to re-check
         and type(call) is _FUNCTION  # a def or lambda: callable; its code flags are read below
         and (
             not overrides  # (a route of the table without overrides has none)
             # one override, the very value object that was checked (a call site's constant)
             or (len(overrides) == 1 and overrides.get(route.key, route) is route.value)
-            # _same_overrides, inlined (no Python call per check)
-            or (overrides == route.overrides and [*map(type, overrides.values())] == route.kinds)
+            or _same_overrides(overrides, route)
         )
         and not (_MARKS and hasattr(call, "_is_coroutine_marker"))
     ):
-        if fallback is None:
-            fast = route.fast
-            # sync_wrapper's CLOSED path without a retry stage or fallback, run by the
-            # breaker's closure. A coroutine or generator function (refused: the full way
-            # below raises the ConfigError) is caught after the call, off the plain path:
-            # calling one runs none of its body, it only makes the coroutine or generator
-            # (closed unused) or fails to bind its arguments. Nothing is recorded for it, so
-            # it is as if it had been refused before the call.
-            result = SLOW if fast is None else fast(call)
-            if result is not SLOW:
-                if result is not REFUSED:
-                    return result
-            elif not call.__code__.co_flags & NOT_PLAIN:
-                return route.run(call)  # anything but the plain CLOSED path: the full wrapper
-        elif (
-            callable(fallback)
-            and not call.__code__.co_flags & NOT_PLAIN
-            # a coroutine-function fallback goes the full way, which refuses it
-            and not (type(fallback) is _FUNCTION and fallback.__code__.co_flags & NOT_PLAIN)
-        ):
-            return route.run_fallback(call, fallback)
+        if fallback is not None:
+            return _with_fallback(route, service, call, retry, fallback, overrides)
+        # sync_wrapper's CLOSED path without a retry stage or fallback, run by the breaker's
+        # closure (a route with a retry stage answers SLOW). A coroutine or generator function
+        # (refused: the full way raises the ConfigError) is caught after the call, off the
+        # plain path: calling one runs none of its body, it only makes the coroutine or
+        # generator (closed unused) or fails to bind its arguments. Nothing is recorded for
+        # it, so it is as if it had been refused before the call.
+        result = route.fast(call)
+        if result is not SLOW:
+            if result is not REFUSED:
+                return result
+        elif not call.__code__.co_flags & NOT_PLAIN:
+            return route.run(call)  # anything but the plain CLOSED path: the full wrapper
     route = protect_route(service, call, retry, fallback, overrides)
     return route.run(call) if fallback is None else route.run_fallback(call, fallback)
+
+
+def _same_overrides(overrides: dict[str, Any], route: Route) -> bool:
+    """True when *overrides* validate exactly as the route's did: the same names with equal
+    values of the very same types (so ``True`` never passes for ``1``, nor a ``Decimal``
+    for a float)."""
+    return overrides == route.overrides and [*map(type, overrides.values())] == route.kinds
+
+
+def _with_fallback(
+    route: Route, service: str, call: Callable[[], Any], retry: Any, fallback: Any, overrides: dict[str, Any]
+) -> Any:
+    """:func:`protect` with a *fallback*, once its route matched: the route's full wrapper,
+    unless the call or the fallback is a coroutine or generator function (the full way
+    refuses it)."""
+    if (
+        callable(fallback)
+        and not call.__code__.co_flags & NOT_PLAIN
+        and not (type(fallback) is _FUNCTION and fallback.__code__.co_flags & NOT_PLAIN)
+    ):
+        return route.run_fallback(call, fallback)
+    return protect_route(service, call, retry, fallback, overrides).run_fallback(call, fallback)
 
 
 async def aprotect(
@@ -231,54 +243,72 @@ async def aprotect(
     try:  # as in protect()
         route = (knob_aroutes if overrides else aroutes)[service]
     except (KeyError, TypeError):
-        route = None
+        route = NO_ROUTE
     if (
-        route is not None
-        and retry is route.retry  # the checks of protect(); generators are caught as there
+        retry is route.retry  # the checks of protect(); generators are caught as there
         and type(factory) is _FUNCTION
         and (
             not overrides
             or (len(overrides) == 1 and overrides.get(route.key, route) is route.value)
-            # _same_overrides, inlined (no Python call per check)
-            or (overrides == route.overrides and [*map(type, overrides.values())] == route.kinds)
+            or _same_overrides(overrides, route)
         )
     ):
-        if fallback is None:
+        if fallback is not None:
+            return await _awith_fallback(route, service, factory, retry, fallback, overrides)
+        else:
             afast = route.afast
-            admitted = None if afast is None else afast[0]()
-            if afast is not None and admitted is not None:
+            admitted = afast[0]()  # None off the plain path (and for a route with a retry stage)
+            if admitted is None:
+                if not factory.__code__.co_flags & _GENERATORS:
+                    return await route.run(factory)
+            else:
                 # async_wrapper's CLOSED path (never a trial here) with acall_wrappers'
                 # attempt, inlined around the breaker's closures. A generator function
                 # (refused, as in protect()) makes a generator, not a coroutine: it is caught
                 # there, before anything of it ran, and the full way below raises the
                 # ConfigError.
                 permit, mark = admitted
-                refused = None
                 try:
                     value = factory()
-                    if value.__class__ is not _COROUTINE and factory.__code__.co_flags & _GENERATORS:
-                        refused = value
-                    else:
-                        if value.__class__ is not _COROUTINE and not inspect.isawaitable(value):
-                            raise ConfigError(
-                                f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}"
-                            )
+                    refused = value.__class__ is not _COROUTINE and _refused(service, factory, value)
+                    if not refused:
                         result = await value
                 except BaseException as exc:
                     if not factory.__code__.co_flags & _GENERATORS:
                         afast[2](permit, mark, exc)
                         raise
                 else:
-                    if refused is None:
+                    if not refused:
                         afast[1](permit, mark, result)
                         return result
-                    discard(refused)
-            elif not factory.__code__.co_flags & _GENERATORS:
-                return await route.run(factory)
-        elif callable(fallback) and not factory.__code__.co_flags & _GENERATORS:
-            return await route.run_fallback(factory, fallback)
+                    discard(value)
     route = aprotect_route(service, factory, retry, fallback, overrides)
     return await (route.run(factory) if fallback is None else route.run_fallback(factory, fallback))
+
+
+async def _awith_fallback(
+    route: Route, service: str, factory: Callable[[], Any], retry: Any, fallback: Any, overrides: dict[str, Any]
+) -> Any:
+    """:func:`aprotect` with a *fallback*, once its route matched: the route's full wrapper,
+    unless the factory is a generator function or the fallback not callable (the full way
+    refuses them)."""
+    if callable(fallback) and not factory.__code__.co_flags & _GENERATORS:
+        return await route.run_fallback(factory, fallback)
+    return await aprotect_route(service, factory, retry, fallback, overrides).run_fallback(factory, fallback)
+
+
+def _refused(service: str, factory: Callable[[], Any], value: Any) -> bool:
+    """For what *factory* returned when it is not a coroutine: True when *factory* is a
+    generator function (refused: the full way raises its ConfigError), False for an awaitable.
+
+    Raises:
+        ConfigError: *value* is not awaitable (a misuse: nothing is recorded).
+    """
+    if factory.__code__.co_flags & _GENERATORS:
+        return True
+    if not inspect.isawaitable(value):
+        raise ConfigError(f"aprotect({service!r}) needs a factory of awaitables; it returned {type(value).__name__}")
+    return False
 
 
 def _route_breaker(local: dict[str, Any]) -> Any:

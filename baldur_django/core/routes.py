@@ -30,10 +30,11 @@ from .config import OVERRIDE_NAMES
 from .errors import ConfigError, awaitable_refused, is_awaitable
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
-from .wrappers import async_wrapper, build_ainline, build_inline, sync_wrapper
+from .wrappers import SLOW, async_wrapper, build_ainline, build_inline, sync_wrapper
 
 __all__ = [
     "Route",
+    "NO_ROUTE",
     "routes",
     "knob_routes",
     "aroutes",
@@ -132,6 +133,23 @@ def _fallback_second(call: Callable[[], Any], fallback: Callable[[], Any]) -> An
     return fallback()
 
 
+def _full_way(call: Callable[[], Any]) -> Any:
+    """A route's plain path when it has none (a retry stage): the call goes the full way."""
+    return SLOW
+
+
+def _not_admitted() -> None:
+    return None
+
+
+def _never(*args: Any) -> None:  # pragma: no cover - never called: nothing is admitted
+    return None
+
+
+#: ``afast`` of a route without a plain path: admits nothing, so the call goes the full way.
+_AFULL_WAY = (_not_admitted, _never, _never)
+
+
 class Route:
     """What one full ``protect``/``aprotect`` call settled for its service, reused by the
     calls that match it (see the comment above). Never changed once stored.
@@ -147,8 +165,10 @@ class Route:
         run: ``run(call)``: the full wrapper, no fallback.
         run_fallback: ``run_fallback(call, fallback)``: the full wrapper with *fallback*.
         inline: True when the plain CLOSED path may run inline (no retry stage).
-        fast, afast: that path for ``protect``/``aprotect`` (:func:`~baldur_django.core.wrappers.build_inline`),
-            or None.
+        fast, afast: that path for ``protect``/``aprotect``
+            (:func:`~baldur_django.core.wrappers.build_inline`); with a retry stage, stand-ins
+            that always send the call the full way (``fast`` answers ``SLOW``, ``afast``'s
+            admission None).
         core: the breaker's core (what calls nested in this route's frames are matched by).
     """
 
@@ -190,9 +210,20 @@ class Route:
         # the plain CLOSED path, built by the breaker (it reads the hot-path fields): only
         # without a retry stage; a route serves protect() or aprotect(), so both are built
         core = self.core = core_of(breaker)
-        self.fast = build_inline(core) if self.inline else None
-        self.afast = build_ainline(core) if self.inline else None
+        self.fast = build_inline(core) if self.inline else _full_way
+        self.afast = build_ainline(core) if self.inline else _AFULL_WAY
 
+
+class _NoRoute:
+    """What ``protect``/``aprotect`` match a call against when no route is stored: its
+    ``retry`` is an object no caller holds, so no call matches it."""
+
+    __slots__ = ()
+    retry = object()
+
+
+#: The route of a service no call stored one for yet (see :class:`_NoRoute`).
+NO_ROUTE: Any = _NoRoute()
 
 #: service -> the :class:`Route` of ``protect`` calls without overrides / with overrides,
 #: and the same for ``aprotect`` (written by :func:`_stored_route`).

@@ -253,6 +253,16 @@ def _ending(step: Step, fallback: Callable[..., Any] | None) -> tuple[Any, BaseE
     raise TypeError(f"retry plan ended on {step!r}")
 
 
+def _first_settled(breaker: BreakerCore, permit: Permit, result: Any, mark: Mark) -> bool:
+    """True when the first attempt's returned *result* ends the call: a success (recorded
+    here), or a failure response a nested call recorded (no retry, nothing more recorded)."""
+    if type(result) in breaker.plain_types:  # settled()'s first test, inlined: no status to read
+        if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
+            breaker.record_success(permit)
+        return True
+    return settled(breaker, permit, result, mark) or settled_elsewhere(breaker, permit, mark)
+
+
 def run_sync(
     breaker: BreakerCore,
     permit: Permit,
@@ -306,12 +316,8 @@ def run_sync(
                 raise
             first = Raised(exc)
         else:
-            if type(result) in breaker.plain_types:  # settled()'s first test, inlined: no status to read
-                if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
-                    breaker.record_success(permit)
+            if _first_settled(breaker, permit, result, mark):
                 return result
-            if settled(breaker, permit, result, mark) or settled_elsewhere(breaker, permit, mark):
-                return result  # a success, or a failure response of a nested call (no retry, nothing recorded)
             first = Returned(result)
     return continue_sync(breaker, permit, policy, func, args, kwargs, fallback, start, first)
 
@@ -385,6 +391,18 @@ async def _recording(breaker: BreakerCore, permit: Permit, fn: Callable[..., Any
     return fn(*args)
 
 
+async def _afirst_settled(breaker: BreakerCore, permit: Permit, result: Any, mark: Mark) -> bool:
+    """:func:`_first_settled` for a coroutine: a shared trial's outcome is recorded off the
+    loop; the nesting stack is read here, on the loop's thread."""
+    if type(result) in breaker.plain_types:  # settled()'s first test, inlined
+        if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
+            await _recording(breaker, permit, breaker.record_success, permit)
+        return True
+    if settled_elsewhere(breaker, permit, mark):
+        return True
+    return bool(await _recording(breaker, permit, settled, breaker, permit, result))
+
+
 async def run_async(
     breaker: BreakerCore,
     permit: Permit,
@@ -414,13 +432,7 @@ async def run_async(
                 raise
             first = Raised(exc)
         else:
-            if type(result) in breaker.plain_types:  # settled()'s first test, inlined
-                if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
-                    await _recording(breaker, permit, breaker.record_success, permit)
-                return result
-            if settled_elsewhere(breaker, permit, mark):  # the stack is read here, on the loop's thread
-                return result
-            if await _recording(breaker, permit, settled, breaker, permit, result):
+            if await _afirst_settled(breaker, permit, result, mark):
                 return result
             first = Returned(result)
     return await continue_async(breaker, permit, policy, factory, args, kwargs, fallback, start, first)
