@@ -68,7 +68,7 @@ WARNINGS = Warnings()
 
 
 # ------------------------------------------------------------------------ readings
-# The label value and family of each count of CircuitBreaker.metric_values(), in its order.
+# The label value and family of each count of readings.metric_values(), in its order.
 COUNT_FAMILY = tuple(CALLS if group == "calls" else BLOCKED for group, _ in METRIC_COUNTS)
 COUNT_LABEL = tuple(key for _, key in METRIC_COUNTS)
 ZEROS: tuple[int, ...] = (0,) * len(METRIC_COUNTS)

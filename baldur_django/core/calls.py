@@ -232,7 +232,7 @@ class BreakerCore(SharedMachine):
             self.trials += 1
             return Permit(self.generation, trial=True, started=started), "", None
         until = self.force_until if self.forced == "open" else self.open_until
-        if now >= until and self.forced is None and frozen():
+        if rules.open_refusal(forced=self.forced, now=now, until=until, frozen=frozen()) == Reason.FROZEN:
             return None, Reason.FROZEN, None  # held OPEN past its recovery timeout
         self.hold_open_until(until)
         return None, Reason.OPEN, max(0.0, until - now)
@@ -508,17 +508,21 @@ class BreakerCore(SharedMachine):
         )
 
     def check_cascade(self, now: float, events: MutableSequence[Event]) -> None:
-        if self.forced is not None or self.state is not CLOSED:
-            return
+        """Trip on the 429 cascade when :func:`rules.cascade_rate` says so (lock held)."""
         cfg = self.config
         calls, sightings = self.cascade.totals(now)
-        if sightings < cfg.cascade_threshold or calls < cfg.cascade_min_calls:
-            return
-        rate = sightings * 100.0 / calls
-        if rate < cfg.cascade_min_ratio:
-            return
-        events.append(RateLimitStorm(self.name, self.clock.wall(), count=sightings, calls=calls, rate=rate))
-        self.trip(now, Trigger.RATE_LIMIT_CASCADE, events)
+        rate = rules.cascade_rate(
+            state=self.state.value,
+            forced=self.forced,
+            calls=calls,
+            sightings=sightings,
+            threshold=cfg.cascade_threshold,
+            min_calls=cfg.cascade_min_calls,
+            min_ratio=cfg.cascade_min_ratio,
+        )
+        if rate is not None:
+            events.append(RateLimitStorm(self.name, self.clock.wall(), count=sightings, calls=calls, rate=rate))
+            self.trip(now, Trigger.RATE_LIMIT_CASCADE, events)
 
     def trip(self, now: float, trigger: str, events: MutableSequence[Event], *, reopen: bool = False) -> None:
         """An automatic trigger fired (lock held): open at once for this process's traffic;

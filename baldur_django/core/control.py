@@ -29,11 +29,11 @@ __all__ = [
 CLOSED = CircuitState.CLOSED
 OPEN = CircuitState.OPEN
 
-# What apply_peer did with a peer's decision.
-PEER_APPLIED = "applied"  # the breaker moved to the peer's state
-PEER_UNCHANGED = "unchanged"  # it was in that state already
-PEER_BLOCKED = "blocked"  # an OPEN met a local forced closed (like a trip meeting a force)
-PEER_LIFTED = "lifted"  # a CLOSED was applied over a local forced open (the documented hazard)
+# What apply_peer did with a peer's decision: the verdicts of rules.peer_verdict.
+PEER_APPLIED = rules.PEER_APPLIED
+PEER_UNCHANGED = rules.PEER_UNCHANGED
+PEER_BLOCKED = rules.PEER_BLOCKED
+PEER_LIFTED = rules.PEER_LIFTED
 
 
 def force(core: BreakerCore, mode: str, ttl_minutes: float | None, reason: str, actor: str | None) -> None:
@@ -182,24 +182,16 @@ def apply_peer(core: BreakerCore, state: str) -> str:
     now = core.mono()
     with core.lock:
         core.evaluate(now, events)
-        current = core.state
-        if state == "open":
-            if current is OPEN:
-                outcome = PEER_UNCHANGED
-            elif core.forced == "closed":
-                outcome = PEER_BLOCKED
-                events.append(TripBlocked(core.name, core.clock.wall(), forced="closed", trigger=Trigger.PROPAGATED))
-            else:
-                outcome = PEER_APPLIED
+        outcome = rules.peer_verdict(state=core.state.value, forced=core.forced, peer=state)
+        if outcome == PEER_BLOCKED:
+            events.append(TripBlocked(core.name, core.clock.wall(), forced="closed", trigger=Trigger.PROPAGATED))
+        elif outcome != PEER_UNCHANGED:
+            if state == "open":
                 core.to_open(now, Trigger.PROPAGATED, events)
-        elif current is CLOSED:
-            outcome = PEER_UNCHANGED
-        else:
-            outcome = PEER_APPLIED
-            if core.forced is not None:
-                outcome = PEER_LIFTED
-                core.clear_force()
-            core.to_closed(Trigger.PROPAGATED, events)
+            else:
+                if outcome == PEER_LIFTED:
+                    core.clear_force()  # a CLOSED over a forced open lifts it
+                core.to_closed(Trigger.PROPAGATED, events)
         if outcome in (PEER_APPLIED, PEER_LIFTED):
             core.sync.after_peer(core)
             core.refresh_fast()
