@@ -1,22 +1,22 @@
 """Django admin for breakers: a live list, permission-gated force/release actions with a
-confirmation page, and the read-only audit (OP-6).
+confirmation page, and the read-only audit.
 
 The list lives at ``admin/baldur_django/breaker/``. It is the changelist of the
 table-less :class:`~baldur_django.models.Breaker` model, replaced by a view that reads one
 page of :func:`baldur_django.services.status_page` (100 breakers a page, ``?p=N`` as in
 Django's changelists; only the page's records are read from the store and no breaker is
-created, issue 21). Selecting breakers and an action leads to a
+created). Selecting breakers and an action leads to a
 confirmation page (as Django's "delete selected") asking for the lifetime in minutes and a
 reason; confirming calls :func:`baldur_django.services.force`,
 :func:`~baldur_django.services.release` or :func:`~baldur_django.services.forget` (removes
-the breaker from the shared record and registry; refused while forced, OP-7) with
+the breaker from the shared record and registry; refused while forced) with
 ``source="admin"`` and the user name as actor.
 Acting needs ``baldur_django.force_circuit``; seeing the list needs ``view_breaker`` or
 that permission. On the memory backend the page says it acts on its own process only.
 
 While an Emergency Mode level is in force the page shows it with its expiry; holders of
 ``baldur_django.force_circuit`` can set the level or step it down on a confirmation page
-(``admin/baldur_django/breaker/emergency/``), audited like a force (EM-1, EM-3).
+(``admin/baldur_django/breaker/emergency/``), audited like a force.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _display_row(row: dict[str, Any]) -> dict[str, Any]:
     # measured on the breakers' own clock, so the countdown agrees with when the force lapses
     shown["force_left"] = _duration(expires - registry.clock.wall()) if expires is not None else None
     shown["state_label"] = str(row.get("state", "")).replace("_", "-")
-    # CB-16: how long the current open lasts (backed off on repeated opens)
+    # how long the current open lasts (backed off on repeated opens)
     duration = row.get("open_duration")
     shown["open_for"] = _duration(duration) if row.get("state") == "open" and duration is not None else None
     return shown
@@ -110,10 +110,10 @@ class ReadOnlyAdminMixin:
 
 @admin.register(Breaker)
 class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
-    """The breaker list and its force/release actions (OP-6). See the module docstring."""
+    """The breaker list and its force/release actions. See the module docstring."""
 
     actions = None  # the three actions are handled by this admin's own views
-    list_per_page = services.PAGE_SIZE  # rows per page, read from the store a page at a time (issue 21)
+    list_per_page = services.PAGE_SIZE  # rows per page, read from the store a page at a time
     list_template = "admin/baldur_django/breaker/change_list.html"
     confirm_template = "admin/baldur_django/breaker/confirm_action.html"
 
@@ -284,7 +284,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
         return TemplateResponse(request, self.confirm_template, context)
 
     def emergency_view(self, request: HttpRequest) -> HttpResponse:
-        """Set or step down the Emergency Mode level on a confirmation page (EM-1, EM-3).
+        """Set or step down the Emergency Mode level on a confirmation page.
 
         ``?action=set`` (default) asks for the level, a lifetime in minutes and a reason;
         ``?action=step_down`` asks for a confirmation. Needs ``baldur_django.force_circuit``;
@@ -410,7 +410,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
             )
 
     def _forget(self, request: HttpRequest, selected: list[str], actor: str, reason: str) -> None:
-        """Forget each selected breaker through :func:`services.forget` (OP-7); a forced one is refused."""
+        """Forget each selected breaker through :func:`services.forget`; a forced one is refused."""
         done: list[str] = []
         for name in selected:
             try:
@@ -431,7 +431,7 @@ class BreakerAdmin(ReadOnlyAdminMixin, _BreakerModelAdmin):
 
 @admin.register(BreakerAudit)
 class BreakerAuditAdmin(ReadOnlyAdminMixin, _AuditModelAdmin):
-    """Read-only audit of every force and release (OP-6)."""
+    """Read-only audit of every force and release."""
 
     actions = None
     list_display = ("at", "actor", "action", "service", "ttl_minutes", "expires_at", "source", "short_reason")

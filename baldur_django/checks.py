@@ -1,4 +1,4 @@
-"""System checks for ``BALDUR_*`` settings and the limiter's cache (CFG-3, IN-4).
+"""System checks for ``BALDUR_*`` settings and the limiter's cache.
 
 Every bad value is an Error with a stable id per setting (``baldur.E010`` ...), a message
 that starts with ``NAME=value`` and a hint saying what the setting is and what it accepts.
@@ -99,7 +99,7 @@ def _defined_settings() -> list[str]:
 
 @register("baldur")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Validate every ``BALDUR_*`` knob and flag misspelt names (CFG-1, CFG-3).
+    """Validate every ``BALDUR_*`` knob and flag misspelt names.
 
     Each knob is resolved as the package resolves it (Django setting, else environment
     variable, else default) and parsed by the core's validator.
@@ -111,19 +111,19 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         above its count-based window, E007 for ``BALDUR_CB_RECOVERY_TIMEOUT_MAX`` set below
         ``BALDUR_CB_RECOVERY_TIMEOUT``, E008 for a ``BALDUR_SERVICES`` entry whose
         ``recovery_timeout_max`` is below its recovery timeout, W007 when a recovery
-        backoff is asked for but the default cap is below the timeout (CB-16), E090 for
+        backoff is asked for but the default cap is below the timeout, E090 for
         an unknown ``BALDUR_*`` Django setting, W002 for an unknown ``BALDUR_*``
         environment variable close to a known name, W006 for a reserved knob (feature not
         built yet) set to anything but its default, E006 for the redis backend with
         neither a URL nor a django-redis cache alias, E040 for a dotted-path
-        ``BALDUR_STATE_BACKEND`` that cannot be imported or is not a store class (ST-6), E070 for ``BALDUR_REDIS_CLUSTER``
+        ``BALDUR_STATE_BACKEND`` that cannot be imported or is not a store class, E070 for ``BALDUR_REDIS_CLUSTER``
         without ``BALDUR_REDIS_URL`` and E071 for a cluster URL that is a socket or names
-        a database other than 0 (ST-2), E009 for cluster propagation switched on with
+        a database other than 0, E009 for cluster propagation switched on with
         neither a URL nor a django-redis cache alias, and W010 for cluster propagation on
-        the memory backend, where a peer's CLOSED lifts an operator's force (EM-6), E080
+        the memory backend, where a peer's CLOSED lifts an operator's force, E080
         for a ``BALDUR_SERVICES`` predicate path (``ignore_exceptions``,
         ``failure_predicate``, ``result_predicate``) that cannot be imported and E081 for
-        one that names something that is not callable (CB-18). Never raises.
+        one that names something that is not callable. Never raises.
     """
     messages: list[CheckMessage] = []
     source = _source()
@@ -167,7 +167,7 @@ _PREDICATE_HINTS = {
 
 
 def _check_predicates(values: dict[str, Any]) -> list[CheckMessage]:
-    # CB-18: the dotted paths of BALDUR_SERVICES are imported here, as the first breaker of
+    # the dotted paths of BALDUR_SERVICES are imported here, as the first breaker of
     # the service would import them, so a typo reads as a check error at startup
     services = values.get("BALDUR_SERVICES")
     if not isinstance(services, dict):
@@ -259,7 +259,7 @@ def _redis_alias_problem(values: dict[str, Any]) -> str | None:
 
 
 def _check_store_class(values: dict[str, Any]) -> list[CheckMessage]:
-    # a dotted BALDUR_STATE_BACKEND must import and name a store class (ST-6); the class is
+    # a dotted BALDUR_STATE_BACKEND must import and name a store class; the class is
     # not called here (building a store may connect)
     from .backends import BUNDLED_BACKENDS, store_class
 
@@ -293,7 +293,7 @@ def _check_redis_backend(values: dict[str, Any]) -> list[CheckMessage]:
 
 
 def _check_redis_cluster(values: dict[str, Any]) -> list[CheckMessage]:
-    # ST-2: a cluster is reached through BALDUR_REDIS_URL only (django-redis has no cluster client)
+    # a cluster is reached through BALDUR_REDIS_URL only (django-redis has no cluster client)
     if not values.get("BALDUR_REDIS_CLUSTER") or "BALDUR_REDIS_URL" not in values:
         return []  # off, or the URL's bad value was already reported
     url = values["BALDUR_REDIS_URL"]
@@ -325,7 +325,7 @@ def _check_redis_cluster(values: dict[str, Any]) -> list[CheckMessage]:
 
 
 def _check_propagation(values: dict[str, Any]) -> list[CheckMessage]:
-    # EM-6: propagation talks over Redis pub/sub whatever the state backend is
+    # propagation talks over Redis pub/sub whatever the state backend is
     if not values.get("BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED"):
         return []
     problem = _redis_alias_problem(values)
@@ -411,7 +411,7 @@ def _check_minimum_calls(source: SettingsSource, values: dict[str, Any]) -> list
 
 
 def _check_recovery_timeout_max(source: SettingsSource, values: dict[str, Any]) -> list[CheckMessage]:
-    # CB-16: the backed-off open duration is capped at recovery_timeout_max; the rules
+    # the backed-off open duration is capped at recovery_timeout_max; the rules
     # mirror build_config (an explicit cap below a timeout given as or less specifically
     # is an error, otherwise the cap follows the timeout)
     out: list[CheckMessage] = []
@@ -516,7 +516,7 @@ _NOT_SHARED = {
 
 @register(Tags.caches, "baldur")
 def check_rate_limit_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """The inbound limiter's cache must exist and be shared by every worker (IN-4).
+    """The inbound limiter's cache must exist and be shared by every worker.
 
     Only when ``baldur_django.middleware.RateLimitMiddleware`` is in ``MIDDLEWARE``.
 
@@ -557,8 +557,8 @@ def check_rate_limit_cache(app_configs: Any = None, **kwargs: Any) -> list[Check
 
 @register("baldur", deploy=True)
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """``manage.py check --deploy``: warn that the memory backend is per process (ST-1), and
-    that the health endpoint shows its details to anyone (HC-5).
+    """``manage.py check --deploy``: warn that the memory backend is per process, and
+    that the health endpoint shows its details to anyone.
 
     Returns:
         list[CheckMessage]: W004 when ``BALDUR_STATE_BACKEND`` is ``"memory"``. Silence it

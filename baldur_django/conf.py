@@ -6,14 +6,12 @@ There is one settings object for the whole process: the core's
 variables and defaults only (plain-Python use); :func:`install`, called by
 ``BaldurDjangoConfig.ready()``, puts ``django.conf.settings`` in front of the environment.
 Every resolved value remembers where it came from (``baldur_settings.source(name)`` ->
-``"setting"``, ``"env"`` or ``"default"``; CFG-4).
+``"setting"``, ``"env"`` or ``"default"``).
 
 The ``setting_changed`` receiver in :mod:`baldur_django.signals` calls :func:`reload`, so
 ``override_settings`` and the pytest-django ``settings`` fixture take effect at once, for
-breakers that already exist too (CFG-2). Nothing here ever writes into
+breakers that already exist too. Nothing here ever writes into
 ``django.conf.settings``.
-
-Implements CFG-1, CFG-2, CFG-3 (reload errors), CFG-4.
 """
 
 from __future__ import annotations
@@ -68,7 +66,7 @@ def django_lookup(name: str) -> Any:
 
 
 def install() -> None:
-    """Make the process-wide settings read Django settings first (CFG-1).
+    """Make the process-wide settings read Django settings first.
 
     Called by ``BaldurDjangoConfig.ready()``; calling it again is harmless. Drops every
     cached value so the next read resolves through Django.
@@ -145,7 +143,7 @@ def remove_reload_hook(hook: Callable[[], Any]) -> None:
 
 
 def reload(setting: str | None = None) -> None:
-    """Drop cached values and re-resolve every breaker's configuration (CFG-2).
+    """Drop cached values and re-resolve every breaker's configuration.
 
     All or nothing: every breaker's new configuration is built first and swapped in only
     when all of them are valid, so a bad value never leaves some breakers on the new
@@ -153,7 +151,7 @@ def reload(setting: str | None = None) -> None:
     After a failure the settings cache holds no stale values: the next read of the bad
     knob (a new breaker, for instance) raises the same :class:`ConfigError`. When one of
     :data:`baldur_django.backends.STORE_SETTINGS` changed, the shared store is rebuilt and installed after the
-    configurations (ST-2); a store that cannot be built also leaves everything unchanged.
+    configurations; a store that cannot be built also leaves everything unchanged.
 
     Args:
         setting (str | None): the Django setting that changed; names outside

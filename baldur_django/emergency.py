@@ -1,4 +1,4 @@
-"""Emergency Mode: the fleet-wide level 0-3 (public facade, section 0).
+"""Emergency Mode: the fleet-wide level 0-3 (public facade).
 
 ::
 
@@ -9,9 +9,9 @@
     emergency.step_down()        # -> 2 (expiry kept); level 3's freeze is lifted
     emergency.status()           # -> {"level": 2, "expires_at": ..., "reason": ..., "actor": ...,
                                  #     "source": "manual", "backend": "file", ...}
-    emergency.check_auto_activation()   # one EM-4 check (what tasks.emergency_check runs)
+    emergency.check_auto_activation()   # one auto-activation check (what tasks.emergency_check runs)
 
-Level 3 freezes every breaker's automatic decisions (EM-2); levels 1 and 2 change no
+Level 3 freezes every breaker's automatic decisions; levels 1 and 2 change no
 behaviour. A level expires on its own. The level lives in a per-host file
 (``BALDUR_EMERGENCY_BACKEND="file"``, ``BALDUR_EMERGENCY_STATE_FILE``) or in Redis
 (``"redis"``, the same Redis as the breaker store), and each process caches it for
@@ -22,8 +22,6 @@ behaviour. A level expires on its own. The level lives in a per-host file
 Importing this module needs no Django settings; in a Django process the Redis backend
 reaches Redis the way the breaker store does (``BALDUR_REDIS_URL`` or the django-redis
 alias ``BALDUR_REDIS_CACHE_ALIAS``). The engine is :mod:`baldur_django.core.emergency`.
-
-Implements EM-1, EM-3 (levels), EM-4 (entry point).
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ _core.set_redis_client_factory(_django_redis_client)
 
 
 def set_level(level: int, minutes: float | None = None, reason: str = "", actor: str | None = None) -> dict[str, Any]:
-    """Set the emergency level for a lifetime (EM-1).
+    """Set the emergency level for a lifetime.
 
     Args:
         level (int): 0..3 (booleans are refused); 0 clears.
@@ -72,13 +70,13 @@ def get_level() -> int:
     """The effective emergency level, through the process cache (an expired level reads 0).
 
     Returns:
-        int: 0..3. Never raises: a failed read keeps the last level read (EM-1).
+        int: 0..3. Never raises: a failed read keeps the last level read.
     """
     return _core.current_level()
 
 
 def step_down(actor: str | None = None) -> int:
-    """Lower the level by one, keeping its expiry; 0 stays 0 (EM-3).
+    """Lower the level by one, keeping its expiry; 0 stays 0.
 
     Args:
         actor (str | None): who stepped it down.
@@ -105,7 +103,7 @@ def status() -> dict[str, Any]:
 
 
 def check_auto_activation() -> dict[str, Any]:
-    """Run one EM-4 auto-activation check under the fleet lock (what ``tasks.emergency_check`` runs).
+    """Run one auto-activation check under the fleet lock (what ``tasks.emergency_check`` runs).
 
     Returns:
         dict: ``job``, ``skipped`` (None, ``"locked"``, ``"memory backend"``, ``"store

@@ -1,5 +1,5 @@
-"""Forms of the admin's confirmation pages: lifetime and reason of a force (OP-1, OP-6), and
-the Emergency Mode level (EM-1, EM-3)."""
+"""Forms of the admin's confirmation pages: lifetime and reason of a force, and
+the Emergency Mode level."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import math
 from typing import Any
 
 from django import forms
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from . import services
 from .core.errors import ConfigError
+from .core.knobs import MAX_LIFETIME_MINUTES
 
 __all__ = ["ForceForm", "ReleaseForm", "EmergencyLevelForm", "StepDownForm"]
 
@@ -36,8 +38,11 @@ class ForceForm(ReleaseForm):
 
     ttl_minutes = forms.FloatField(
         label=_("Lifetime (minutes)"),
-        help_text=_("The force lapses on its own after this many minutes: more than 0, at most 1440 (24 hours)."),
-        widget=forms.NumberInput(attrs={"step": "any", "min": "0", "max": "1440"}),
+        help_text=format_lazy(
+            _("The force lapses on its own after this many minutes: more than 0, at most {limit} (24 hours)."),
+            limit=MAX_LIFETIME_MINUTES,
+        ),
+        widget=forms.NumberInput(attrs={"step": "any", "min": "0", "max": str(MAX_LIFETIME_MINUTES)}),
     )
     field_order = ["ttl_minutes", "reason"]
 
@@ -50,11 +55,11 @@ class ForceForm(ReleaseForm):
 
     def clean_ttl_minutes(self) -> float:
         value = self.cleaned_data["ttl_minutes"]
-        if value is None or not math.isfinite(value) or value <= 0 or value > 1440:
+        if value is None or not math.isfinite(value) or value <= 0 or value > MAX_LIFETIME_MINUTES:
             raise forms.ValidationError(
-                _("The lifetime must be more than 0 and at most 1440 minutes (you gave %(value)s)."),
+                _("The lifetime must be more than 0 and at most %(limit)s minutes (you gave %(value)s)."),
                 code="ttl_range",
-                params={"value": value},
+                params={"value": value, "limit": MAX_LIFETIME_MINUTES},
             )
         try:
             return services.validate_lifetime(value)
@@ -64,7 +69,7 @@ class ForceForm(ReleaseForm):
 
 class EmergencyLevelForm(forms.Form):
     """Level (0..3), lifetime in minutes (0 < x <= 1440, blank = the default lifetime) and
-    reason for setting the Emergency Mode level (EM-1). ``cleaned_data["level"]`` is an int,
+    reason for setting the Emergency Mode level. ``cleaned_data["level"]`` is an int,
     ``cleaned_data["minutes"]`` a float or None."""
 
     level = forms.TypedChoiceField(
@@ -80,8 +85,11 @@ class EmergencyLevelForm(forms.Form):
     minutes = forms.FloatField(
         label=_("Lifetime (minutes)"),
         required=False,
-        help_text=_("The level lapses on its own after this many minutes: more than 0, at most 1440 (24 hours)."),
-        widget=forms.NumberInput(attrs={"step": "any", "min": "0", "max": "1440"}),
+        help_text=format_lazy(
+            _("The level lapses on its own after this many minutes: more than 0, at most {limit} (24 hours)."),
+            limit=MAX_LIFETIME_MINUTES,
+        ),
+        widget=forms.NumberInput(attrs={"step": "any", "min": "0", "max": str(MAX_LIFETIME_MINUTES)}),
     )
     reason = ReleaseForm.base_fields["reason"]
 
@@ -95,14 +103,14 @@ class EmergencyLevelForm(forms.Form):
         value = self.cleaned_data.get("minutes")
         if value is None:
             return None
-        if not math.isfinite(value) or value <= 0 or value > 1440:
+        if not math.isfinite(value) or value <= 0 or value > MAX_LIFETIME_MINUTES:
             raise forms.ValidationError(
-                _("The lifetime must be more than 0 and at most 1440 minutes (you gave %(value)s)."),
+                _("The lifetime must be more than 0 and at most %(limit)s minutes (you gave %(value)s)."),
                 code="minutes_range",
-                params={"value": value},
+                params={"value": value, "limit": MAX_LIFETIME_MINUTES},
             )
         return float(value)
 
 
 class StepDownForm(forms.Form):
-    """Stepping the level down has nothing to ask: the form only carries the confirmation (EM-3)."""
+    """Stepping the level down has nothing to ask: the form only carries the confirmation."""

@@ -1,4 +1,4 @@
-"""Django middlewares of the inbound side (IN-1..IN-4).
+"""Django middlewares of the inbound side.
 
 ``CircuitBreakerMiddleware`` files every response against the breaker of the request
 path's domain; ``RateLimitMiddleware`` is the package's own fixed-window limiter. Both
@@ -38,13 +38,13 @@ __all__ = [
     "shed_response",
 ]
 
-# ``domain_for`` (IN-1) and ``SHED_HEADER`` live in the core inbound policy
-# (``baldur_django.core.inbound``), shared with the ASGI and Flask shells (IN-7).
+# ``domain_for`` and ``SHED_HEADER`` live in the core inbound policy
+# (``baldur_django.core.inbound``), shared with the ASGI and Flask shells.
 
 
 # ------------------------------------------------------------- recording outcomes
 def own_rate_limit(request: Any, response: Any) -> bool:
-    """Whether a rate-limit answer came from the application itself. Implements IN-3.
+    """Whether a rate-limit answer came from the application itself.
 
     Call it only for a response whose status is a rate-limit status; it does not look
     at the status. The same rule as every inbound shell's (``core.inbound.own_answer``).
@@ -62,7 +62,7 @@ def own_rate_limit(request: Any, response: Any) -> bool:
 
 
 def is_shed(response: Any) -> bool:
-    """Whether *response* is the 503 the package answers with while shedding load (IN-1).
+    """Whether *response* is the 503 the package answers with while shedding load.
 
     Args:
         response: any object with a ``headers`` mapping.
@@ -88,12 +88,12 @@ def _headers(response: Any) -> Any:
 
 
 def record_response(breaker: CircuitBreaker, permit: Permit, request: Any, response: Any) -> str:
-    """Classify *response* and record it on *breaker* against *permit* (IN-1..IN-3).
+    """Classify *response* and record it on *breaker* against *permit*.
 
     The rules are the inbound policy's (:func:`baldur_django.core.inbound.record`): a
     status on ``BALDUR_MIDDLEWARE_RATE_LIMIT_CODES`` records a failure that also feeds the
-    429 cascade and the cooldown (IN-2), unless the application produced it itself
-    (``X-RateLimit-Mode`` / ``X-RateLimit-Limit`` header, or a marked request; IN-3); a
+    429 cascade and the cooldown, unless the application produced it itself
+    (``X-RateLimit-Mode`` / ``X-RateLimit-Limit`` header, or a marked request); a
     status on ``BALDUR_MIDDLEWARE_CB_STATUS_CODES`` records a failure; any other status a
     success. The package's own load-shedding 503 is never recorded. Only
     ``status_code`` and headers are read, never the body.
@@ -111,7 +111,7 @@ def record_response(breaker: CircuitBreaker, permit: Permit, request: Any, respo
 
 
 def shed_response(error: CircuitOpenError | ShedAnswer) -> Any:
-    """The 503 answered instead of running the view while load shedding is on (IN-1).
+    """The 503 answered instead of running the view while load shedding is on.
 
     ``Retry-After`` is the breaker's own estimate rounded up to whole seconds, at least
     1 (1 when unknown); the ``X-Baldur-Shed`` header names the reason and marks the
@@ -133,9 +133,9 @@ def shed_response(error: CircuitOpenError | ShedAnswer) -> Any:
 
 
 class CircuitBreakerMiddleware:
-    """Files every response against the breaker of the request path's domain (IN-1..IN-3).
+    """Files every response against the breaker of the request path's domain.
 
-    A thin shell over the inbound policy (:mod:`baldur_django.core.inbound`, IN-7), the
+    A thin shell over the inbound policy (:mod:`baldur_django.core.inbound`), the
     one the ASGI and Flask shells use. Before the view runs the domain's breaker is
     asked for admission. When it refuses (OPEN, or HALF_OPEN with every trial taken) the
     request still goes through and its response is not recorded, unless
@@ -186,14 +186,14 @@ class CircuitBreakerMiddleware:
 
 # ---------------------------------------------------------------------- limiter
 class RateLimitMiddleware:
-    """The package's own inbound rate limiter (IN-4), see :class:`~baldur_django.limiter.RateLimiter`.
+    """The package's own inbound rate limiter, see :class:`~baldur_django.limiter.RateLimiter`.
 
     Rules come from ``BALDUR_RATE_LIMIT_RULES`` (``{"path": substring, "rate": "N/s|m|h",
     "key": "ip" | "user" | dotted path}``); counters live in the cache
     ``BALDUR_RATE_LIMIT_CACHE_ALIAS``. A refused request gets a 429 with ``Retry-After``,
     ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and ``X-RateLimit-Mode`` and is
     marked (:func:`baldur_django.mark_rate_limited`), so the circuit-breaker middleware
-    never counts it (IN-3). Admitted responses get no rate-limit headers: a 429 relayed
+    never counts it. Admitted responses get no rate-limit headers: a 429 relayed
     from upstream through an admitted request must still count.
 
     Args:

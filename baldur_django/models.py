@@ -1,4 +1,4 @@
-"""Django models of the operator surface (OP-6).
+"""Django models of the operator surface.
 
 * :class:`Breaker` has no table (``managed = False``). It gives the breaker list a place
   in the admin (``/admin/baldur_django/breaker/``) and carries the permission
@@ -18,14 +18,14 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .backends.models import BreakerLock, BreakerRecord  # tables of the database backend (ST-2)
+from .backends.models import BreakerLock, BreakerRecord  # tables of the database backend
 
 if TYPE_CHECKING:
     from datetime import datetime
 
 __all__ = ["Breaker", "BreakerAudit", "BreakerRecord", "BreakerLock", "FORCE_PERMISSION"]
 
-#: The permission an admin user needs to force or release a breaker (OP-6).
+#: The permission an admin user needs to force or release a breaker.
 FORCE_PERMISSION = "baldur_django.force_circuit"
 
 
@@ -34,7 +34,7 @@ class Breaker(models.Model):
     :func:`baldur_django.services.status_rows`, never from the database.
 
     Carries the permission ``force_circuit`` ("Can force circuit breakers open or
-    closed") and only a ``view`` default permission. Implements OP-6.
+    closed") and only a ``view`` default permission.
     """
 
     service: models.CharField[str, str] = models.CharField(_("service"), max_length=255, primary_key=True)
@@ -51,15 +51,15 @@ class Breaker(models.Model):
 
 
 class BreakerAudit(models.Model):
-    """One operator action on one breaker (OP-6).
+    """One operator action on one breaker.
 
     Fields:
         at: when the action took effect (aware datetime).
         actor: who did it: the admin user name, ``command:<OS user>``, or what an API
             caller passed as ``actor`` (empty when none was given).
         action: ``open`` (force open), ``close`` (force closed), ``release``, ``forget``
-            (removed from the shared record and registry, OP-7), or for Emergency Mode
-            ``level_set`` / ``level_step_down`` (EM-1).
+            (removed from the shared record and registry), or for Emergency Mode
+            ``level_set`` / ``level_step_down``.
         service: the breaker's name (empty for an emergency level change: it concerns all).
         ttl_minutes: lifetime of a force or level in minutes (None for a release).
         expires_at: when the force or level lapses on its own (None for a release).
@@ -68,7 +68,7 @@ class BreakerAudit(models.Model):
             auto-activation).
         from_state / to_state: the breaker's state before and after (``"level N"`` for
             Emergency Mode).
-        dry_run: the action happened while ``BALDUR_DRY_RUN`` was on (OP-5).
+        dry_run: the action happened while ``BALDUR_DRY_RUN`` was on.
     """
 
     class Action(models.TextChoices):

@@ -1,4 +1,4 @@
-"""Django signals for breaker events, bridged from the core's event bus (CB-14).
+"""Django signals for breaker events, bridged from the core's event bus.
 
 =======================  ===================================================================
 signal                   sent when
@@ -10,7 +10,7 @@ signal                   sent when
 ``circuit_released``     a force was released by an operator or lapsed at the end of its TTL
 ``circuit_reset``        ``breaker.reset()`` put a breaker back to a fresh CLOSED one
 ``call_rejected``        a call was refused (or, under dry-run, would have been)
-``emergency_level_...``  ``emergency_level_changed``: the Emergency Mode level changed (EM-1)
+``emergency_level_...``  ``emergency_level_changed``: the Emergency Mode level changed
 =======================  ===================================================================
 
 Every receiver gets ``sender`` (the :class:`~baldur_django.core.breaker.CircuitBreaker`
@@ -26,7 +26,7 @@ class), ``service`` (the breaker's name) and ``event`` (the core event object), 
   ``"force_lapsed"``), ``reason``, ``previous`` (the force that ended), ``actor``;
 * ``circuit_reset``: ``from_state``, ``to_state`` (``"closed"``), ``trigger="reset"``,
   ``forced`` (the force it removed, ``"open"``/``"closed"``, or None);
-* ``call_rejected``: ``reason`` (``"open"``, ``"half_open_full"`` or ``"frozen"``),
+* ``call_rejected``: ``reason`` (``"open"``, ``"half_open_full"``, ``"frozen"`` or ``"cooldown"``),
   ``state`` (the breaker's state) and ``dry_run``.
 
 ``emergency_level_changed`` is about every breaker at once: its ``sender`` is the
@@ -42,10 +42,10 @@ signals.
 Signals are sent synchronously in the thread (or task) that made the decision, after
 the breaker's lock is released. A receiver that raises is logged on logger
 ``baldur.signals`` with its traceback; the other receivers still run and the protected
-call returns or raises exactly what it would have without it (CB-14).
+call returns or raises exactly what it would have without it.
 
 This module also holds the ``setting_changed`` receiver that reloads ``BALDUR_*``
-settings (CFG-2).
+settings.
 """
 
 from __future__ import annotations
@@ -82,21 +82,21 @@ __all__ = [
 
 _log = logging.getLogger("baldur.signals")
 
-#: A breaker went OPEN on its own (CB-14).
+#: A breaker went OPEN on its own.
 circuit_opened = Signal()
-#: A breaker's recovery timeout elapsed: it now admits trial calls (CB-5, CB-14).
+#: A breaker's recovery timeout elapsed: it now admits trial calls.
 circuit_half_opened = Signal()
-#: A breaker closed after successful trials (CB-6, CB-14).
+#: A breaker closed after successful trials.
 circuit_closed = Signal()
-#: An operator forced a breaker open or closed (OP-1, CB-14).
+#: An operator forced a breaker open or closed.
 circuit_forced = Signal()
-#: A force was released or lapsed (OP-3, CB-14).
+#: A force was released or lapsed.
 circuit_released = Signal()
 #: ``breaker.reset()`` put a breaker back to a fresh CLOSED one.
 circuit_reset = Signal()
-#: A call was rejected, or would have been under dry-run (CB-4, CB-6, OP-5, CB-14).
+#: A call was rejected, or would have been under dry-run.
 call_rejected = Signal()
-#: The Emergency Mode level changed: kwargs ``level``, ``previous``, ``source``, ``actor`` (EM-1).
+#: The Emergency Mode level changed: kwargs ``level``, ``previous``, ``source``, ``actor``.
 emergency_level_changed = Signal()
 
 _BY_STATE = {"open": circuit_opened, "half_open": circuit_half_opened, "closed": circuit_closed}
@@ -118,7 +118,7 @@ def _send(signal: Signal, event: Event, **kwargs: Any) -> None:
 
 
 def bridge(event: Event) -> None:
-    """Event-bus listener that re-publishes core events as Django signals (CB-14).
+    """Event-bus listener that re-publishes core events as Django signals.
 
     Subscribed once by ``BaldurDjangoConfig.ready()``. Events with no signal (a blocked
     trip, a store problem, a 429 storm) are ignored here; they are logged by the core.
@@ -226,7 +226,7 @@ bridge.wants_rejections = lambda: bool(call_rejected.receivers)  # type: ignore[
 
 @receiver(setting_changed, dispatch_uid="baldur_django.signals.setting_changed")
 def _on_setting_changed(setting: str, **kwargs: Any) -> None:
-    """Apply a changed ``BALDUR_*`` setting at once, existing breakers included (CFG-2).
+    """Apply a changed ``BALDUR_*`` setting at once, existing breakers included.
 
     Never raises: a bad value is logged (ERROR, logger ``baldur.config``) and every
     breaker keeps its previous configuration; the system checks explain the value.

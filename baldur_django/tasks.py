@@ -1,4 +1,4 @@
-"""Celery tasks and a ready beat schedule (ST-5, EM-4, EM-5).
+"""Celery tasks and a ready beat schedule.
 
 Add to your Celery app's configuration::
 
@@ -53,13 +53,13 @@ def sync_state() -> dict[str, Any]:
 
 @shared_task(name="baldur_django.tasks.emergency_check", ignore_result=False)
 def emergency_check() -> dict[str, Any]:
-    """One Emergency Mode auto-activation check (EM-4). Returns a summary dict."""
+    """One Emergency Mode auto-activation check. Returns a summary dict."""
     return emergency.check_auto_activation()
 
 
 @shared_task(name="baldur_django.tasks.meta_watchdog", ignore_result=False)
 def meta_watchdog() -> dict[str, Any]:
-    """Force-close breakers stuck OPEN, when enabled and not during Level 3 (EM-5). Returns a summary dict."""
+    """Force-close breakers stuck OPEN, when enabled and not during Level 3. Returns a summary dict."""
     return maintenance.meta_watchdog().as_dict()
 
 

@@ -105,7 +105,7 @@ def loop_protect_knob(protect: Callable[..., Any], service: str, call: Callable[
 
 def loop_protect_knobs3(protect: Callable[..., Any], service: str, call: Callable[[], Any], n: int) -> int:
     """Run ``protect(service, call, retry=False, failure_threshold=5, recovery_timeout=3600)``
-    *n* times (issue 21's three-knob row, written literally as a view writes it); return elapsed ns."""
+    *n* times (the three-knob row, written literally as a view writes it); return elapsed ns."""
     start = _now()
     for _ in repeat(None, n):
         protect(service, call, retry=False, failure_threshold=5, recovery_timeout=3600)

@@ -1,4 +1,4 @@
-"""Outbound HTTP clients benchmark: what the breaker adapters cost per request (HC-6).
+"""Outbound HTTP clients benchmark: what the breaker adapters cost per request.
 
 ``python -m benchmarks --http [--quick] [--json FILE]`` (or ``python -m benchmarks.http``)
 measures, in one run against a local HTTP server started for it in its own process
@@ -488,7 +488,7 @@ class HttpVerdict:
 
 
 def evaluate_http(result: HttpResult) -> list[HttpVerdict]:
-    """PASS/MISS of the HC-6 goals."""
+    """PASS/MISS of the HTTP adapters' goals."""
     verdicts = []
     for client, _, wrapped in PAIRS:
         percent = result.overhead_percent(client)
@@ -578,7 +578,7 @@ def to_json(result: HttpResult) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, *, quick: bool | None = None, json_file: str | None = None) -> int:
     """``python -m benchmarks.http [--quick] [--json FILE]``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.http", description="outbound HTTP clients (HC-6)")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http", description="outbound HTTP clients")
     parser.add_argument("--quick", action="store_true", help="a short run (noisier figures)")
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the figures as JSON to FILE")
     args = parser.parse_args(argv or [])

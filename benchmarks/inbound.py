@@ -1,4 +1,4 @@
-"""Inbound-side benchmark: what the two Django middlewares cost per request (IN-1, IN-4).
+"""Inbound-side benchmark: what the two Django middlewares cost per request.
 
 ``python -m benchmarks --inbound [--quick]`` (or ``python -m benchmarks.inbound``) measures,
 in one process:
@@ -30,7 +30,7 @@ in one process:
 
 Goals (printed PASS/MISS): sync ``CircuitBreakerMiddleware`` at most 0.5x
 ``SecurityMiddleware`` and async ``CircuitBreakerMiddleware`` at most 0.5x
-``SecurityMiddleware``'s own work, timed in the same async rounds (issue 21); async ``CircuitBreakerMiddleware`` within the sync ratio
+``SecurityMiddleware``'s own work, timed in the same async rounds; async ``CircuitBreakerMiddleware`` within the sync ratio
 to ``SecurityMiddleware``; one round trip per admitted request for ``RateLimitMiddleware``.
 Results and method: ``docs/performance.md``, section "Inbound side".
 """
@@ -474,7 +474,7 @@ def _ratio(samples: dict[str, Sample]) -> float | None:
     return samples[CIRCUIT].overhead / security if security > 0 else None
 
 
-#: Issue 21: CircuitBreakerMiddleware costs at most this fraction of SecurityMiddleware.
+#: CircuitBreakerMiddleware costs at most this fraction of SecurityMiddleware.
 MIDDLEWARE_GOAL = 0.5
 
 
@@ -489,9 +489,8 @@ def _async_to_sync_security(result: InboundResult) -> float | None:
 def evaluate_inbound(result: InboundResult) -> list[InboundVerdict]:
     """PASS/MISS of the inbound goals.
 
-    1. sync ``CircuitBreakerMiddleware`` ≤ 0.5x ``SecurityMiddleware`` (issue 21);
-    2. async ``CircuitBreakerMiddleware`` ≤ 0.5x ``SecurityMiddleware``'s own work (issue 21:
-       Django's async ``SecurityMiddleware`` figure is mostly its two ``sync_to_async``
+    1. sync ``CircuitBreakerMiddleware`` ≤ 0.5x ``SecurityMiddleware``;
+    2. async ``CircuitBreakerMiddleware`` ≤ 0.5x ``SecurityMiddleware``'s own work (Django's async ``SecurityMiddleware`` figure is mostly its two ``sync_to_async``
        thread hops, so the async middleware is held to the sync one's work, timed inside
        the same async rounds);
     3. async ``CircuitBreakerMiddleware`` within the sync ratio to ``SecurityMiddleware``;
@@ -629,7 +628,7 @@ def main(
     return run_redis_bench(
         argv,
         prog="python -m benchmarks.inbound",
-        description="inbound-side benchmark (IN-1, IN-4)",
+        description="inbound-side benchmark",
         default_url=DEFAULT_URL,
         settings=(INBOUND_DEFAULT, INBOUND_QUICK),
         bench=bench_inbound,

@@ -1,4 +1,4 @@
-"""Where a breaker's memory goes: a tracemalloc breakdown by source line (issue 21).
+"""Where a breaker's memory goes: a tracemalloc breakdown by source line.
 
 ``python -m benchmarks.memory [N]`` (or ``./dev bench --memory``) makes *N* breakers of the
 default configuration through ``circuit_breaker(name)(f)`` and one call each, and prints the

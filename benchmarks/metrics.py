@@ -1,4 +1,4 @@
-"""What the Prometheus metrics cost (EM-7): ``python -m benchmarks --metrics [--quick] [--json FILE]``.
+"""What the Prometheus metrics cost: ``python -m benchmarks --metrics [--quick] [--json FILE]``.
 
 The CLOSED success and the OPEN rejection of ``circuit_breaker`` (and the CLOSED success of
 ``protected``), each as the median overhead over a bare call with the interleaved harness,
@@ -7,11 +7,16 @@ measured three times, each in a fresh process:
 * ``off``: ``baldur_django.contrib.prometheus`` never imported;
 * ``installed``: ``prometheus.install()`` called (one process, the default registry);
 * ``multiprocess``: ``install()`` with ``PROMETHEUS_MULTIPROC_DIR`` set, so the flusher
-  thread writes the counts to the directory every ``FLUSH_SECONDS`` while the loops run.
+  thread writes the counts to the directory every ``FLUSH_SECONDS`` while the loops run;
+* ``otel``: no Prometheus, but ``baldur_django.contrib.otel.install()`` on an OpenTelemetry
+  SDK (a ``MeterProvider`` with an in-memory reader, a ``TracerProvider``, both set as the
+  global providers; per-call spans off), with the loops running inside a recording span,
+  so the span-event listener is live. Its goal: the CLOSED success within noise of ``off``.
 
 Besides, with 100 breakers that have counts: what one scrape of the default registry costs
 (``installed``), and one flush pass and one scrape of the directory (``multiprocess``). Those
-run off the hot path (a scrape, the flusher thread) and are given for sizing.
+run off the hot path (a scrape, the flusher thread) and are given for sizing; in ``otel``
+mode, one collection of the in-memory reader (``collect_ms``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-MODES = ("off", "installed", "multiprocess")
+MODES = ("off", "installed", "multiprocess", "otel")
+PROMETHEUS_MODES = ("installed", "multiprocess")
 BREAKERS = 100  # breakers with counts for the scrape and flush figures
 
 
@@ -64,10 +70,11 @@ def measure(mode: str, settings: MetricsSettings) -> dict[str, Any]:
     from .harness import interleave, loop_calls, loop_rejections
     from .scenarios import _Down, _down, _target, _trip, _warm_up_baldur
 
-    if mode != "off":
+    if mode in PROMETHEUS_MODES:
         from baldur_django.contrib import prometheus
 
         prometheus.install()
+    reader = _install_otel() if mode == "otel" else None
     closed_cb = baldur.circuit_breaker("bench.metrics.closed.cb")(_target)
     closed_pr = baldur.protected("bench.metrics.closed.protected")(_target)
     for func in (closed_cb, closed_pr):
@@ -117,7 +124,12 @@ def measure(mode: str, settings: MetricsSettings) -> dict[str, Any]:
         "open_peer": rejected["circuitbreaker"].overhead,
         "load": os.getloadavg()[0],
     }
-    if mode != "off":
+    if reader is not None:
+        funcs = [baldur.circuit_breaker(f"bench.metrics.many.{i}")(_target) for i in range(BREAKERS)]
+        for func in funcs:
+            func()
+        figures["collect_ms"] = _median_ms(reader.get_metrics_data, settings.passes)
+    if mode in PROMETHEUS_MODES:
         from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
         from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -147,6 +159,25 @@ def measure(mode: str, settings: MetricsSettings) -> dict[str, Any]:
 
             figures["scrape_ms"] = _median_ms(scrape_dir, settings.passes)
     return figures
+
+
+def _install_otel() -> Any:
+    """The ``otel`` mode's setup: an SDK on the global providers, contrib.otel installed,
+    and a recording span made current for the rest of the process. Returns the reader."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from baldur_django.contrib import otel
+
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    trace.set_tracer_provider(TracerProvider())
+    otel.install(spans=False)
+    span = trace.get_tracer("bench").start_span("bench.metrics")
+    trace.use_span(span).__enter__()  # the loops run inside it (never ended: the process exits)
+    return reader
 
 
 def run_modes(settings: MetricsSettings, progress: Any = None) -> list[dict[str, Any]]:
@@ -186,15 +217,17 @@ def run_modes(settings: MetricsSettings, progress: Any = None) -> list[dict[str,
 def format_results(results: list[dict[str, Any]], settings: MetricsSettings) -> str:
     """The figures as a table (ns over a bare call; ms for scrapes and flushes)."""
     lines = [
-        f"Prometheus metrics (EM-7): {settings.rounds} interleaved rounds per mode, each mode in a fresh process",
+        f"Metrics (Prometheus EM-7, OpenTelemetry OT-2): {settings.rounds} interleaved rounds per mode, each mode in a fresh process",
         "median overhead over a bare call (lower is better), with its ratio to circuitbreaker's in the same",
-        f"rounds (compare those across modes); scrape and flush: median ms with {BREAKERS} breakers (off the hot path)",
+        f"rounds (compare those across modes); scrape (otel: collection) and flush: median ms with {BREAKERS} breakers",
         "",
         f"{'mode':<13} {'load':>5} {'CLOSED circuit_breaker':>24} {'CLOSED protected':>12}"
         f" {'OPEN circuit_breaker':>24} {'scrape':>9} {'flush pass':>11}",
     ]
     for row in results:
         scrape = f"{row['scrape_ms']:.2f} ms" if "scrape_ms" in row else "-"
+        if "collect_ms" in row:
+            scrape = f"{row['collect_ms']:.2f} ms"  # the otel mode: one collection of the reader
         flush = f"{row['flush_ms']:.2f} ms" if "flush_ms" in row else "-"
         closed = (
             f"{row['closed_circuit_breaker']:+.0f} ns ({_ratio(row['closed_circuit_breaker'], row['closed_peer'])})"
@@ -232,7 +265,17 @@ def main(argv: list[str] | None = None, *, quick: bool | None = None, json_file:
     return 0
 
 
-__all__ = ["MODES", "MetricsSettings", "DEFAULT", "QUICK", "measure", "run_modes", "format_results", "main"]
+__all__ = [
+    "MODES",
+    "PROMETHEUS_MODES",
+    "MetricsSettings",
+    "DEFAULT",
+    "QUICK",
+    "measure",
+    "run_modes",
+    "format_results",
+    "main",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

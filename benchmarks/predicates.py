@@ -1,4 +1,4 @@
-"""What the failure predicates cost (CB-18): ``python -m benchmarks --predicates [--quick] [--rounds N] [--cpu-time]``.
+"""What the failure predicates cost: ``python -m benchmarks --predicates [--quick] [--rounds N] [--cpu-time]``.
 
 The CLOSED success of ``circuit_breaker`` (a plain value, and a response with status 200),
 as the median overhead over a bare call with the interleaved harness, in one process:

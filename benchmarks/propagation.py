@@ -1,4 +1,4 @@
-"""Cluster propagation benchmark: how fast one worker's decision reaches its peers (EM-6).
+"""Cluster propagation benchmark: how fast one worker's decision reaches its peers.
 
 ``python -m benchmarks --propagation [--quick]`` (or ``python -m benchmarks.propagation``)
 starts ``workers`` real worker processes (4), each with one breaker ``flip`` and cluster
@@ -359,7 +359,7 @@ def main(
     return run_redis_bench(
         argv,
         prog="python -m benchmarks.propagation",
-        description="cluster propagation benchmark (EM-6)",
+        description="cluster propagation benchmark",
         default_url=DEFAULT_URL,
         settings=(PROPAGATION_DEFAULT, PROPAGATION_QUICK),
         bench=bench_propagation,

@@ -44,7 +44,7 @@ class Goal:
     higher_is_better: bool = False
 
 
-# Issue 12's goals. The call styles (protect/aprotect, retry) are compared with
+# The call-style goals. The call styles (protect/aprotect, retry) are compared with
 # ``protected``, the decorator with the same options; ``circuit_breaker`` builds the same
 # wrapper, so either reference gives the same ratio up to noise.
 GOALS = (
@@ -116,7 +116,7 @@ GOALS = (
         0.5,
         True,
     ),
-    # Issue 21's call-style rows ("decorator" is ``protected``, as for issue 12's rows).
+    # The knob-count rows ("decorator" is ``protected``, as for the call-style rows).
     Goal(
         "protect(name, fn, retry=False, failure_threshold=5, recovery_timeout=3600) overhead <= 1.5 x protected's",
         "closed",

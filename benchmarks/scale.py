@@ -1,5 +1,5 @@
 """What 1,000 and 10,000 breakers cost: memory, creation, the fleet jobs, a scrape, the status
-command and the admin's first page (issue 21, ``./dev bench --scale``).
+command and the admin's first page (``./dev bench --scale``).
 
 For each breaker count N (1,000 and 10,000 by default), in one process:
 

@@ -102,7 +102,7 @@ PROTECT_KNOB_ROW = "protect(name, fn, failure_threshold=3)"
 #: Rows of the async scenario: ``await baldur.aprotect(name, factory)``, with and without a knob.
 APROTECT_ROW = "aprotect(name, factory)"
 APROTECT_KNOB_ROW = "aprotect(name, factory, failure_threshold=3)"
-#: Issue 21's rows of the CLOSED scenario: ``protect`` with three and with five knobs
+#: The knob-count rows of the CLOSED scenario: ``protect`` with three and with five knobs
 #: passed literally on every call (the one-knob row is :data:`PROTECT_KNOB_ROW`).
 PROTECT_KNOBS3_ROW = "protect(name, fn, retry=False, failure_threshold=5, recovery_timeout=3600)"
 PROTECT_KNOBS5_ROW = "protect(name, fn, <those 3>, failure_rate_threshold=50, minimum_calls=10)"

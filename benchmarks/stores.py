@@ -1,4 +1,4 @@
-"""Shared-store benchmark: what a Redis-backed breaker costs per call (ST-3).
+"""Shared-store benchmark: what a Redis-backed breaker costs per call.
 
 ``python -m benchmarks --stores [--quick]`` (or ``python -m benchmarks.stores``) measures,
 in one process and on one real Redis server (``redis://127.0.0.1:6379/11`` unless
@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None, *, quick: bool | None = None, json_file:
     return run_redis_bench(
         argv,
         prog="python -m benchmarks.stores",
-        description="shared-store benchmark (ST-3)",
+        description="shared-store benchmark",
         default_url=DEFAULT_URL,
         settings=(STORES_DEFAULT, STORES_QUICK),
         bench=bench_stores,

@@ -454,7 +454,7 @@ def plans(short: bool) -> list[PhasePlan]:
             operator="release",
             label="operator\nreleases it",
         ),
-        # Emergency Mode (EM-2, EM-3): the upstream fails, the breaker trips, an operator in
+        # Emergency Mode: the upstream fails, the breaker trips, an operator in
         # another process declares Level 3; the breaker is held OPEN past its recovery
         # timeout (reason frozen), even once the upstream is healthy; a step-down lets it
         # probe and close, then the operator clears the level
@@ -513,7 +513,7 @@ def plans(short: bool) -> list[PhasePlan]:
             fleet=True,
         ),
         # a second dependency behind one adapter with a breaker per host: one carrier fails,
-        # its host's breaker opens, the other carrier keeps quoting (HC-1)
+        # its host's breaker opens, the other carrier keeps quoting
         PhasePlan(
             "per_host",
             "one carrier down: a breaker per host",
@@ -599,7 +599,7 @@ class Demo:
         self.display = display
         self.out_dir: Path = args.out_dir.resolve()  # the children run in REPO
         self.db: Path = self.out_dir / "demo.sqlite3"
-        # the Emergency Mode level the demo's servers and commands share (EM-1 file backend)
+        # the Emergency Mode level the demo's servers and commands share (its file backend)
         self.level_file: Path = self.out_dir / "emergency-level.json"
         self.children: list[Child] = []
         self.t0 = time.monotonic()
@@ -1111,7 +1111,7 @@ class Demo:
 
     def run_step_down(self, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseResult:
         """Phase 7: ``manage.py baldur_emergency step-down`` (Level 3 -> 2, which freezes
-        nothing): the breaker probes the healthy upstream and closes (EM-3); then
+        nothing): the breaker probes the healthy upstream and closes; then
         ``baldur_emergency set 0`` ends the emergency, so the phases after run at level 0.
         As in phase 6, nothing asks the breaker anything until the server sees level 2,
         so the picture's frozen span ends where the server's freeze did."""
@@ -1296,7 +1296,7 @@ class Demo:
         return reply.data
 
     def run_per_host(self, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseResult:
-        """Phase 11: shipping quotes from two carriers, one breaker per host (HC-1).
+        """Phase 11: shipping quotes from two carriers, one breaker per host.
 
         Shop A's ``/orders/<id>/shipping-quotes/`` asks each carrier (its own stand-in
         process, its own port) through one ``BreakerAdapter()`` with no service name, so
@@ -1647,7 +1647,7 @@ class Demo:
 
     @staticmethod
     def emergency_problems(freeze: PhaseResult, step_down: PhaseResult) -> list[str]:
-        """What went wrong in the Emergency Mode phases (EM-2, EM-3), as report lines."""
+        """What went wrong in the Emergency Mode phases, as report lines."""
         f, s = freeze.emergency, step_down.emergency
         if not f.get("tripped"):
             return ["emergency phase: the breaker did not trip while the upstream failed"]
@@ -1688,7 +1688,7 @@ class Demo:
 
     @staticmethod
     def per_host_problems(phase: PhaseResult) -> list[str]:
-        """What went wrong in the per-host phase (HC-1), as report lines."""
+        """What went wrong in the per-host phase, as report lines."""
         f = phase.per_host
         if not f:
             return ["per-host phase: it did not run"]

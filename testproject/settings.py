@@ -132,7 +132,7 @@ LOGGING = {
     },
 }
 
-# --- inbound side (testproject.api; IN-1..IN-5) -------------------------------------------
+# --- inbound side (testproject.api) -------------------------------------------
 # Every response is filed against a domain breaker: "/api/..." under "api", everything else
 # under "default". The package's own limiter guards /api/limited/. See docs/inbound.md.
 INSTALLED_APPS += ["testproject.api"]

@@ -46,7 +46,7 @@ from typing import Any
 
 #: The states the band can show, in legend order: ``state -> (label, colour)``. The band
 #: is drawn from this table alone, so a new state is one more line. ``frozen`` is an OPEN
-#: breaker held by Emergency Mode's Level 3 (EM-2): the demo draws it from when the server
+#: breaker held by Emergency Mode's Level 3: the demo draws it from when the server
 #: sees Level 3 until it sees the step-down.
 BAND_STATES: dict[str, tuple[str, str]] = {
     "closed": ("CLOSED: calls go through", "#40a060"),

@@ -10,7 +10,7 @@ from baldur_django.contrib import prometheus
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("metrics", prometheus.metrics_view, name="metrics"),  # EM-7; install() runs in ShopConfig.ready()
+    path("metrics", prometheus.metrics_view, name="metrics"),  # install() runs in ShopConfig.ready()
     path("api/", include("testproject.api.urls")),  # inbound-side demo API (docs/inbound.md)
     path("", include("testproject.shop.urls")),
 ]

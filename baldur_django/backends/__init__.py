@@ -1,9 +1,9 @@
-"""State backends: build the configured shared store and hand it to the registry (ST-2).
+"""State backends: build the configured shared store and hand it to the registry.
 
 Like django-axes' ``handlers``: this package decides *where breaker state lives*.
 
 * ``BALDUR_STATE_BACKEND = "memory"``: no shared store; every process keeps its own
-  breakers (ST-1).
+  breakers.
 * ``"database"``: :class:`baldur_django.backends.database.DatabaseStore`, the store
   protocol on the Django ORM (tables in :mod:`baldur_django.backends.models`, reachable
   from ``baldur_django.models`` for migrations).
@@ -14,11 +14,11 @@ Like django-axes' ``handlers``: this package decides *where breaker state lives*
   django-redis alias is not used: its clients do not speak the cluster protocol).
 * any other value is the dotted path of a store class (``"myproject.stores.MyStore"``),
   imported with Django's ``import_string`` like a cache backend and called with no
-  arguments (ST-6). ``docs/stores.md`` describes the protocol such a class implements and
+  arguments. ``docs/stores.md`` describes the protocol such a class implements and
   how to run the contract suite against it.
 
 :func:`install_store` is the one way a store is installed: ``BaldurDjangoConfig.ready()``
-and the settings reload (CFG-2) both call it. It reads settings from the core's settings
+and the settings reload both call it. It reads settings from the core's settings
 object directly, so ``conf`` imports this package and not the other way round.
 """
 
@@ -44,7 +44,7 @@ __all__ = [
 #: The ``BALDUR_STATE_BACKEND`` values that name a bundled store; anything else is a dotted path.
 BUNDLED_BACKENDS = ("memory", "database", "redis")
 
-#: The knobs that decide which shared store the breakers use (ST-2).
+#: The knobs that decide which shared store the breakers use.
 STORE_SETTINGS = (
     "BALDUR_STATE_BACKEND",
     "BALDUR_REDIS_URL",
@@ -67,7 +67,7 @@ def build_store() -> Any:
     Raises:
         ConfigError: a store setting is invalid, the redis backend has neither a URL nor
             a usable django-redis alias, or a dotted path cannot be imported, is not a store
-            class, or its class fails when called (ST-6).
+            class, or its class fails when called.
     """
     backend = baldur_settings.get("BALDUR_STATE_BACKEND")
     if backend == "memory":
@@ -75,11 +75,11 @@ def build_store() -> Any:
     if backend == "database":
         from .database import DatabaseStore
 
-        return DatabaseStore()
+        return DatabaseStore(record_ttl=baldur_settings.get("BALDUR_REGISTRY_IDLE_SECONDS"))
     if backend == "redis":
         from ..core.stores.redis import RedisStore
 
-        return RedisStore(redis_client())
+        return RedisStore(redis_client(), record_ttl=baldur_settings.get("BALDUR_REGISTRY_IDLE_SECONDS"))
     from django.utils.module_loading import import_string
 
     from ..core.stores.base import make_store
@@ -92,8 +92,7 @@ def redis_client(purpose: str = "BALDUR_STATE_BACKEND='redis'") -> Any:
     timeouts and pool size; a Redis Cluster client when ``BALDUR_REDIS_CLUSTER`` is true),
     else the django-redis cache ``BALDUR_REDIS_CACHE_ALIAS``. Opens no connection.
 
-    Used by the redis state backend and by Emergency Mode's redis backend (EM-1).
-    Implements ST-2.
+    Used by the redis state backend and by Emergency Mode's redis backend.
 
     Args:
         purpose (str): what needs Redis, for the error message.
@@ -133,12 +132,12 @@ def redis_client(purpose: str = "BALDUR_STATE_BACKEND='redis'") -> Any:
         ) from exc
 
 
-#: Seconds a pub/sub connection may take to connect (TCP; EM-6). Reads are not bounded by it.
+#: Seconds a pub/sub connection may take to connect (TCP). Reads are not bounded by it.
 PUBSUB_CONNECT_TIMEOUT = 5.0
 
 
 def pubsub_client(socket_timeout: float | None = None) -> Any:
-    """A redis-py client of its own for cluster propagation (EM-6), separate from the store's pool.
+    """A redis-py client of its own for cluster propagation, separate from the store's pool.
 
     Built from ``BALDUR_REDIS_URL``, else from the connection parameters (host or socket
     path, port, database, credentials, TLS) of the django-redis cache
@@ -252,7 +251,7 @@ def store_changed() -> bool:
 
 
 def install_store(*, force: bool = False, before: Any = None) -> bool:
-    """Hand the registry the shared store the settings ask for (ST-1, ST-2).
+    """Hand the registry the shared store the settings ask for.
 
     Breakers that already exist switch strategy in place (``CircuitBreaker.use_store``).
     No connection is opened here.
@@ -288,7 +287,7 @@ def install_store(*, force: bool = False, before: Any = None) -> bool:
 
 
 def store_class(path: str) -> Any:
-    """Import the store class that ``BALDUR_STATE_BACKEND`` names by dotted path (ST-6).
+    """Import the store class that ``BALDUR_STATE_BACKEND`` names by dotted path.
 
     Uses Django's ``import_string``, as cache and session backends do; the class is not
     called (the system check uses this: building a store may connect).

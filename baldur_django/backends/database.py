@@ -1,11 +1,11 @@
-"""The ``database`` state backend: the store protocol on the Django ORM (ST-2).
+"""The ``database`` state backend: the store protocol on the Django ORM.
 
 Each transition is one transaction that locks the breaker's row
 (``select_for_update``; on SQLite a no-op write first takes the database's write lock)
 and applies the same pure rules as the memory store (``core/rules.py``). Shared
 timestamps come from the database's clock. ORM work never runs on an event loop: called
 from a thread with a running loop, the operation runs in a worker thread (Django's
-async-safety rule). Every database error becomes ``StoreUnavailable`` (ST-4).
+async-safety rule). Every database error becomes ``StoreUnavailable``.
 """
 
 from __future__ import annotations
@@ -61,14 +61,19 @@ class DatabaseStore:
 
     Args:
         alias: the Django database alias (``router.db_for_write`` of the model by default).
+        record_ttl: seconds after its last write by a worker that a CLOSED, unforced record
+            is removed (``BALDUR_REGISTRY_IDLE_SECONDS``): at the next read of the registry
+            (:meth:`names`: the admin page, ``baldur_status``, the fleet jobs). An OPEN,
+            half-open or forced record is never removed. None or 0: never.
     """
 
     backend = "database"
 
-    def __init__(self, alias: str | None = None) -> None:
+    def __init__(self, alias: str | None = None, *, record_ttl: float | None = None) -> None:
         from .models import BreakerRecord
 
         self.alias = alias or router.db_for_write(BreakerRecord)
+        self.record_ttl = record_ttl
 
     # ---------------------------------------------------------------- plumbing
     def _off_loop(self, fn: Callable[[], T]) -> T:
@@ -102,7 +107,7 @@ class DatabaseStore:
 
         key = safe_key(name)
         table = BreakerRecord._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
-        held = frozen  # Level 3 holds automatic steps (EM-2): the caller's reading
+        held = frozen  # Level 3 holds automatic steps: the caller's reading
 
         def work() -> Answer:
             for attempt in range(3):
@@ -212,6 +217,10 @@ class DatabaseStore:
 
     def names(self) -> dict[str, float]:
         from .models import BreakerRecord
+
+        if self.record_ttl and self.record_ttl > 0:  # idle records leave first, as they expire on Redis
+            ttl = float(self.record_ttl)
+            self.prune(older_than=self._guarded("clock read", lambda: db_now(self.alias)) - ttl)
 
         def work() -> dict[str, float]:
             return dict(BreakerRecord.objects.using(self.alias).values_list("name", "last_seen"))

@@ -1,4 +1,4 @@
-"""Tables of the ``database`` state backend (ST-2). Imported by ``models.py``."""
+"""Tables of the ``database`` state backend. Imported by ``models.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ class BreakerRecord(models.Model):
     """The shared record of one breaker, as JSON text (never pickle), plus its registry entry.
 
     ``key`` is :func:`baldur_django.core.stores.base.safe_key` of the name, so long or odd
-    names never collide (CB-12); ``last_seen`` is the database clock's Unix time.
+    names never collide; ``last_seen`` is the database clock's Unix time.
     """
 
     key: models.CharField[str, str] = models.CharField(max_length=80, unique=True)
@@ -28,7 +28,7 @@ class BreakerRecord(models.Model):
 
 
 class BreakerLock(models.Model):
-    """An expiring fleet-wide lock (Celery tasks, ST-5)."""
+    """An expiring fleet-wide lock (Celery tasks)."""
 
     name: models.CharField[str, str] = models.CharField(max_length=120, unique=True)
     token: models.CharField[str, str] = models.CharField(max_length=64)

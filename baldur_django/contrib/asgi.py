@@ -1,4 +1,4 @@
-"""ASGI middleware for Starlette, FastAPI and any other ASGI app (IN-6).
+"""ASGI middleware for Starlette, FastAPI and any other ASGI app.
 
 Works without Django: only the core is imported, and settings come from ``BALDUR_*``
 environment variables (or their defaults)::
@@ -11,7 +11,7 @@ environment variables (or their defaults)::
     # or: app = BaldurASGIMiddleware(app, service_name="checkout-api")
 
 With a ``service_name`` every HTTP response is recorded against that one breaker, the
-way the Django middleware records a domain's responses (IN-1, IN-2); without one the
+way the Django middleware records a domain's responses; without one the
 middleware records nothing.
 """
 
@@ -87,7 +87,7 @@ class _Getter:
 
 
 def record_status(breaker: CircuitBreaker, permit: Permit, status: Any, header: Callable[[str], Any]) -> str:
-    """Record one response, known by its status and headers, on *breaker* (IN-6, IN-7).
+    """Record one response, known by its status and headers, on *breaker*.
 
     The inbound policy's rules (:func:`baldur_django.core.inbound.record`): a status on
     the rate-limit list records a failure that also feeds the cascade and the cooldown
@@ -116,7 +116,7 @@ async def _send_shed(answer: ShedAnswer, send: Send) -> None:
 
 
 class BaldurASGIMiddleware:
-    """Record an ASGI app's HTTP responses against one breaker (IN-6, IN-7).
+    """Record an ASGI app's HTTP responses against one breaker.
 
     A thin shell over the inbound policy (:mod:`baldur_django.core.inbound`), the one
     Django's middleware and the Flask extension use. The breaker is asked for admission

@@ -1,10 +1,10 @@
-"""Django REST framework throttle bridge (IN-5).
+"""Django REST framework throttle bridge.
 
 DRF refuses a throttled request by raising ``Throttled`` inside the view, so the 429 it
 answers carries no header saying it came from the application itself. The classes here
 mark the underlying Django request when they refuse it
 (:func:`baldur_django.mark_rate_limited`), and the circuit-breaker middleware then leaves
-that 429 out (IN-3). Their ``wait()`` is never below one second, so DRF always sends a
+that 429 out. Their ``wait()`` is never below one second, so DRF always sends a
 ``Retry-After`` header of at least 1 with the refusal.
 
 Use them in place of DRF's own classes::
@@ -41,7 +41,7 @@ MIN_WAIT = 1.0
 
 
 class BaldurThrottleMixin:
-    """Mix in before a DRF throttle class (IN-5).
+    """Mix in before a DRF throttle class.
 
     ``allow_request()`` marks the underlying ``HttpRequest`` when the throttle refuses
     (DRF's ``Request`` forwards attribute reads to it but keeps writes on itself, and the
@@ -68,12 +68,12 @@ class BaldurThrottleMixin:
 
 
 class BaldurUserRateThrottle(BaldurThrottleMixin, UserRateThrottle):
-    """DRF's ``UserRateThrottle`` (scope ``user``) that marks its refusals (IN-5)."""
+    """DRF's ``UserRateThrottle`` (scope ``user``) that marks its refusals."""
 
 
 class BaldurAnonRateThrottle(BaldurThrottleMixin, AnonRateThrottle):
-    """DRF's ``AnonRateThrottle`` (scope ``anon``) that marks its refusals (IN-5)."""
+    """DRF's ``AnonRateThrottle`` (scope ``anon``) that marks its refusals."""
 
 
 class BaldurScopedRateThrottle(BaldurThrottleMixin, ScopedRateThrottle):
-    """DRF's ``ScopedRateThrottle`` (the view's ``throttle_scope``) that marks its refusals (IN-5)."""
+    """DRF's ``ScopedRateThrottle`` (the view's ``throttle_scope``) that marks its refusals."""

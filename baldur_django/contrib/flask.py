@@ -1,4 +1,4 @@
-"""Flask extension (IN-6). Never imports Django: only Flask and the core.
+"""Flask extension. Never imports Django: only Flask and the core.
 
 ::
 
@@ -41,7 +41,7 @@ _G_KEY = "_baldur_permit"
 
 
 class BaldurFlask:
-    """Record a Flask app's responses against one breaker (IN-6, IN-7).
+    """Record a Flask app's responses against one breaker.
 
     A thin shell over the inbound policy (:mod:`baldur_django.core.inbound`), the one
     Django's middleware and the ASGI middleware use. With a ``service_name``, each

@@ -16,7 +16,7 @@ at their headers (a streamed body is the caller's); a refusal raises
 :class:`CircuitOpenTransportError`, both a :class:`baldur_django.CircuitOpenError` and an
 ``httpx.TransportError``. The async transport never runs a shared store's I/O on the event
 loop: admission and trial outcomes of a shared breaker go to a worker thread, as for
-``aprotect()``. Implements HC-1..HC-4.
+``aprotect()``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any
 import httpx
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome
+from ..core.lease import enter_call_bound, leave_call_bound
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
 
 __all__ = [
     "BreakerTransport",
@@ -38,13 +39,13 @@ __all__ = [
     "IDEMPOTENT_METHODS",
 ]
 
-# Errors of the client itself (HC-2): neither a success nor a failure. TooManyRedirects
+# Errors of the client itself: neither a success nor a failure. TooManyRedirects
 # is the Client's own, never a transport's.
 _CLIENT_ERRORS = (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError, httpx.TooManyRedirects)
 
 
 class CircuitOpenTransportError(CircuitOpenError, httpx.TransportError):
-    """The breaker refused the request; nothing was sent (HC-2).
+    """The breaker refused the request; nothing was sent.
 
     Both a :class:`baldur_django.CircuitOpenError` and an ``httpx.TransportError``, so an
     existing ``except httpx.TransportError`` (or ``httpx.RequestError``) keeps catching it.
@@ -73,7 +74,7 @@ class CircuitOpenTransportError(CircuitOpenError, httpx.TransportError):
 
 
 class RateLimitCooldownTransportError(RateLimitCooldownError, httpx.TransportError):
-    """The retry stage refused an attempt during a 429 cooldown; nothing was sent (RL-6).
+    """The retry stage refused an attempt during a 429 cooldown; nothing was sent.
 
     Both a :class:`baldur_django.RateLimitCooldownError` and an ``httpx.TransportError``.
 
@@ -109,7 +110,7 @@ def _refusal(error: BaseException, request: httpx.Request) -> BaseException | No
 
 
 class BreakerTransport(httpx.BaseTransport):
-    """An httpx transport that puts every request through a breaker (HC-1..HC-4).
+    """An httpx transport that puts every request through a breaker.
 
     Args:
         service (str | Callable[[httpx.Request], str] | None): the breaker's name; a
@@ -118,13 +119,15 @@ class BreakerTransport(httpx.BaseTransport):
             the scheme's default; lowercased).
         transport: the transport to wrap (default a new ``httpx.HTTPTransport()``); its pools,
             proxies, ``verify``/``cert`` and limits are used as they are.
-        retry (RetryPolicy | bool | None): the retry stage (FAC-2, FAC-3): only for GET,
+        retry (RetryPolicy | bool | None): the retry stage: only for GET,
             HEAD, OPTIONS, PUT, DELETE and TRACE unless the policy is an
             :class:`HTTPRetryPolicy` naming other methods, and never for a streamed request
             body. True means ``RetryPolicy()``.
         fallback (Callable[[httpx.Request], Any] | None): called with the request when the
             breaker or the cooldown refuses, or the final outcome is a counted exception;
             its value (an ``httpx.Response``) is returned instead.
+        max_hosts (int | None): per-host breakers this transport keeps at most (None:
+            ``BALDUR_ADAPTER_MAX_HOSTS``); the least recently used CLOSED ones leave first.
         **overrides: the decorators' per-call knobs, for every breaker this transport uses.
 
     Raises:
@@ -137,11 +140,12 @@ class BreakerTransport(httpx.BaseTransport):
         transport: httpx.BaseTransport | None = None,
         retry: Any = None,
         fallback: Any = None,
+        max_hosts: int | None = None,
         **overrides: Any,
     ) -> None:
         if transport is not None and not callable(getattr(transport, "handle_request", None)):
             raise ConfigError(f"BreakerTransport(transport={transport!r}): expected an httpx.BaseTransport")
-        self._breakers = Breakers("BreakerTransport", service, retry, fallback, overrides)
+        self._breakers = Breakers("BreakerTransport", service, retry, fallback, overrides, max_hosts=max_hosts)
         self._transport = httpx.HTTPTransport() if transport is None else transport
 
     @property
@@ -150,13 +154,13 @@ class BreakerTransport(httpx.BaseTransport):
         return self._transport
 
     def breaker_name(self, request: httpx.Request) -> str:
-        """The name of the breaker *request* goes through (HC-1). Raises ConfigError as
+        """The name of the breaker *request* goes through. Raises ConfigError as
         :meth:`handle_request` does."""
         url = request.url
         return self._breakers.named(request, (url.scheme, url.netloc), lambda: _url_parts(request))
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        """Send *request* through its breaker and the wrapped transport (HC-1..HC-3).
+        """Send *request* through its breaker and the wrapped transport.
 
         Returns:
             The wrapped transport's response, unchanged and unread, or the fallback's value.
@@ -184,6 +188,7 @@ class BreakerTransport(httpx.BaseTransport):
             return response
 
         fallback = breakers.fallback
+        bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -195,10 +200,12 @@ class BreakerTransport(httpx.BaseTransport):
             if refusal is None:
                 raise
             raise refusal from exc.__cause__
+        finally:
+            leave_call_bound(bound)
         raise error
 
     def close(self) -> None:
-        """Close the wrapped transport (HC-4)."""
+        """Close the wrapped transport."""
         self._transport.close()
 
     def __enter__(self) -> BreakerTransport:
@@ -221,7 +228,7 @@ class BreakerTransport(httpx.BaseTransport):
 
 
 class AsyncBreakerTransport(httpx.AsyncBaseTransport):
-    """The async :class:`BreakerTransport`: a shared store's I/O never runs on the event loop (HC-4, IN-7).
+    """The async :class:`BreakerTransport`: a shared store's I/O never runs on the event loop.
 
     Args:
         service (str | Callable[[httpx.Request], str] | None): the breaker's name; a
@@ -230,13 +237,15 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
             the scheme's default; lowercased).
         transport: the transport to wrap (default a new ``httpx.AsyncHTTPTransport()``); its pools,
             proxies, ``verify``/``cert`` and limits are used as they are.
-        retry (RetryPolicy | bool | None): the retry stage (FAC-2, FAC-3): only for GET,
+        retry (RetryPolicy | bool | None): the retry stage: only for GET,
             HEAD, OPTIONS, PUT, DELETE and TRACE unless the policy is an
             :class:`HTTPRetryPolicy` naming other methods, and never for a streamed request
             body. True means ``RetryPolicy()``.
         fallback (Callable[[httpx.Request], Any] | None): called with the request when the
             breaker or the cooldown refuses, or the final outcome is a counted exception;
             its value (an ``httpx.Response``; a coroutine is awaited) is returned instead.
+        max_hosts (int | None): per-host breakers this transport keeps at most (None:
+            ``BALDUR_ADAPTER_MAX_HOSTS``); the least recently used CLOSED ones leave first.
         **overrides: the decorators' per-call knobs, for every breaker this transport uses.
 
     Raises:
@@ -249,11 +258,14 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
         transport: httpx.AsyncBaseTransport | None = None,
         retry: Any = None,
         fallback: Any = None,
+        max_hosts: int | None = None,
         **overrides: Any,
     ) -> None:
         if transport is not None and not callable(getattr(transport, "handle_async_request", None)):
             raise ConfigError(f"AsyncBreakerTransport(transport={transport!r}): expected an httpx.AsyncBaseTransport")
-        self._breakers = Breakers("AsyncBreakerTransport", service, retry, fallback, overrides, is_async=True)
+        self._breakers = Breakers(
+            "AsyncBreakerTransport", service, retry, fallback, overrides, is_async=True, max_hosts=max_hosts
+        )
         self._transport = httpx.AsyncHTTPTransport() if transport is None else transport
 
     @property
@@ -262,7 +274,7 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
         return self._transport
 
     def breaker_name(self, request: httpx.Request) -> str:
-        """The name of the breaker *request* goes through (HC-1)."""
+        """The name of the breaker *request* goes through."""
         url = request.url
         return self._breakers.named(request, (url.scheme, url.netloc), lambda: _url_parts(request))
 
@@ -286,6 +298,7 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
             return response
 
         fallback = breakers.fallback
+        bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
         try:
             if fallback is None:
                 return await route.run(attempt)  # type: ignore[no-any-return]
@@ -297,10 +310,12 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
             if refusal is None:
                 raise
             raise refusal from exc.__cause__
+        finally:
+            leave_call_bound(bound)
         raise error
 
     async def aclose(self) -> None:
-        """Close the wrapped transport (HC-4)."""
+        """Close the wrapped transport."""
         await self._transport.aclose()
 
     async def __aenter__(self) -> AsyncBreakerTransport:

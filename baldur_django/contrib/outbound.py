@@ -7,22 +7,25 @@ shells over the decorators' engine: each request goes through a
 classifier (failure statuses, 429 with ``Retry-After``), the retry stage, the fallback,
 forces, the emergency freeze and the metrics are the decorators' own. This module only
 decides which breaker a request belongs to and which of its two routes (with or without
-the retry stage) it takes. Implements HC-1, HC-3.
+the retry stage) it takes.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.config import OVERRIDE_NAMES, validate_overrides
+from ..core.breaker import CircuitBreaker, core_of
+from ..core.config import OVERRIDE_NAMES, settings, validate_overrides
 from ..core.errors import ConfigError
 from ..core.names import name_problem, show_name
 from ..core.registry import registry
 from ..core.retry import RetryPolicy
 from ..core.routes import Route, aprotect_route, protect_route
+from ..core.states import CircuitState
 
 __all__ = [
     "IDEMPOTENT_METHODS",
@@ -32,10 +35,11 @@ __all__ = [
     "canonical_host",
     "host_breaker_name",
     "Breakers",
+    "timeout_bound",
 ]
 
 #: Methods retried by default (RFC 9110 idempotent methods); a policy with a ``methods``
-#: attribute names its own set instead (HC-3).
+#: attribute names its own set instead.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 
 #: Ports left out of a per-host breaker name for their scheme.
@@ -44,7 +48,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 @dataclass(frozen=True)
 class HTTPRetryPolicy(RetryPolicy):
-    """A :class:`~baldur_django.RetryPolicy` that also names the HTTP methods it retries (HC-3).
+    """A :class:`~baldur_django.RetryPolicy` that also names the HTTP methods it retries.
 
     Args:
         methods (frozenset[str]): methods whose requests are retried, any case (default
@@ -71,8 +75,7 @@ class HTTPRetryPolicy(RetryPolicy):
 class NotAnOutcome(BaseException):
     """Carries a client-side error (an invalid URL, an unsupported scheme) through the
     engine: it is a ``BaseException`` that is not an ``Exception``, which the engine
-    records as neither success nor failure and never retries or hands to a fallback
-    (CB-10). The adapter re-raises :attr:`error` itself, unchanged (HC-2).
+    records as neither success nor failure and never retries or hands to a fallback. The adapter re-raises :attr:`error` itself, unchanged.
 
     Attributes:
         error (Exception): the client's own exception.
@@ -111,7 +114,7 @@ def canonical_host(host: str) -> str:
 
 def host_breaker_name(owner: str, url: str, scheme: str | None, host: str | None, port: int | None) -> str:
     """The per-host breaker name of a request: ``"api.example.com"``, or
-    ``"api.example.com:8443"`` when the port is not the scheme's default (HC-1).
+    ``"api.example.com:8443"`` when the port is not the scheme's default.
 
     Args:
         owner: the adapter's name, for messages.
@@ -149,6 +152,22 @@ def _odd_host_name(name: str) -> str:
 
 
 _MAX_HOSTS = 4096  # cached per-host names per adapter
+
+
+def timeout_bound(timeout: Any) -> float | None:
+    """How long one attempt of a request can take at most, from the client's timeout
+    (seconds): a number, or the sum of a ``(connect, read)`` pair or of the phases of a
+    mapping (httpx's ``connect``, ``read``, ``write``, ``pool``). None when any part is
+    unbounded (None) or not a number: then nothing shorter than the setting is known."""
+    if isinstance(timeout, dict):
+        timeout = tuple(timeout.values())
+    parts = timeout if isinstance(timeout, (tuple, list)) else (timeout,)
+    total = 0.0
+    for part in parts:
+        if isinstance(part, bool) or not isinstance(part, (int, float)) or not part >= 0:
+            return None
+        total += part
+    return total if parts and total > 0 else None
 
 
 class _Entry:
@@ -194,6 +213,9 @@ class Breakers:
         overrides: the per-call knobs of the decorators, validated now (no breaker is
             created until a request needs one).
         is_async: build ``aprotect`` routes (awaiting each attempt) instead of ``protect`` ones.
+        max_hosts: per-host breakers kept at most (None: ``BALDUR_ADAPTER_MAX_HOSTS``, read
+            now); past it the least recently used CLOSED, unforced one is let go, never an
+            OPEN, half-open or forced one.
 
     Raises:
         ConfigError: a bad *service*, *retry*, *fallback* or override, naming it.
@@ -208,6 +230,7 @@ class Breakers:
         overrides: dict[str, Any],
         *,
         is_async: bool = False,
+        max_hosts: int | None = None,
     ) -> None:
         if service is not None and not callable(service) and name_problem(service) is not None:
             raise ConfigError(
@@ -230,13 +253,20 @@ class Breakers:
         self.fallback: Callable[[Any], Any] | None = fallback
         self.overrides = given
         self.is_async = is_async
-        self.entries: dict[str, _Entry] = {}
+        if max_hosts is None:
+            max_hosts = settings.get("BALDUR_ADAPTER_MAX_HOSTS")
+        elif isinstance(max_hosts, bool) or not isinstance(max_hosts, int) or max_hosts < 1:
+            raise ConfigError(f"{owner}(max_hosts={max_hosts!r}): expected a whole number of at least 1")
+        self.max_hosts: int = max_hosts
+        #: name -> routes, least recently used first
+        self.entries: OrderedDict[str, _Entry] = OrderedDict()
         self.hosts: dict[Any, str] = {}  # origin -> per-host breaker name
+        registry.watchers.add(self)  # told when its breakers leave the registry (idle)
 
     def named(
         self, request: Any, origin: Any, url: Callable[[], tuple[str, str | None, str | None, int | None]]
     ) -> str:
-        """The breaker name for *request* (HC-1).
+        """The breaker name for *request*.
 
         Args:
             request: the client's request object, handed to a *service* callable.
@@ -274,20 +304,67 @@ class Breakers:
     def entry(self, name: str) -> _Entry:
         """The routes of breaker *name*, built on first use through the decorators' checks
         and rebuilt when the registry forgot the breaker (``registry.clear()``, tests)."""
-        entry = self.entries.get(name)
+        entries = self.entries
+        entry = entries.get(name)
         if entry is not None and registry.get(name, create=False) is entry.breaker:
+            try:
+                entries.move_to_end(name)  # least recently used leave first
+            except KeyError:  # let go by another thread meanwhile: still usable this time
+                pass
             return entry
         build = aprotect_route if self.is_async else protect_route
         probe = _aprobe if self.is_async else _probe
         plain = build(name, probe, None, None, dict(self.overrides))
         retrying = None if self.policy is None else build(name, probe, self.policy, None, dict(self.overrides))
         entry = _Entry(plain, retrying)
-        self.entries[name] = entry  # one assignment: other threads see the old entry or this one
+        entries[name] = entry  # one assignment: other threads see the old entry or this one
+        if len(entries) > self.max_hosts:
+            self._over_cap(entry)
         return entry
+
+    def _over_cap(self, keep: _Entry) -> None:
+        """More breakers than :attr:`max_hosts`: let the least recently used CLOSED, unforced
+        ones go (from here and from the registry), oldest first; an OPEN, half-open or
+        forced one is kept (moved to the recent end, so it is not looked at again soon)."""
+        entries = self.entries
+        for _ in range(len(entries)):
+            if len(entries) <= self.max_hosts:
+                return
+            try:
+                name, entry = next(iter(entries.items()))
+            except (StopIteration, RuntimeError):  # emptied or changed by another thread
+                return
+            if entry is keep:
+                entries.move_to_end(name)
+                continue
+            view = core_of(entry.breaker).view()
+            if view.forced is None and view.state is CircuitState.CLOSED:
+                entries.pop(name, None)  # its cached host name stays: a string, capped apart
+                registry.drop_idle(name, entry.breaker)
+            else:
+                entries.move_to_end(name)
+
+    def _forget_hosts(self, names: set[str]) -> None:
+        """Drop the cached per-host names that name one of *names*."""
+        hosts = self.hosts
+        for origin in [origin for origin, name in list(hosts.items()) if name in names]:
+            hosts.pop(origin, None)
+
+    def let_go(self, gone: dict[str, CircuitBreaker]) -> None:
+        """The registry let the breakers in *gone* go (idle): drop their routes, so the
+        breakers can be freed; a later request builds them again."""
+        dropped = set()
+        for name, breaker in gone.items():
+            entry = self.entries.get(name)
+            if entry is not None and entry.breaker is breaker:
+                self.entries.pop(name, None)
+                dropped.add(name)
+        if dropped:
+            self._forget_hosts(dropped)
 
     def route(self, entry: _Entry, method: str | None, replayable: bool) -> Route:
         """The route of one request: with the retry stage only for a method the policy
-        retries and a body that can be sent again (HC-3)."""
+        retries and a body that can be sent again."""
         if entry.retrying is not None and replayable and (method or "").upper() in self.methods:
             return entry.retrying
         return entry.plain

@@ -1,4 +1,4 @@
-"""Prometheus metrics for the breakers and Emergency Mode (EM-7), read at scrape time.
+"""Prometheus metrics for the breakers and Emergency Mode, read at scrape time.
 
 ::
 
@@ -51,8 +51,6 @@ file after the writing process's pid.
 scrape that lands on any worker reports the host's sums. A forked child (gunicorn
 ``--preload``, Celery prefork) starts its counts from zero and runs its own thread: what
 the parent counted before the fork stays in the parent's file, counted once.
-
-Implements EM-7.
 """
 
 from __future__ import annotations
@@ -126,7 +124,7 @@ FLUSH_SECONDS = 0.5
 #: The flusher thread's share of the time in passes, at most (the rest it sleeps), as long
 #: as counts still reach the directory within :data:`FLUSH_DEADLINE`.
 FLUSH_SHARE = 0.1
-#: Counts reach the multiprocess directory within this many seconds of the call (EM-7):
+#: Counts reach the multiprocess directory within this many seconds of the call:
 #: the pause after a pass is capped so that pause + next pass stay within it.
 FLUSH_DEADLINE = 1.0
 
@@ -143,8 +141,7 @@ def flush_pause(took: float) -> float:
 
     Returns:
         float: seconds to sleep before the next pass (0 when a pass alone fills the deadline).
-
-    Implements EM-7."""
+    """
     wanted = max(FLUSH_SECONDS, took * (1.0 - FLUSH_SHARE) / FLUSH_SHARE)
     return max(0.0, min(wanted, FLUSH_DEADLINE - took))
 
@@ -183,7 +180,7 @@ def _families(view: View | None) -> Iterator[Metric]:
 
 
 class BaldurCollector:
-    """A prometheus_client collector reading this process's breakers when scraped (EM-7).
+    """A prometheus_client collector reading this process's breakers when scraped.
 
     Made and registered by :func:`install`; the series are listed in the module docstring.
     ``collect()`` never raises: a breaker that cannot be read is left out of that scrape
@@ -350,8 +347,7 @@ def flush() -> None:
     """Write this process's counts to the multiprocess directory now (what the flusher
     thread does every :data:`FLUSH_SECONDS`). A no-op until :func:`install` ran in
     multiprocess mode. Raises what prometheus_client raises when a file cannot be written.
-
-    Implements EM-7."""
+    """
     _flusher.flush()
 
 
@@ -387,8 +383,6 @@ def install(registry: CollectorRegistry | None = None) -> BaldurCollector:
         ConfigError: ``PROMETHEUS_MULTIPROC_DIR`` names no directory, or was set after
             prometheus_client was imported (its counters would never reach the files).
         ValueError: another collector on *registry* already produces these series.
-
-    Implements EM-7.
     """
     target = prometheus_client.REGISTRY if registry is None else registry
     path = multiprocess_dir()
@@ -419,8 +413,6 @@ def metrics_view(request: Any) -> Any:
 
     Returns:
         HttpResponse: 200 with the exposition; 405 for another method.
-
-    Implements EM-7.
     """
     from django.http import HttpResponse, HttpResponseNotAllowed
 

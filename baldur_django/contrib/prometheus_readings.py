@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import threading
 import time
 import weakref
@@ -154,6 +155,17 @@ class Tally:
 
     def __init__(self) -> None:
         self.reset()
+        _breakers.watchers.add(self)  # told when idle breakers leave the registry
+
+    def let_go(self, gone: dict[str, Any]) -> None:
+        """Idle breakers left the registry: their series go too, so an idle fleet of per-host
+        breakers does not keep a series each. One that comes back starts its series again
+        from its own counts, which never went down."""
+        with self.lock:
+            for name, breaker in gone.items():
+                entry = self._series.get(name)
+                if entry is not None and entry.ref() in (breaker, None):
+                    del self._series[name]
 
     def reset(self) -> None:
         """Forget everything (a forked child: its breakers' counts restart at zero; the
@@ -162,7 +174,12 @@ class Tally:
         self._series: dict[str, Series] = {}
 
     def read(self) -> View:
-        """Read every breaker of the process and the emergency level. Never raises."""
+        """Read every breaker of the process and the emergency level (idle breakers are let
+        go first, at most once per sweep interval). Never raises."""
+        try:
+            _breakers.sweep()
+        except Exception:  # a bad idle setting: read what is there
+            WARNINGS.warn("metrics.sweep_failed: idle breakers were not let go")
         readings = []
         states = []
         for breaker in _breakers:
@@ -199,3 +216,5 @@ class Tally:
 
 
 TALLY = Tally()
+if hasattr(os, "register_at_fork"):  # POSIX: a forked child's breakers count from zero, so does its tally
+    os.register_at_fork(after_in_child=TALLY.reset)

@@ -1,4 +1,4 @@
-"""Cluster state propagation: OPEN and CLOSED decisions shared over Redis pub/sub (EM-6).
+"""Cluster state propagation: OPEN and CLOSED decisions shared over Redis pub/sub.
 
 Without propagation every worker process has to see enough failures of its own before
 its breaker trips. With it, the worker that decides an OPEN or a CLOSED (an automatic
@@ -35,7 +35,7 @@ How it is built, and what it promises:
   the documented hazard. With a shared store the force also lives in the shared record
   and the worker takes it back on its next call; on the memory backend it is gone.
 * **Emergency Level 3** does not stop a peer's decision from being applied: catching up
-  with a decision already taken is adoption, not a new automatic decision (EM-2).
+  with a decision already taken is adoption, not a new automatic decision.
 * **Fork safety.** Threads do not survive ``fork()``. A process forked after its parent
   started propagation (gunicorn ``--preload``, Celery prefork) gets a new origin, a new
   queue and new locks, starts its own threads and opens its own connections; it never
@@ -54,7 +54,7 @@ Message format (JSON, UTF-8): ``{"v": 1, "origin": <hex id of the sending proces
 "trigger": <what caused the decision>, "at": <Unix time of the decision, seconds>}``.
 
 Usable without Django: :func:`install` reads ``BALDUR_REDIS_URL`` from the environment
-(``redis`` is imported only when a client is built). Implements EM-6.
+(``redis`` is imported only when a client is built).
 """
 
 from __future__ import annotations
@@ -166,8 +166,6 @@ def install(client_factory: ClientFactory | None = None, **options: Any) -> Prop
 
     Raises:
         ConfigError: bad options, or no Redis configured; nothing is started.
-
-    Implements EM-6.
     """
     global _propagator, _signature
     with _install_lock:
@@ -194,7 +192,7 @@ def configure(client_factory: ClientFactory | None = None, *, prefix: str | None
     """Make this process follow ``BALDUR_CB_CLUSTER_STATE_PROPAGATION_ENABLED``.
 
     On: start propagation (restarted when a Redis setting changed since); off: stop it.
-    ``BaldurDjangoConfig.ready()`` calls it at startup and after every settings reload (CFG-2).
+    ``BaldurDjangoConfig.ready()`` calls it at startup and after every settings reload.
 
     Args:
         client_factory: see :class:`Propagator`.

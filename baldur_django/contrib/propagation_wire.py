@@ -53,8 +53,6 @@ def decision_of(event: Event) -> str | None:
       into OPEN or CLOSED; usually it does not (a forced open goes to HALF_OPEN, a forced
       closed stays CLOSED), and then nothing is published;
     * a reset (``Reset``) of a breaker that was not CLOSED: ``"closed"``.
-
-    Implements EM-6.
     """
     if isinstance(event, StateChanged):
         if event.trigger == Trigger.PROPAGATED:

@@ -76,7 +76,7 @@ def _channel_for(factory: ClientFactory, prefix: str, channel: str | None) -> st
 
 
 class Propagator:
-    """Publisher and subscriber of one process for cluster propagation (EM-6).
+    """Publisher and subscriber of one process for cluster propagation.
 
     Subscribe an instance to an event bus (it is the listener) and :meth:`start` it;
     :func:`install` does both for the process-wide bus and registry.

@@ -15,7 +15,7 @@ are judged by their status like any protected call's return value (the failure l
 429 with its ``Retry-After``); a refusal raises :class:`CircuitOpenRequestError`, which is
 both a :class:`baldur_django.CircuitOpenError` and a ``requests.ConnectionError``. The
 breakers are the registry's, so ``BALDUR_SERVICES``, forces, Emergency Mode, a shared
-store and the metrics apply to them by name. Implements HC-1..HC-4.
+store and the metrics apply to them by name.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 from requests.models import PreparedRequest, Response
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome
+from ..core.lease import enter_call_bound, leave_call_bound
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
 
 __all__ = [
     "BreakerAdapter",
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 # Errors of the client itself, raised before anything reached the dependency: neither a
-# success nor a failure (HC-2). A redirect loop is requests.Session's, never an adapter's.
+# success nor a failure. A redirect loop is requests.Session's, never an adapter's.
 _CLIENT_ERRORS = (
     requests.exceptions.InvalidURL,  # InvalidProxyURL included
     requests.exceptions.InvalidSchema,
@@ -58,7 +59,7 @@ _REPLAYABLE = (type(None), bytes, str, bytearray)
 
 
 class CircuitOpenRequestError(CircuitOpenError, requests.ConnectionError):
-    """The breaker refused the request; nothing was sent (HC-2).
+    """The breaker refused the request; nothing was sent.
 
     Both a :class:`baldur_django.CircuitOpenError` and a ``requests.ConnectionError``, so
     an existing ``except requests.RequestException`` keeps catching it.
@@ -89,7 +90,7 @@ class CircuitOpenRequestError(CircuitOpenError, requests.ConnectionError):
 
 
 class RateLimitCooldownRequestError(RateLimitCooldownError, requests.ConnectionError):
-    """The retry stage refused an attempt during a 429 cooldown; nothing was sent (RL-6).
+    """The retry stage refused an attempt during a 429 cooldown; nothing was sent.
 
     Both a :class:`baldur_django.RateLimitCooldownError` and a ``requests.ConnectionError``.
 
@@ -114,7 +115,7 @@ def canned_response(
     json: Any = None,
     headers: dict[str, str] | None = None,
 ) -> Response:
-    """Build a ``requests.Response`` for a fallback to return (HC-2).
+    """Build a ``requests.Response`` for a fallback to return.
 
     Args:
         request: the request the fallback was called with.
@@ -152,15 +153,14 @@ def _url_parts(request: PreparedRequest) -> tuple[str, str | None, str | None, i
 
 
 class BreakerAdapter(BaseAdapter):
-    """A requests transport adapter that puts every request through a breaker (HC-1..HC-4).
+    """A requests transport adapter that puts every request through a breaker.
 
     Args:
         service (str | Callable[[PreparedRequest], str] | None): the breaker's name; a
             callable of the request returning it; or None (default) for one breaker per
             host: ``"api.example.com"``, ``"api.example.com:8443"`` when the port is not
             the scheme's default (lowercased).
-        retry (RetryPolicy | bool | None): the retry stage (the decorators' engine, FAC-2,
-            FAC-3): only for GET, HEAD, OPTIONS, PUT, DELETE and TRACE unless the policy
+        retry (RetryPolicy | bool | None): the retry stage (the decorators' engine): only for GET, HEAD, OPTIONS, PUT, DELETE and TRACE unless the policy
             is an :class:`HTTPRetryPolicy` naming other methods, and never for a body that
             cannot be sent again (a file or a generator). True means ``RetryPolicy()``.
         fallback (Callable[[PreparedRequest], Any] | None): called with the request when
@@ -170,6 +170,8 @@ class BreakerAdapter(BaseAdapter):
         adapter (BaseAdapter | None): the adapter to wrap (default a new
             ``requests.adapters.HTTPAdapter()``); its pools, proxies and TLS settings are
             used as they are.
+        max_hosts (int | None): per-host breakers this adapter keeps at most (None:
+            ``BALDUR_ADAPTER_MAX_HOSTS``); the least recently used CLOSED ones leave first.
         **overrides: the decorators' per-call knobs (``failure_threshold``,
             ``recovery_timeout`` in seconds, ``ignore_exceptions``...), for every breaker
             this adapter uses.
@@ -185,12 +187,13 @@ class BreakerAdapter(BaseAdapter):
         retry: Any = None,
         fallback: Any = None,
         adapter: BaseAdapter | None = None,
+        max_hosts: int | None = None,
         **overrides: Any,
     ) -> None:
         super().__init__()
         if adapter is not None and not callable(getattr(adapter, "send", None)):
             raise ConfigError(f"BreakerAdapter(adapter={adapter!r}): expected a requests transport adapter")
-        self._breakers = Breakers("BreakerAdapter", service, retry, fallback, overrides)
+        self._breakers = Breakers("BreakerAdapter", service, retry, fallback, overrides, max_hosts=max_hosts)
         self._adapter: BaseAdapter = HTTPAdapter() if adapter is None else adapter
 
     @property
@@ -199,7 +202,7 @@ class BreakerAdapter(BaseAdapter):
         return self._adapter
 
     def breaker_name(self, request: PreparedRequest) -> str:
-        """The name of the breaker *request* goes through (HC-1).
+        """The name of the breaker *request* goes through.
 
         Raises:
             ConfigError: a host-less URL, or a service callable that raised or returned
@@ -220,12 +223,13 @@ class BreakerAdapter(BaseAdapter):
         cert: Any = None,
         proxies: Any = None,
     ) -> Response:
-        """Send *request* through its breaker and the wrapped adapter (HC-1, HC-2, HC-3).
+        """Send *request* through its breaker and the wrapped adapter.
 
         Args:
             request: the prepared request.
             stream: passed to the wrapped adapter unchanged, like the next four.
-            timeout: seconds (or a ``(connect, read)`` pair), or None.
+            timeout: seconds (or a ``(connect, read)`` pair), or None; also bounds the
+                lease of a half-open trial in a shared store (their sum plus a second).
             verify: TLS verification (bool or a CA bundle path).
             cert: the client certificate, or None.
             proxies: scheme -> proxy URL, or None.
@@ -247,6 +251,7 @@ class BreakerAdapter(BaseAdapter):
         options = {"stream": stream, "timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
         attempt = _attempts(self._adapter, request, options)
         fallback = breakers.fallback
+        bound = enter_call_bound(timeout_bound(timeout))  # a trial's lease follows the timeout
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -265,15 +270,17 @@ class BreakerAdapter(BaseAdapter):
             raise RateLimitCooldownRequestError(
                 refusal.service, refusal.remaining, request=request
             ) from refusal.__cause__
+        finally:
+            leave_call_bound(bound)
         raise error
 
     def close(self) -> None:
-        """Close the wrapped adapter (its connection pools) (HC-4)."""
+        """Close the wrapped adapter (its connection pools)."""
         self._adapter.close()
 
     def __getattr__(self, name: str) -> Any:
         # everything else is the wrapped adapter's: poolmanager, max_retries,
-        # proxy_manager, init_poolmanager(), cert_verify()... (HC-4)
+        # proxy_manager, init_poolmanager(), cert_verify()...
         if name.startswith("__") or name in ("_adapter", "_breakers"):
             raise AttributeError(name)
         return getattr(self._adapter, name)

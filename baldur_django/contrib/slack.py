@@ -1,4 +1,4 @@
-"""Slack push of breaker opens and closes (OP-8).
+"""Slack push of breaker opens and closes.
 
 A bus listener turns each open into a 🔴 message and each close into a 🟢 message naming
 the service, the trigger and the time, and hands it to a background sender thread through
@@ -67,14 +67,14 @@ _STOP = object()
 
 def escape(text: Any) -> str:
     """Escape ``&``, ``<`` and ``>`` for Slack's message markup (so ``<!channel>`` in a
-    service name is shown, not acted on). Implements OP-8."""
+    service name is shown, not acted on)."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def check_webhook_url(url: Any) -> str:
-    """Check a Slack webhook URL: it must be ``https://`` with a host (OP-8).
+    """Check a Slack webhook URL: it must be ``https://`` with a host.
 
-    The same rule as the ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` setting (CFG-3).
+    The same rule as the ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` setting.
 
     Args:
         url: the webhook URL.
@@ -114,7 +114,7 @@ def _own_opener() -> Callable[..., Any]:
 
 
 class SlackNotifier:
-    """Bus listener plus background sender for the Slack push (OP-8).
+    """Bus listener plus background sender for the Slack push.
 
     Args:
         url: a fixed ``https://`` webhook URL; None (the default) reads
@@ -408,7 +408,7 @@ def install_slack_listener() -> SlackNotifier:
 
     Safe to call whether or not ``BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL`` is set: the
     listener reads the setting on every event and does nothing while it is unset. At exit
-    it waits up to 2 s for messages still queued. Implements OP-8.
+    it waits up to 2 s for messages still queued.
     """
     global _notifier
     with _install_lock:

@@ -184,7 +184,7 @@ class BreakerCore(SharedMachine):
         if metered:
             next(self.blocked_open)
         if self.bus.wants_rejections():
-            self.publish([CallRejected(self.name, self.clock.wall(), reason=Reason.OPEN, state=OPEN.value)])
+            self.publish([CallRejected(self.name, self.clock.wall(), Reason.OPEN, OPEN.value, False, until - now)])
         return new_open_error(self.name, Reason.OPEN, until - now)  # C alone, no Python __init__
 
     def _admit(self, now: float, metered: bool = True) -> Permit:
@@ -207,7 +207,7 @@ class BreakerCore(SharedMachine):
                     self.count_blocked(reason)
         if permit is None:
             if self.bus.wants_rejections():
-                events.append(CallRejected(self.name, self.clock.wall(), reason=reason, state=state.value))
+                events.append(CallRejected(self.name, self.clock.wall(), reason, state.value, False, retry_after))
             self.settle(events)
             raise CircuitOpenError(self.name, reason, retry_after)
         if events:

@@ -1,8 +1,7 @@
 """Outcome classification: exceptions, returned responses, 429 sightings, Retry-After.
 
 Pure functions, no I/O, plus :class:`Classifier`, the one object that judges a breaker's
-outcomes with its configured predicates (CB-18). Implements CB-10, CB-11, CB-18, RL-1,
-RL-2 (Retry-After parsing), RL-7, RL-8.
+outcomes with its configured predicates.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ RATE_LIMITED = 2  # a failure that is also a 429 sighting
 PLAIN_TYPES = frozenset({type(None), bool, int, float, str, bytes, dict, list, tuple, set, frozenset})
 
 #: What a breaker with a ``result_predicate`` treats as plain: nothing, so every returned
-#: value goes to the classifier (CB-18). See :attr:`Classifier.plain_types`.
+#: value goes to the classifier. See :attr:`Classifier.plain_types`.
 NO_PREDICATE_TYPES: frozenset[type] = frozenset()
 
 _RATE_NAME = re.compile(r"ratelimit|toomanyrequests", re.IGNORECASE)
@@ -55,7 +54,7 @@ _RATE_TEXT = re.compile(r"(?<!\d)(?<!\d\.)429(?!\d|\.\d)|rate[ _-]?limit|too man
 def status_of(value: Any) -> int | None:
     """Return the integer HTTP status of a returned object, or None.
 
-    Reads ``status_code`` first, then ``status`` (CB-11); only real integers count
+    Reads ``status_code`` first, then ``status``; only real integers count
     (``HTTPStatus`` members included, booleans and strings not).
     """
     if type(value) in PLAIN_TYPES:
@@ -72,7 +71,7 @@ def status_of(value: Any) -> int | None:
 
 
 def classify_status(code: int | None, failure_codes: frozenset[int], rate_limit_codes: frozenset[int]) -> int:
-    """SUCCESS, FAILURE or RATE_LIMITED for a returned status; the lists overlap freely (RL-8)."""
+    """SUCCESS, FAILURE or RATE_LIMITED for a returned status; the lists overlap freely."""
     if code is None:
         return SUCCESS
     if code in rate_limit_codes:
@@ -99,7 +98,7 @@ def exception_status(exc: BaseException) -> int | None:
 
 
 def exception_is_rate_limit(exc: BaseException, rate_limit_codes: frozenset[int]) -> bool:
-    """True when *exc* is a 429 by the rules of RL-1.
+    """True when *exc* is a 429 sighting.
 
     The type name (or a base class name) contains ``RateLimit``/``TooManyRequests``; the
     message contains ``429`` as a whole number, "rate limit" or "too many requests"; or
@@ -155,7 +154,7 @@ def retry_after_of(obj: Any) -> Any:
 
 
 def parse_retry_after(value: Any, *, default: float, cap: float, now_wall: float) -> float:
-    """Turn a Retry-After value into a cooldown in seconds (RL-2).
+    """Turn a Retry-After value into a cooldown in seconds.
 
     Args:
         value: a number of seconds, a delta-seconds string (``"120"``, ``"0.5"``), an
@@ -195,7 +194,7 @@ def parse_retry_after(value: Any, *, default: float, cap: float, now_wall: float
     return min(seconds, cap)
 
 
-# --------------------------------------------------------------------- predicates (CB-18)
+# --------------------------------------------------------------------- predicates
 #: ``(counted, rate_limited)`` answers of :meth:`Classifier.exception`.
 _IGNORED = (False, False)
 _COUNTED = (True, False)
@@ -271,25 +270,25 @@ class _Throttle:
 
 class Classifier:
     """Judges the outcomes of one breaker's calls: what counts as a failure, what is ignored,
-    what is a 429 sighting (CB-10, CB-11, CB-18, RL-1, RL-7).
+    what is a 429 sighting.
 
     Built from the breaker's configuration (:class:`~baldur_django.core.config.BreakerConfig`
     builds one), immutable apart from the throttle of its error log. The order of the
     questions asked of an exception:
 
-    1. a ``BaseException`` that is not an ``Exception`` is never a failure (CB-10);
+    1. a ``BaseException`` that is not an ``Exception`` is never a failure;
     2. an instance of an exception *type* listed in ``ignore_exceptions`` is ignored, 429s
-       included (RL-7);
-    3. the breaker's own :class:`CircuitOpenError` (nested use) is ignored (CB-19), and
+       included;
+    3. the breaker's own :class:`CircuitOpenError` (nested use) is ignored, and
        so is the package's :class:`ConfigError` (a misuse of the call, such as a factory
        that returns no awaitable: the dependency never answered);
-    4. a 429 sighting (RL-1) is a rate-limited failure, before any predicate runs;
+    4. a 429 sighting is a rate-limited failure, before any predicate runs;
     5. a *callable* of ``ignore_exceptions`` that returns true makes it ignored;
     6. ``failure_predicate(exc)``, when set, decides: true is a failure, false ignored;
     7. anything else is a failure.
 
     A returned value: a status on the rate-limit list is a rate-limited failure, one on the
-    failure list a failure (CB-11); else ``result_predicate(value)``, when set, marks it a
+    failure list a failure; else ``result_predicate(value)``, when set, marks it a
     failure. A predicate that raises makes the outcome a failure and is logged as
     ``circuit_breaker.predicate_failed`` (at most once per *warning_interval* seconds);
     the call's own value or exception is untouched. Predicates should be quick pure
@@ -348,7 +347,7 @@ class Classifier:
 
         Args:
             exc: what the call raised.
-            service: the breaker's name: its own CircuitOpenError is not counted (CB-19),
+            service: the breaker's name: its own CircuitOpenError is not counted,
                 nor a ConfigError (a misuse), and the predicate-error line names it.
 
         Never raises for a predicate's error: that outcome is a counted failure.
@@ -384,7 +383,7 @@ class Classifier:
         return _COUNTED
 
     def result(self, value: Any, service: str | None = None) -> int:
-        """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value (CB-11, CB-18, RL-8).
+        """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value.
 
         *service* names the breaker in the predicate-error line. Never raises for a predicate's error: that outcome is a failure.
         """

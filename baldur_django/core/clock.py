@@ -1,4 +1,4 @@
-"""Injectable time source (design habit 6).
+"""Injectable time source.
 
 ``monotonic()`` drives in-process timers (recovery timeout, cooldowns, lifetimes);
 ``wall()`` gives Unix seconds for values that are stored or shown (``opened_at``,

@@ -1,9 +1,9 @@
 """Settings resolution with provenance, and the frozen per-breaker configuration.
 
-Resolution order for every knob (CFG-1): an injected lookup (the Django layer passes
+Resolution order for every knob: an injected lookup (the Django layer passes
 ``django.conf.settings``) -> the environment variable of the same name -> the default
 of :data:`baldur_django.core.knobs.KNOBS`. Each resolved value remembers where it came
-from (CFG-4). Precedence for one breaker: per-call override > ``BALDUR_SERVICES[name]``
+from. Precedence for one breaker: per-call override > ``BALDUR_SERVICES[name]``
 > global knob.
 """
 
@@ -47,7 +47,7 @@ MISSING: Any = _Missing()
 # rows of the defaults table; re-exported here, where the resolution uses it.
 
 #: Every keyword a decorator or call accepts as a per-call override: the knobs' keys plus
-#: the predicates of CB-18 (``ignore_exceptions``, ``failure_predicate``, ``result_predicate``).
+#: the predicates (``ignore_exceptions``, ``failure_predicate``, ``result_predicate``).
 OVERRIDE_NAMES: tuple[str, ...] = (*OVERRIDE_KEYS, *PREDICATE_KEYS)
 
 
@@ -60,7 +60,7 @@ class SettingsSource:
         environ: mapping of environment variables (``os.environ`` by default).
 
     Values are parsed once and cached until :meth:`reset`. ``version`` grows on every
-    reset so breakers can notice a change (CFG-2). Implements CFG-1, CFG-3, CFG-4.
+    reset so breakers can notice a change.
     """
 
     def __init__(self, lookup: Callable[[str], Any] | None = None, environ: Mapping[str, str] | None = None) -> None:
@@ -79,7 +79,7 @@ class SettingsSource:
         self.reset()
 
     def reset(self) -> None:
-        """Forget cached values; the next read resolves them again (CFG-2)."""
+        """Forget cached values; the next read resolves them again."""
         with self._lock:
             self._cache = {}
             self.version += 1
@@ -143,36 +143,36 @@ class BreakerConfig:
     """Everything one breaker needs, resolved and validated. Times are seconds.
 
     Built by :func:`build_config`; immutable, so a breaker swaps the whole object when
-    settings change (CFG-2). The fields ``failure_threshold`` to ``slow_call_rate_threshold``
-    can be set per call and per ``BALDUR_SERVICES`` entry (CFG-1); the others are global.
+    settings change. The fields ``failure_threshold`` to ``slow_call_rate_threshold``
+    can be set per call and per ``BALDUR_SERVICES`` entry; the others are global.
 
     Attributes:
-        failure_threshold (int): consecutive failures that open the breaker (CB-2).
-        failure_rate_threshold (float): percent, 0 disables (CB-3).
-        sliding_window_size (int): outcomes in the count-based window (CB-3).
-        sliding_window_type (str): ``"count"`` or ``"time"`` (CB-15).
-        sliding_window_seconds (int): span of the time-based window, whole seconds (CB-15).
+        failure_threshold (int): consecutive failures that open the breaker.
+        failure_rate_threshold (float): percent, 0 disables.
+        sliding_window_size (int): outcomes in the count-based window.
+        sliding_window_type (str): ``"count"`` or ``"time"``.
+        sliding_window_seconds (int): span of the time-based window, whole seconds.
         minimum_calls (int): outcomes the window needs before either rate trigger applies.
-        recovery_timeout (float): seconds OPEN before a probe (CB-5); the first open's length.
-        half_open_max_calls (int): trials per probing round (CB-6).
+        recovery_timeout (float): seconds OPEN before a probe; the first open's length.
+        half_open_max_calls (int): trials per probing round.
         recovery_backoff_factor (float): growth of the open duration per consecutive
-            open, at least 1.0; 1.0 = off (CB-16).
+            open, at least 1.0; 1.0 = off.
         recovery_timeout_max (float): seconds, the cap of that duration; never below
-            ``recovery_timeout`` (CB-16).
-        slow_call_duration (float): seconds a call must last to be slow; 0 = off (CB-17).
-        slow_call_rate_threshold (float): slow percentage that opens; 0 disables (CB-17).
+            ``recovery_timeout``.
+        slow_call_duration (float): seconds a call must last to be slow; 0 = off.
+        slow_call_rate_threshold (float): slow percentage that opens; 0 disables.
         ignore_exceptions (tuple): exception types and ``callable(exc) -> bool`` mixed,
-            counted as neither outcome (CB-10, CB-18).
+            counted as neither outcome.
         failure_predicate: ``callable(exc) -> bool`` deciding which other exceptions are
-            failures (the rest are ignored), or None: every one is (CB-18).
+            failures (the rest are ignored), or None: every one is.
         result_predicate: ``callable(value) -> bool`` marking a returned value as a
-            failure, or None (CB-18).
+            failure, or None.
         warning_interval (float): seconds between two ``circuit_breaker.predicate_failed``
             lines of this breaker (``BALDUR_STORE_WARNING_INTERVAL_SECONDS``).
         clock: the clock that throttle reads (None: the system clock).
         classifier (Classifier): built from the fields above; judges every outcome.
         plain_types (frozenset[type]): returned types needing no judgement (empty while a
-            ``result_predicate`` is set): the hot path's shortcut (CB-18).
+            ``result_predicate`` is set): the hot path's shortcut.
     """
 
     failure_threshold: int = 5
@@ -262,10 +262,10 @@ def validate_overrides(service: str, overrides: Mapping[str, Any]) -> dict[str, 
     """Check per-call overrides for breaker *service*; returns them parsed.
 
     ``ignore_exceptions`` takes exception types and callables mixed; ``failure_predicate``
-    and ``result_predicate`` a callable (CB-18). None means "not given".
+    and ``result_predicate`` a callable. None means "not given".
 
     Raises:
-        ConfigError: unknown name or bad value, naming both (CFG-3).
+        ConfigError: unknown name or bad value, naming both.
     """
     where = f"breaker {service!r}"
     plain = {k: v for k, v in overrides.items() if k not in PREDICATE_KEYS and v is not None}
@@ -316,7 +316,7 @@ def import_reference(where: str, path: str) -> Any:
 
 
 def service_predicates(service: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The predicates of one ``BALDUR_SERVICES`` entry, dotted paths imported (CB-18).
+    """The predicates of one ``BALDUR_SERVICES`` entry, dotted paths imported.
 
     Args:
         service: the entry's service name.
@@ -363,11 +363,11 @@ def build_config(
     """Resolve the configuration of breaker *service*.
 
     Each of the per-breaker fields comes from the per-call override, else the service's
-    ``BALDUR_SERVICES`` entry, else the global knob (CFG-1). Two pairs must agree:
+    ``BALDUR_SERVICES`` entry, else the global knob. Two pairs must agree:
 
-    * with a count window, ``minimum_calls`` at most ``sliding_window_size`` (CB-3; a time
+    * with a count window, ``minimum_calls`` at most ``sliding_window_size`` (a time
       window counts ``minimum_calls`` over its seconds, so any value is fine);
-    * ``recovery_timeout_max`` at least ``recovery_timeout`` (CB-16).
+    * ``recovery_timeout_max`` at least ``recovery_timeout``.
 
     When the pair disagrees and the bound (the window, the timeout) was given more
     specifically than the value it bounds, or that value is the table's default, the
@@ -380,7 +380,7 @@ def build_config(
         source: settings to read (the process-wide :data:`settings` by default).
         clock: the breaker's clock (the throttle of its predicate-error log reads it).
 
-    The predicates (CB-18) come from the per-call override, else the ``BALDUR_SERVICES``
+    The predicates come from the per-call override, else the ``BALDUR_SERVICES``
     entry, whose dotted paths are imported here, on the first build (:func:`service_predicates`).
 
     Returns:
@@ -391,15 +391,15 @@ def build_config(
             ``sliding_window_size`` given at the same or a less specific level; an
             explicitly given ``recovery_timeout_max`` below a ``recovery_timeout`` given
             at the same or a less specific level. The message names both values and
-            where each came from (CFG-3); a predicate path that cannot be imported or
-            names no callable. Implements CFG-1, CFG-3, CB-15, CB-16, CB-17, CB-18.
+            where each came from; a predicate path that cannot be imported or
+            names no callable.
     """
     s = source or settings
     if overrides:
         return _build(service, overrides, s, clock)
     # No override: unless BALDUR_SERVICES has an entry for *service*, the configuration
     # depends on the settings and the clock only, so every such breaker shares one frozen
-    # object, built once per settings version. reset() (every settings change, CFG-2)
+    # object, built once per settings version. reset() (every settings change)
     # bumps the version; the version is read before the build, so a build that raced
     # with a reset is stored under the old version and never served after it. A bad
     # setting raises on every build, as it did, since nothing is stored then.
@@ -491,7 +491,7 @@ def _reconcile(service: str, values: dict[str, Any], level: dict[str, int], orig
         return level[small] > 0 and level[small] >= level[big]
 
     if values["sliding_window_type"] == "count" and values["minimum_calls"] > values["sliding_window_size"]:
-        # CB-3: a count window can never hold more than its size (a time window has no
+        # a count window can never hold more than its size (a time window has no
         # such bound: minimum_calls is counted over its seconds)
         if conflict("minimum_calls", "sliding_window_size"):
             raise ConfigError(
@@ -504,7 +504,7 @@ def _reconcile(service: str, values: dict[str, Any], level: dict[str, int], orig
         # is the default): the gate follows the window
         values["minimum_calls"] = values["sliding_window_size"]
     if values["recovery_timeout_max"] < values["recovery_timeout"]:
-        # CB-16: the cap of the backed-off open duration below the first open's length
+        # the cap of the backed-off open duration below the first open's length
         if conflict("recovery_timeout_max", "recovery_timeout"):
             raise ConfigError(
                 f"breaker {service!r}: {given('recovery_timeout_max')} is below {given('recovery_timeout')}; "

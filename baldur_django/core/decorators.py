@@ -3,7 +3,7 @@
 ``protected`` and ``circuit_breaker`` look at what they decorate and return a real
 ``def`` or ``async def`` wrapper (``functools.wraps`` metadata kept, so
 ``inspect.iscoroutinefunction`` holds for async). Generators are refused: wrap the
-call that produces the data instead. Implements FAC-1..FAC-4, CB-6, CB-10, CB-11.
+call that produces the data instead.
 """
 
 from __future__ import annotations
@@ -35,6 +35,13 @@ _CODE_GENERATORS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 # a function carrying its marker is left to inspect.
 _MARKS = sys.version_info >= (3, 12)
 
+#: ``wrap(service, wrapper) -> wrapper``, applied to the wrapper of every function
+#: decorated from now on (a ``def`` stays a ``def``, an ``async def`` an ``async def``), or
+#: None: nothing stands between the caller and the breaker. Read once per decoration,
+#: never per call; :mod:`baldur_django.contrib.otel` sets it while ``BALDUR_OTEL_SPANS``
+#: is on (one span per protected call).
+wrap_calls: Callable[[str, Callable[..., Any]], Callable[..., Any]] | None = None
+
 
 def _validate_arguments(service: str, overrides: dict[str, Any]) -> None:
     """The checks of :func:`_breaker` that depend on the decorator's own arguments only (the
@@ -54,7 +61,7 @@ def _validate_arguments(service: str, overrides: dict[str, Any]) -> None:
 
 def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
     """Validate the arguments (raises) and register the breaker now; None when a *setting*
-    is bad (CFG-3): the decorated function then resolves its breaker at its first call and
+    is bad: the decorated function then resolves its breaker at its first call and
     raises the ConfigError there, while ``manage.py check`` reports the setting with its id."""
     _validate_arguments(service, overrides)
     try:
@@ -81,7 +88,7 @@ def _fails_on_defaults(service: str, overrides: dict[str, Any]) -> bool:
 def _deferred(
     service: str, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any, overrides: dict[str, Any]
 ) -> Callable[..., Any]:
-    """A wrapper for a function decorated while a setting was bad (CFG-3): each call tries to
+    """A wrapper for a function decorated while a setting was bad: each call tries to
     build the breaker (raising the setting's ConfigError while it is still bad); the first
     that succeeds builds the real wrapper, which every later call goes through."""
     built: list[Callable[..., Any]] = []
@@ -127,7 +134,7 @@ def _decorate(
         breaker: CircuitBreaker | None = registered
     else:
         breaker = _register(service, overrides)
-    if breaker is None:  # a bad setting: never raised at import time (CFG-3)
+    if breaker is None:  # a bad setting: never raised at import time
         deferred = _deferred(service, func, policy, fallback, overrides)
         functools.update_wrapper(deferred, func)
         return deferred  # type: ignore[return-value]  # same signature as func (update_wrapper)
@@ -135,6 +142,8 @@ def _decorate(
         wrapper = async_wrapper(breaker, func, policy, fallback)
     else:
         wrapper = sync_wrapper(breaker, func, policy, fallback)
+    if wrap_calls is not None:
+        wrapper = wrap_calls(service, wrapper)
     functools.update_wrapper(wrapper, func)
     wrapper.breaker = breaker  # type: ignore[attr-defined]  # an attribute on the function object
     return wrapper  # type: ignore[return-value]  # same signature as func (update_wrapper)
@@ -161,10 +170,10 @@ def protected(
     slow_call_duration: float | None = None,
     slow_call_rate_threshold: float | None = None,
 ) -> Callable[[F], F]:
-    """Decorate a ``def`` or ``async def`` with breaker, retry and fallback (FAC-1..FAC-4).
+    """Decorate a ``def`` or ``async def`` with breaker, retry and fallback.
 
     Args:
-        service: breaker name (CB-12).
+        service: breaker name.
         retry: False (default), True for ``RetryPolicy()``, or a :class:`RetryPolicy`.
         fallback: called with the call's own arguments when the breaker rejects, the cooldown refuses, or
             the final outcome is a counted exception; a coroutine function is awaited in the async form.
@@ -175,19 +184,19 @@ def protected(
         recovery_timeout: per-call override: seconds (float allowed) OPEN waits before probing.
         half_open_max_calls: per-call override: trial calls per probing round.
         ignore_exceptions: per-call override: exception types, and callables(exc) -> bool returning True,
-            counted as neither outcome (CB-10, CB-18).
+            counted as neither outcome.
         failure_predicate: per-call override: callable(exc) -> bool; an exception it answers False for is
             ignored (neither outcome). Asked after the 429 test and after ``ignore_exceptions``; one that
-            raises makes the call a failure (CB-18).
+            raises makes the call a failure.
         result_predicate: per-call override: callable(value) -> bool; True records the returned value as a
-            failure (returned unchanged, never a fallback; CB-18).
-        sliding_window_type: per-call override: ``"count"`` or ``"time"`` (CB-15).
-        sliding_window_seconds: per-call override: span of the time window, whole seconds (CB-15).
+            failure (returned unchanged, never a fallback).
+        sliding_window_type: per-call override: ``"count"`` or ``"time"``.
+        sliding_window_seconds: per-call override: span of the time window, whole seconds.
         recovery_backoff_factor: per-call override: growth of the open duration per consecutive open,
-            1.0 = off (CB-16).
-        recovery_timeout_max: per-call override: cap of the backed-off open duration, seconds (CB-16).
-        slow_call_duration: per-call override: seconds from which a call is slow, 0 = off (CB-17).
-        slow_call_rate_threshold: per-call override: slow percentage that opens (CB-17).
+            1.0 = off.
+        recovery_timeout_max: per-call override: cap of the backed-off open duration, seconds.
+        slow_call_duration: per-call override: seconds from which a call is slow, 0 = off.
+        slow_call_rate_threshold: per-call override: slow percentage that opens.
 
     Returns:
         A decorator; the wrapped function returns what the call (or fallback) returns.
@@ -218,7 +227,7 @@ def _decorator(
     service: str, retry: Any, fallback: Any, overrides: dict[str, Any], *, is_async: bool
 ) -> Callable[[F], F]:
     """The decorator of :func:`protected` / :func:`aprotected`: checks *retry*, *fallback* and
-    *overrides* now, and registers the breaker now unless a setting is bad (CFG-3)."""
+    *overrides* now, and registers the breaker now unless a setting is bad."""
     policy = coerce_retry(retry)
     check_fallback(service, fallback)
     registered = _register(service, overrides)
@@ -230,14 +239,14 @@ def _decorator(
 
 
 def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
-    """Breaker only (no retry, no fallback) for a ``def`` or ``async def`` (FAC-1).
+    """Breaker only (no retry, no fallback) for a ``def`` or ``async def``.
 
     Args:
         service: breaker name.
         **overrides: ``failure_threshold``, ``failure_rate_threshold``,
             ``sliding_window_size``, ``minimum_calls``, ``recovery_timeout`` (seconds),
             ``half_open_max_calls``, ``ignore_exceptions``, ``failure_predicate``,
-            ``result_predicate`` (CB-18), and the CB-15..CB-17 knobs, as for :func:`protected`.
+            ``result_predicate``, and the time-window, backoff and slow-call knobs, as for :func:`protected`.
 
     Raises:
         ConfigError: bad override or a generator function (at decoration time).

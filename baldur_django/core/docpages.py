@@ -64,6 +64,8 @@ _SETTINGS_SECTIONS: dict[str, tuple[str, ...]] = {
         "BALDUR_CB_SYNC_INTERVAL_SECONDS",
         "BALDUR_CB_HALF_OPEN_PROBE_LEASE_SECONDS",
         "BALDUR_REGISTRY_TTL_DAYS",
+        "BALDUR_REGISTRY_IDLE_SECONDS",
+        "BALDUR_ADAPTER_MAX_HOSTS",
     ),
     "Celery tasks": (
         "BALDUR_TASK_RECOVERY_SWEEP_SECONDS",
@@ -88,6 +90,7 @@ _SETTINGS_SECTIONS: dict[str, tuple[str, ...]] = {
         "BALDUR_HEALTH_CRITICAL_SERVICES",
         "BALDUR_HEALTH_DETAILS",
     ),
+    "OpenTelemetry": ("BALDUR_OTEL_ENABLED", "BALDUR_OTEL_SPANS"),
 }
 
 _SECTION_OF = {name: section for section, names in _SETTINGS_SECTIONS.items() for name in names}

@@ -26,7 +26,6 @@ class BaldurError(Exception):
 
 class ConfigError(BaldurError, ValueError):
     """A setting or an argument has a bad value, or the package was used the wrong way.
-    Implements CFG-3.
 
     The message names the setting (or argument) and the offending value. Raised during a
     protected call, it is the caller's mistake, never the dependency's answer: the breaker
@@ -35,9 +34,9 @@ class ConfigError(BaldurError, ValueError):
 
 
 class StoreError(BaldurError):
-    """The shared store could not carry out an operator's request (OP-4).
+    """The shared store could not carry out an operator's request.
 
-    Automatic paths never raise it: they fall back to local judgement (ST-4).
+    Automatic paths never raise it: they fall back to local judgement.
     """
 
 
@@ -60,7 +59,7 @@ class CallRefusedError(BaldurError):
 
 
 class CircuitOpenError(CallRefusedError):
-    """The breaker refused the call without invoking it. Implements CB-4, CB-6.
+    """The breaker refused the call without invoking it.
 
     Attributes:
         service (str): the breaker's name.
@@ -71,7 +70,7 @@ class CircuitOpenError(CallRefusedError):
     """
 
     def __init__(self, service: str, reason: str = "open", retry_after: float | None = None) -> None:
-        # the message is built only when shown: rejecting is a hot path (CB-4)
+        # the message is built only when shown: rejecting is a hot path
         self.service = service
         self.reason = reason
         self.retry_after = retry_after
@@ -110,7 +109,7 @@ new_open_error = functools.partial(BaseException.__new__, CircuitOpenError)
 
 
 class RateLimitCooldownError(CallRefusedError):
-    """An attempt was refused because the service's 429 cooldown outlasts the allowed wait (RL-6).
+    """An attempt was refused because the service's 429 cooldown outlasts the allowed wait.
 
     Attributes:
         service (str): the breaker's name.

@@ -1,4 +1,4 @@
-"""Typed events and the in-process event bus (CB-14).
+"""Typed events and the in-process event bus.
 
 The breaker publishes one event per transition, force, release, lapse, reset and rejection.
 Logging, Django signals, Slack and metrics are listeners; a listener that raises is
@@ -21,6 +21,7 @@ __all__ = [
     "ForceLapsed",
     "Reset",
     "CallRejected",
+    "Retrying",
     "TripBlocked",
     "RateLimitStorm",
     "StoreProblem",
@@ -103,17 +104,29 @@ class Reset(Event):
 
 @dataclass(frozen=True)
 class CallRejected(Event):
-    """A call was rejected (or, in dry-run, would have been)."""
+    """A call was rejected (or, in dry-run, would have been). ``retry_after``: seconds after
+    which a call may be admitted again, or None when unknown."""
 
     reason: str = ""
     state: str = ""
     dry_run: bool = False
+    retry_after: float | None = None
     kind: str = field(init=False, default="call_rejected")
 
 
 @dataclass(frozen=True)
+class Retrying(Event):
+    """A protected call failed and will be tried again: ``attempt`` is the number of the
+    attempt about to be made (2 for the first retry), after ``delay`` seconds of backoff."""
+
+    attempt: int = 0
+    delay: float = 0.0
+    kind: str = field(init=False, default="retrying")
+
+
+@dataclass(frozen=True)
 class TripBlocked(Event):
-    """A trip met a force in the shared store and was refused (OP-4)."""
+    """A trip met a force in the shared store and was refused."""
 
     forced: str = ""
     trigger: str = ""
@@ -122,7 +135,7 @@ class TripBlocked(Event):
 
 @dataclass(frozen=True)
 class RateLimitStorm(Event):
-    """The 429 cascade fired: ``count`` sightings among ``calls`` calls (RL-4)."""
+    """The 429 cascade fired: ``count`` sightings among ``calls`` calls."""
 
     count: int = 0
     calls: int = 0
@@ -141,7 +154,7 @@ class StoreProblem(Event):
 
 @dataclass(frozen=True)
 class RecordAdopted(Event):
-    """This worker took the shared record again after the store had not answered it (ST-4):
+    """This worker took the shared record again after the store had not answered it:
     what it adopted. ``state`` is the record's state; ``forced`` ``"open"``, ``"closed"`` or
     ``""``; ``version`` the record's version; ``local_state`` the worker's state before."""
 
@@ -154,7 +167,7 @@ class RecordAdopted(Event):
 
 @dataclass(frozen=True)
 class EmergencyLevelChanged(Event):
-    """The Emergency Mode level changed (EM-1, EM-4). ``service`` is ``""``: it concerns every breaker.
+    """The Emergency Mode level changed. ``service`` is ``""``: it concerns every breaker.
 
     ``action`` is ``"set"`` (an operator set it), ``"step_down"`` (one level lower) or
     ``"auto"`` (auto-activation); ``source`` is ``"manual"`` or ``"auto"``;
@@ -176,7 +189,7 @@ Listener = Callable[[Event], Any]
 
 
 class EventBus:
-    """Synchronous publish/subscribe with contained listener errors (CB-14).
+    """Synchronous publish/subscribe with contained listener errors.
 
     ``publish`` calls every listener in subscription order; an exception from one is
     logged on logger ``baldur.events`` and the next listener still runs.

@@ -9,9 +9,9 @@ the lock:
 * ``core.fast_permit``: the CLOSED permit while admission needs no lock and no clock
   (CLOSED, unforced, and for a shared store, before its next consult). Read once per
   call; a trip racing with the read can only hand out a permit whose generation is
-  already stale, and a stale outcome is dropped (CB-8).
+  already stale, and a stale outcome is dropped.
 * ``core.timed`` / ``core.sync_due``: a shared breaker's hot-path permit expires
-  at its next consult (ST-3); a local breaker never reads the clock for admission.
+  at its next consult; a local breaker never reads the clock for admission.
 * ``core.reject_until``: while OPEN (or forced open), the monotonic deadline before
   which the breaker rejects without its lock, else 0.0; every transition clears it first
   (``Machine.invalidate``). The wrappers raise that rejection themselves, as
@@ -27,7 +27,7 @@ the lock:
   (``bucket_end``, read against the monotonic clock) takes the lock in ``record_success``.
 * ``core.plain_types``: the set of returned types recorded as successes without being
   judged, bound once per wrapper (a closure read, like the global it replaced). Its
-  contents follow the configuration (empty while a ``result_predicate`` is set, CB-18);
+  contents follow the configuration (empty while a ``result_predicate`` is set);
   a reader racing with a refill sees the old types, the new ones or none, and a value
   that misses the set only takes the response lane, which judges it properly.
 * ``core.cooldown_until``: 0.0 until this process ever saw a 429 cooldown. With a
@@ -56,9 +56,6 @@ A slow branch of the wrappers (``if permit is None or ...``) is where anything t
 see every call goes: ``protect``/``aprotect`` run their call inline only when a wrapper
 would skip that branch for a process-local breaker (``quiet_permit`` set, not
 ``timed``), and send every other call through the full wrapper.
-
-Implements CB-4 (lock-free rejection), CB-8, CB-9 (lock-free parts), FAC-1..FAC-4 (the
-wrappers), ST-3 (no round trip on the CLOSED hot path).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The inbound policy: admission and recording for any web framework (IN-1..IN-3, IN-6, IN-7).
+"""The inbound policy: admission and recording for any web framework.
 
 Django's ``CircuitBreakerMiddleware`` (sync and async), the bare ASGI middleware
 (``contrib/asgi.py``) and the Flask extension (``contrib/flask.py``) are thin shells over
@@ -36,13 +36,11 @@ For frameworks whose handler returns a response object (Django), :func:`serve` a
 handler, record. They apply exactly the rules above (the plain-success lane inline, every
 other answer through :func:`record`) and exist because this runs on every request.
 
-Domains (IN-1): :func:`breaker_for` maps a request path to its breaker through
+Domains: :func:`breaker_for` maps a request path to its breaker through
 ``BALDUR_DOMAIN_MAPPING`` (longest matching substring, ties by mapping order) or
 ``BALDUR_DOMAIN_DEFAULT``; only names from those settings can come back, so no request can
 create a breaker. The answer is remembered per path (bounded), and forgotten when a setting
-changes (CFG-2) or the registry is cleared.
-
-Implements IN-1, IN-2, IN-3, IN-6, IN-7 (the shared part), ST-2 (no store I/O on a loop).
+changes or the registry is cleared.
 """
 
 from __future__ import annotations
@@ -90,7 +88,7 @@ __all__ = [
 SHED_HEADER = "X-Baldur-Shed"
 #: Header on the package's own 429s (``RateLimitMiddleware``); other limiters set it too.
 MODE_HEADER = "X-RateLimit-Mode"
-#: Header of a rate-limit answer the application produced itself (IN-3).
+#: Header of a rate-limit answer the application produced itself.
 LIMIT_HEADER = "X-RateLimit-Limit"
 #: Body of the load-shedding 503 (plain text, UTF-8).
 SHED_BODY = b"Service temporarily unavailable: this part of the site is paused to let a failing dependency recover.\n"
@@ -142,7 +140,7 @@ class ShedAnswer:
 
 # ------------------------------------------------------------------ admission
 def shed_answer(error: CircuitOpenError) -> ShedAnswer:
-    """The load-shedding answer for a refusal (IN-1).
+    """The load-shedding answer for a refusal.
 
     Args:
         error: the refusal raised by ``breaker.acquire()``; its ``retry_after`` (seconds,
@@ -158,7 +156,7 @@ def shed_answer(error: CircuitOpenError) -> ShedAnswer:
 
 def refused(error: CircuitOpenError) -> ShedAnswer | None:
     """What a shell does with a refused request: None lets it run unrecorded; a
-    :class:`ShedAnswer` when ``BALDUR_MIDDLEWARE_SHED_LOAD`` is on (IN-1).
+    :class:`ShedAnswer` when ``BALDUR_MIDDLEWARE_SHED_LOAD`` is on.
 
     Args:
         error: the refusal raised by ``breaker.acquire()``.
@@ -170,7 +168,7 @@ def refused(error: CircuitOpenError) -> ShedAnswer | None:
 
 
 def admit(breaker: CircuitBreaker) -> Permit | ShedAnswer | None:
-    """Ask *breaker* to admit one inbound request (IN-1, IN-6, IN-7).
+    """Ask *breaker* to admit one inbound request.
 
     Args:
         breaker: the domain's (or service's) breaker.
@@ -191,7 +189,7 @@ def admit(breaker: CircuitBreaker) -> Permit | ShedAnswer | None:
 
 async def aadmit(breaker: CircuitBreaker) -> Permit | ShedAnswer | None:
     """:func:`admit` for a coroutine: a shared breaker's admission that may reach its store
-    runs in a worker thread, so the event loop never waits on store I/O (IN-7, ST-2).
+    runs in a worker thread, so the event loop never waits on store I/O.
 
     Args:
         breaker: the domain's (or service's) breaker.
@@ -210,8 +208,7 @@ async def aadmit(breaker: CircuitBreaker) -> Permit | ShedAnswer | None:
 
 # ------------------------------------------------------------------ recording
 def own_answer(kind: int, status: int | None, headers: Headers, request: Any) -> bool:
-    """Whether a response is the package's or the application's own answer, never counted
-    (IN-1, IN-3).
+    """Whether a response is the package's or the application's own answer, never counted.
 
     Args:
         kind: the status's classification (``core.classify``'s ``SUCCESS``, ``FAILURE``
@@ -243,7 +240,7 @@ def _header(headers: Headers, name: str) -> Any:
 
 
 def record(breaker: CircuitBreaker, permit: Permit, status: Any, headers: Headers, request: Any = None) -> str:
-    """Classify one response and record it on *breaker* against *permit* (IN-1..IN-3, IN-6).
+    """Classify one response and record it on *breaker* against *permit*.
 
     Only the status and, for a failure, 429 or 503 status, the headers are read; never
     the body (streaming is unaffected).
@@ -284,7 +281,7 @@ def record(breaker: CircuitBreaker, permit: Permit, status: Any, headers: Header
 async def arecord(breaker: CircuitBreaker, permit: Permit, status: Any, headers: Headers, request: Any = None) -> str:
     """:func:`record` for a coroutine: a trial's outcome (a shared store's write) runs in a
     worker thread, everything else inline (no I/O; a trip's store write goes to the
-    default executor). Implements IN-7, ST-2.
+    default executor).
 
     Returns:
         str: as :func:`record`.
@@ -295,7 +292,7 @@ async def arecord(breaker: CircuitBreaker, permit: Permit, status: Any, headers:
 
 
 def record_exception(breaker: CircuitBreaker, permit: Permit, error: BaseException) -> str:
-    """Record an exception that escaped the application before it answered (IN-6, IN-7).
+    """Record an exception that escaped the application before it answered.
 
     Args:
         breaker: the breaker that admitted the request.
@@ -324,7 +321,7 @@ async def arecord_exception(breaker: CircuitBreaker, permit: Permit, error: Base
 
 
 def release(breaker: CircuitBreaker, permit: Permit) -> None:
-    """Give *permit* back uncounted: the application answered nothing (IN-6).
+    """Give *permit* back uncounted: the application answered nothing.
 
     Args:
         breaker: the breaker that admitted the request.
@@ -347,7 +344,7 @@ MEMO_PATH_LENGTH = 200
 _Table = tuple[int, tuple[tuple[str, str], ...], str, dict[str, CircuitBreaker]]
 
 # (settings version, ((substring, domain), ...) longest first, default domain, path memo).
-# A new settings version (CFG-2) and registry.clear() each start a new table with a new
+# A new settings version and registry.clear() each start a new table with a new
 # memo; the old memo is never written again, so a request racing with the change cannot
 # leave a stale entry behind. The memo holds only breakers named by the settings.
 _table: _Table = (-1, (), "default", {})
@@ -374,7 +371,7 @@ def _current() -> _Table:
 
 
 def domain_for(path: str) -> str:
-    """The domain (breaker name) of a request path (IN-1).
+    """The domain (breaker name) of a request path.
 
     The longest ``BALDUR_DOMAIN_MAPPING`` key that occurs in *path* wins; among keys of
     equal length the one listed first wins; no match gives ``BALDUR_DOMAIN_DEFAULT``.
@@ -434,7 +431,7 @@ def _lookup(path: str) -> CircuitBreaker | None:
 
 
 def breaker_for(path: str) -> CircuitBreaker:
-    """The breaker of a request path's domain (IN-1): ``registry.get(domain_for(path))``,
+    """The breaker of a request path's domain: ``registry.get(domain_for(path))``,
     remembered per path (a bounded memo, started over when a setting changes or the
     registry is cleared).
 
@@ -460,7 +457,7 @@ def breaker_for(path: str) -> CircuitBreaker:
 def serve(
     path: str, handler: Callable[[Any], Any], request: Any, render: Callable[[ShedAnswer], Any] | None = None
 ) -> Any:
-    """Run one request through its domain's breaker: admit, call *handler*, record (IN-1..IN-3).
+    """Run one request through its domain's breaker: admit, call *handler*, record.
 
     For frameworks whose handler returns a response object with ``status_code`` and
     ``headers`` (Django). The same rules as :func:`admit`, :func:`record` and
@@ -520,7 +517,7 @@ async def aserve(
     render: Callable[[ShedAnswer], Any] | None = None,
 ) -> Any:
     """:func:`serve` for an async handler: every store operation (a shared breaker's due
-    consult, a probe, a trial's outcome) runs in a worker thread, never on the loop (IN-7).
+    consult, a probe, a trial's outcome) runs in a worker thread, never on the loop.
 
     Args:
         path: the request path.

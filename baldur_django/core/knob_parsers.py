@@ -18,6 +18,11 @@ from .names import name_problem, show_name
 Parser = Callable[[str, Any, bool], Any]
 
 
+#: The longest lifetime, in minutes, of an operator's force and of an Emergency Mode level
+#: (24 hours): a force or a level nobody renews always ends within a day.
+MAX_LIFETIME_MINUTES = 1440
+
+
 def fail(name: str, value: Any, why: str) -> ConfigError:
     return ConfigError(f"{name}={value!r}: {why}")
 
@@ -46,7 +51,7 @@ def validate_number(
 
     Raises:
         ConfigError: non-numeric, boolean, infinite, NaN, fractional where a whole
-            number is due, or out of bounds (CFG-3).
+            number is due, or out of bounds.
     """
     checked = _as_number(name, value, integer, from_env)
     _check_bounds(name, value, checked, minimum, maximum, min_exclusive)
@@ -209,7 +214,7 @@ DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 @dataclass(frozen=True)
 class StoreChoice(Choice):
     """Parser of ``BALDUR_STATE_BACKEND``: a bundled backend's name (any case) or the dotted
-    path of a store class (ST-6). Only the path's form is checked here; importing it is the
+    path of a store class. Only the path's form is checked here; importing it is the
     Django layer's job (``baldur_django.backends.store_class`` and its system check)."""
 
     def __call__(self, name: str, value: Any, from_env: bool) -> str:
@@ -292,7 +297,7 @@ def service_names(name: str, value: Any, from_env: bool) -> list[str]:
     return names
 
 
-# ------------------------------------------------------------------ predicates (CB-18)
+# ------------------------------------------------------------------ predicates
 # module.attribute, at least one dot; every part an identifier
 DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
@@ -309,7 +314,7 @@ def is_predicate(value: Any) -> bool:
 
 def predicate_path(name: str, value: Any, from_env: bool) -> str:
     """A ``failure_predicate``/``result_predicate`` of ``BALDUR_SERVICES``: the dotted import
-    path of a function, kept as text and imported when a breaker is built (CB-18)."""
+    path of a function, kept as text and imported when a breaker is built."""
     if isinstance(value, str) and DOTTED.match(value.strip()):
         return value.strip()
     shown = "a dotted import path" if isinstance(value, str) else "given as its dotted import path (a string)"
@@ -319,7 +324,7 @@ def predicate_path(name: str, value: Any, from_env: bool) -> str:
 def ignore_paths(name: str, value: Any, from_env: bool) -> tuple[str, ...]:
     """``ignore_exceptions`` of ``BALDUR_SERVICES``: a dotted import path or a list of them,
     each naming an exception class or a function ``f(exc) -> bool``; imported when a breaker
-    is built (CB-18)."""
+    is built."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
         raise fail(name, value, "expected a list of dotted import paths such as ['myapp.errors.NotFound']")
@@ -375,7 +380,7 @@ def redis_url(name: str, value: Any, from_env: bool) -> str | None:
     if parsed.scheme != "unix":
         db = parsed.path.strip("/")
         if db and not db.isdigit():
-            # redis-py would fail later with a bare int() error deep inside (CFG-3)
+            # redis-py would fail later with a bare int() error deep inside
             raise fail(name, shown, f"the database number {db!r} in the path is not a whole number")
     return value.strip()
 
@@ -386,7 +391,7 @@ def https_url(name: str, value: Any, from_env: bool) -> str | None:
     if not isinstance(value, str):
         raise fail(name, "<hidden>", "expected a URL string")
     parsed = urlparse(value.strip())
-    # never echo the value: a webhook URL is a secret (OP-8)
+    # never echo the value: a webhook URL is a secret
     if parsed.scheme.lower() == "http":
         raise ConfigError(
             f"{name}: a plain http:// URL would send the webhook's secret in clear; an https:// URL is required "

@@ -7,6 +7,7 @@ from typing import Any
 
 from .knob_parsers import (
     BOOL_ACCEPTS,
+    MAX_LIFETIME_MINUTES,
     PERCENT,
     SECONDS,
     STATUS_ACCEPTS,
@@ -28,13 +29,13 @@ class Knob:
 
     Every other table (check ids, hint texts, per-call override names, ``BALDUR_SERVICES``
     keys, secrets, reserved settings) is derived from these rows, so a knob is described
-    in exactly one place (CFG-1).
+    in exactly one place.
 
     Attributes:
         name (str): the Django setting and environment variable name.
         default: the value used when neither is defined.
         parse: ``parse(name, raw, from_env) -> value``; raises ConfigError naming *name*
-            and the value (CFG-3).
+            and the value.
         help (str): one line saying what the knob does (check hints, docs).
         check_id (str): the system check id of a bad value, ``baldur.E0xx``. Never
             renumbered, so a log search or ``SILENCED_SYSTEM_CHECKS`` keeps its meaning.
@@ -42,7 +43,7 @@ class Knob:
             parser describes itself (see :meth:`accepted_values`).
         secret (bool): the value is never shown (messages, hints, ``baldur_status --config``).
         key (str | None): the per-call override and ``BALDUR_SERVICES`` key that sets this
-            knob for one breaker (CFG-1 precedence), or None when it is global only.
+            knob for one breaker (it takes precedence over the global value), or None when it is global only.
         reserved (bool): known and validated, but the feature behind it is not built
             yet, so a value has no effect; a system check warns when it is set.
     """
@@ -62,7 +63,7 @@ class Knob:
         return self.accepts or str(getattr(self.parse, "accepts", ""))
 
     def coerce(self, value: Any, from_env: bool = False) -> Any:
-        """Parse and validate *value* for this knob. Raises ConfigError (CFG-3)."""
+        """Parse and validate *value* for this knob. Raises ConfigError."""
         return self.parse(self.name, value, from_env)
 
 
@@ -108,7 +109,7 @@ BREAKER_ROWS: list[Knob] = [
         "span of the time-based window, whole seconds",
         "baldur.E014",
         accepts="A whole number of seconds, at least 1: the time-based window counts outcomes in one-second "
-        "buckets, so unlike the other *SECONDS settings it takes no fractions (CB-15).",
+        "buckets, so unlike the other *SECONDS settings it takes no fractions.",
         key="sliding_window_seconds",
     ),
     Knob(
@@ -242,10 +243,10 @@ TRAFFIC_ROWS: list[Knob] = [
     Knob(
         "BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES",
         90,
-        number(minimum=0, maximum=1440, exclusive=True),
+        number(minimum=0, maximum=MAX_LIFETIME_MINUTES, exclusive=True),
         "default force lifetime, minutes",
         "baldur.E032",
-        accepts="A number of minutes above 0 and at most 1440 (24 hours).",
+        accepts=f"A number of minutes above 0 and at most {MAX_LIFETIME_MINUTES} (24 hours).",
     ),
     # ------------------------------------------------------------ inbound middleware
     Knob(

@@ -7,7 +7,7 @@ breaker, and whether it is reserved (validated, but its feature is not built yet
 other tables (:data:`OVERRIDE_KEYS`, :data:`SERVICE_KEYS`, :data:`CHECK_IDS`,
 :data:`SECRETS`, :data:`RESERVED`) are derived from the rows. The core (environment
 variables), the Django settings object and the system checks all parse values with the
-same rows, so a bad value reads the same everywhere. Implements CFG-1, CFG-3.
+same rows, so a bad value reads the same everywhere.
 
 The parsers live in :mod:`.knob_parsers`, the :class:`Knob` type and the rows of one
 breaker and its traffic in :mod:`.knob_rows`; this module holds the other rows and
@@ -22,6 +22,7 @@ from typing import Any
 from .errors import ConfigError
 from .knob_parsers import (
     BOOL_ACCEPTS,
+    MAX_LIFETIME_MINUTES,
     PERCENT,
     SECONDS,
     Parser,
@@ -46,6 +47,7 @@ from .knob_rows import BREAKER_ROWS, TRAFFIC_ROWS, Knob
 from .names import name_problem, show_name
 
 __all__ = [
+    "MAX_LIFETIME_MINUTES",
     "Knob",
     "KNOBS",
     "OVERRIDE_KEYS",
@@ -72,7 +74,7 @@ def check_service_overrides(where: str, overrides: dict[str, Any], from_env: boo
         where: prefix for messages, e.g. ``"BALDUR_SERVICES['payments']"`` or ``"protected('payments')"``.
         overrides: key -> raw value; keys must be in :data:`SERVICE_KEYS` or
             :data:`PREDICATE_KEYS` (the predicates are checked for their form only: a
-            dotted path is imported later, when a breaker is built, CB-18).
+            dotted path is imported later, when a breaker is built).
 
     Raises:
         ConfigError: an unknown key (naming the closest known one) or a bad value.
@@ -90,7 +92,7 @@ def check_service_overrides(where: str, overrides: dict[str, Any], from_env: boo
 
 
 #: ``BALDUR_SERVICES`` keys (and per-call overrides) that hold predicates rather than a
-#: knob's value, with the parser that checks their form (CB-18). No global setting exists
+#: knob's value, with the parser that checks their form. No global setting exists
 #: for them: they are per breaker only.
 PREDICATE_KEYS: dict[str, Parser] = {
     "ignore_exceptions": ignore_paths,
@@ -196,6 +198,20 @@ _ROWS: list[Knob] = [
         number(minimum=0, exclusive=True, unit="days"),
         "registry entries unseen this long are pruned, days",
         "baldur.E048",
+    ),
+    Knob(
+        "BALDUR_REGISTRY_IDLE_SECONDS",
+        3600,
+        number(minimum=0, unit=SECONDS),
+        "an idle CLOSED, unforced breaker leaves the process and its shared record expires, seconds (0 = never)",
+        "baldur.E076",
+    ),
+    Knob(
+        "BALDUR_ADAPTER_MAX_HOSTS",
+        1000,
+        number(integer=True, minimum=1),
+        "per-host breakers one HTTP adapter keeps; the least recently used CLOSED ones leave first",
+        "baldur.E077",
     ),
     # ------------------------------------------------------------ Celery tasks
     Knob(
@@ -322,7 +338,7 @@ _ROWS: list[Knob] = [
         "quiet time after a freeze ends, seconds",
         "baldur.E065",
     ),
-    # ------------------------------------------------------------ health endpoint (contrib.health, HC-5)
+    # ------------------------------------------------------------ health endpoint (contrib.health)
     Knob(
         "BALDUR_HEALTH_CRITICAL_SERVICES",
         [],
@@ -339,14 +355,31 @@ _ROWS: list[Knob] = [
         "baldur.E073",
         accepts=BOOL_ACCEPTS,
     ),
+    # ------------------------------------------------------------ OpenTelemetry (contrib.otel)
+    Knob(
+        "BALDUR_OTEL_ENABLED",
+        False,
+        flag,
+        "report the breakers to OpenTelemetry (instruments and span events)",
+        "baldur.E074",
+        accepts=BOOL_ACCEPTS,
+    ),
+    Knob(
+        "BALDUR_OTEL_SPANS",
+        False,
+        flag,
+        "run each protected call in an OpenTelemetry span of its own",
+        "baldur.E075",
+        accepts=BOOL_ACCEPTS,
+    ),
 ]
 
-#: name -> :class:`Knob`; the single source of defaults (section 10).
+#: name -> :class:`Knob`; the single source of defaults.
 KNOBS: dict[str, Knob] = {row.name: row for row in _ROWS}
 
 # ------------------------------------------------------------------ derived from the rows
 
-#: Per-call override / ``BALDUR_SERVICES`` key -> the global knob it overrides (CFG-1).
+#: Per-call override / ``BALDUR_SERVICES`` key -> the global knob it overrides.
 OVERRIDE_KEYS: dict[str, str] = {row.key: row.name for row in _ROWS if row.key is not None}
 
 #: Keys a ``BALDUR_SERVICES`` entry (or a per-call override) may set, with the parser each uses.

@@ -1,4 +1,4 @@
-"""The logging listener: events -> lines on logger ``baldur.circuit_breaker`` (CB-13, RL-4).
+"""The logging listener: events -> lines on logger ``baldur.circuit_breaker``.
 
 Every message starts with the event name (``circuit_breaker.opened`` ...) and the record
 carries ``event``, ``service``, ``from_state``, ``to_state`` and ``trigger`` as attributes,
@@ -68,8 +68,8 @@ class LoggingListener:
     """Turns bus events into log lines. ``level`` is a callable returning the level name.
 
     Transitions, forces, releases, lapses and resets go out at the configured level
-    (``BALDUR_EVENT_LOGGING_CB_LOG_LEVEL``); the step to HALF_OPEN is never logged (CB-5);
-    a cascade open adds the three warnings of RL-4.
+    (``BALDUR_EVENT_LOGGING_CB_LOG_LEVEL``); the step to HALF_OPEN is never logged;
+    a 429-cascade open adds three warnings.
     """
 
     wants_rejections = False  # it logs dry-run rejections only, and those are always published
@@ -89,7 +89,7 @@ class LoggingListener:
 
     def _state(self, level: int, event: StateChanged) -> None:
         if event.to_state == "half_open":
-            return  # CB-5: published on the bus only
+            return  # published on the bus only
         name = "circuit_breaker.opened" if event.to_state == "open" else "circuit_breaker.closed"
         suffix = " dry_run=true" if event.dry_run else ""
         fields = dict(

@@ -155,7 +155,7 @@ class Machine:
         else. The one count stepped without the lock, the OPEN rejection's, is an
         ``itertools.count`` (one atomic ``next()``); every other count is a plain int,
         changed only under the state lock (ints cost nothing per breaker, a count object
-        56 bytes: issue 21, memory per breaker)."""
+        56 bytes, and a fleet may hold many thousands of breakers)."""
         self.m_failure = 0  # final outcomes, counted or not in the cascade (lock held)
         self.m_rate_limited = 0  # (lock held)
         self.m_ignored = 0  # (lock held)

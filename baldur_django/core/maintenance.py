@@ -1,13 +1,13 @@
-"""Fleet-wide jobs on the shared store, as plain functions: what the Celery tasks run (ST-5).
+"""Fleet-wide jobs on the shared store, as plain functions: what the Celery tasks run.
 
 * :func:`recovery_sweep` -- OPEN records past their recovery timeout -> HALF_OPEN, once for
   the fleet; during Level 3 it moves nothing and logs
-  ``circuit_breaker.recovery_sweep_blocked`` with the number of OPEN breakers it held (EM-2).
+  ``circuit_breaker.recovery_sweep_blocked`` with the number of OPEN breakers it held.
 * :func:`sync_state` -- lapses expired forces (one ``force_lapsed`` each) and prunes registry
   entries unseen for ``BALDUR_REGISTRY_TTL_DAYS``.
 * :func:`emergency_check` -- counts registered and OPEN breakers and hands the counts to
-  Emergency Mode's auto-activation rule (EM-4).
-* :func:`meta_watchdog` -- force-closes breakers stuck OPEN (EM-5).
+  Emergency Mode's auto-activation rule.
+* :func:`meta_watchdog` -- force-closes breakers stuck OPEN.
 
 Each job runs under an expiring lock in the shared store, so it runs at most once at a time
 across the fleet. The lock carries an owner token: only its owner extends or releases it;
@@ -15,11 +15,9 @@ its lifetime is the job's interval; a run that finds it held skips; a failed acq
 (store trouble) skips rather than run unlocked; and before every write a run checks that it
 still owns the lock (renewing it once half its lifetime has passed since it last knew), so a
 run that lost it stops before writing. The job (not a worker) that makes a transition
-publishes it (CB-14); that includes lapsing a force that ran out, which any job's read of a
+publishes it; that includes lapsing a force that ran out, which any job's read of a
 record may do (reads normalise the record), so every job announces the lapses it made. On the memory backend there is nothing shared: the jobs log that and
 return. Nothing here imports Django.
-
-Implements ST-5, EM-2 (the sweep), EM-4 (the job), EM-5.
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ __all__ = [
 
 _log = logging.getLogger("baldur.tasks")
 
-#: The actor the meta-watchdog's forces carry in logs, events and the audit (EM-5).
+#: The actor the meta-watchdog's forces carry in logs, events and the audit.
 WATCHDOG_ACTOR = "meta-watchdog"
 
 
@@ -83,7 +81,7 @@ class RunReport:
 
 
 class FleetLock:
-    """An owned fleet lock: ``ensure()`` before each write (ST-5).
+    """An owned fleet lock: ``ensure()`` before each write.
 
     Args:
         store: the shared store.
@@ -172,7 +170,7 @@ def run_locked(job: str, ttl_seconds: float, body: Callable[[StateStore, RunRepo
 
 def _announce_lapse(report: RunReport, name: str, answer: Answer) -> None:
     """Publish the ``force_lapsed`` of a force that *answer*'s operation lapsed in the store:
-    the job that lapsed it is the one that announces it (CB-14), whichever job that is."""
+    the job that lapsed it is the one that announces it, whichever job that is."""
     if answer.lapsed is None:
         return
     report.lapsed.append(name)
@@ -209,7 +207,7 @@ def _each(
     pipelines) answers a batch of :data:`BATCH_SIZE` per round trip; any other store, such as
     a third-party one, is asked one name at a time. Either way the run checks it still owns
     its lock before each store call (a read lapses forces that ran out, a sweep moves
-    records: both may write), and lapses are announced as the answers come (ST-5, CB-14).
+    records: both may write), and lapses are announced as the answers come.
     """
     frozen = emergency.frozen()
     many: Callable[..., list[Answer]] | None = getattr(store, f"{op}_many", None)
@@ -255,11 +253,10 @@ def _sweep(store: StateStore, report: RunReport, lock: FleetLock) -> None:
 
 
 def recovery_sweep() -> RunReport:
-    """OPEN records past their recovery timeout -> HALF_OPEN, once for the fleet (ST-5).
+    """OPEN records past their recovery timeout -> HALF_OPEN, once for the fleet.
 
     Forced records are left alone. During Level 3 nothing moves: the run counts the OPEN
-    breakers it held (``report.held``) and logs ``circuit_breaker.recovery_sweep_blocked``
-    (EM-2).
+    breakers it held (``report.held``) and logs ``circuit_breaker.recovery_sweep_blocked``.
 
     Returns:
         RunReport.
@@ -281,7 +278,7 @@ def _sync(store: StateStore, report: RunReport, lock: FleetLock) -> None:
 
 def sync_state() -> RunReport:
     """Lapse expired forces fleet-wide (one ``force_lapsed`` each) and prune registry entries
-    unseen for ``BALDUR_REGISTRY_TTL_DAYS`` days (ST-5).
+    unseen for ``BALDUR_REGISTRY_TTL_DAYS`` days.
 
     Returns:
         RunReport.
@@ -310,7 +307,7 @@ def _census(store: StateStore, report: RunReport, lock: FleetLock) -> None:
 
 
 def emergency_check() -> RunReport:
-    """One EM-4 check: count the registered and OPEN (forced open included) breakers in the
+    """One auto-activation check: count the registered and OPEN (forced open included) breakers in the
     shared store, then apply :func:`baldur_django.core.emergency.record_check`.
 
     A store it cannot read declares nothing and logs ``emergency.check_skipped``; so does an
@@ -380,7 +377,7 @@ def _watchdog(store: StateStore, report: RunReport, lock: FleetLock) -> None:
 
 
 def meta_watchdog() -> RunReport:
-    """Force-close breakers stuck OPEN (EM-5), when ``BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED``.
+    """Force-close breakers stuck OPEN, when ``BALDUR_META_WATCHDOG_AUTO_RECOVERY_ENABLED``.
 
     A breaker OPEN for ``BALDUR_META_WATCHDOG_STUCK_OPEN_SECONDS`` -- operator-forced or not,
     counted from when it last entered OPEN or was forced open -- is forced closed for the

@@ -1,4 +1,4 @@
-"""Request marks: "this request was refused by the application's own rate limiter" (IN-3).
+"""Request marks: "this request was refused by the application's own rate limiter".
 
 An app-side limiter (the DRF throttle bridge, ``RateLimitMiddleware``, a hand-written
 check) marks the request it refused; the circuit-breaker middleware then leaves that
@@ -35,7 +35,7 @@ def _scope_of(target: Any) -> Any:
 
 
 def mark_rate_limited(request: Any) -> None:
-    """Mark *request* as refused by the application's own rate limiter. Implements IN-3.
+    """Mark *request* as refused by the application's own rate limiter.
 
     The circuit-breaker middleware then leaves the request's 429 out of every count.
 
@@ -61,7 +61,7 @@ def mark_rate_limited(request: Any) -> None:
 
 
 def is_marked(request: Any) -> bool:
-    """Whether :func:`mark_rate_limited` was called for *request*. Implements IN-3.
+    """Whether :func:`mark_rate_limited` was called for *request*.
 
     Args:
         request: a Django ``HttpRequest`` or a DRF ``Request``, an ASGI scope, or any object.

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .states import CircuitState
 
 from .errors import ConfigError
+from .knobs import MAX_LIFETIME_MINUTES
 from .nesting import entering
 
 __all__ = ["Permit", "View", "validate_ttl", "trial_in_progress", "enter_trial", "leave_trial"]
@@ -86,8 +87,10 @@ def validate_ttl(ttl_minutes: Any, default: float) -> float:
         ttl_minutes = default
     if isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, (int, float)):
         raise ConfigError(f"ttl_minutes={ttl_minutes!r}: expected a number of minutes")
-    if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > 1440:
-        raise ConfigError(f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most 1440 minutes")
+    if not math.isfinite(ttl_minutes) or ttl_minutes <= 0 or ttl_minutes > MAX_LIFETIME_MINUTES:
+        raise ConfigError(
+            f"ttl_minutes={ttl_minutes!r}: must be greater than 0 and at most {MAX_LIFETIME_MINUTES} minutes"
+        )
     return float(ttl_minutes)
 
 

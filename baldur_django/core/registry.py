@@ -1,9 +1,16 @@
 """Process-wide registry of named breakers, and the operator functions on top of it.
 
-Breakers are identified by name (CB-12): the first registration's overrides win; a
+Breakers are identified by name: the first registration's overrides win; a
 later registration with different overrides logs ``circuit_breaker.config_conflict``
 once. The Django layer hooks in through :func:`set_backend` (shared stores) and calls
-:func:`reconfigure_all` when settings change (CFG-2).
+:func:`reconfigure_all` when settings change.
+
+Idle breakers leave: one that stayed CLOSED and unforced with no call for
+``BALDUR_REGISTRY_IDLE_SECONDS`` is dropped by :meth:`Registry.sweep`, which runs now and
+then when a breaker is created and when the metrics are read (never on a call's path). A
+dropped breaker that something still holds (a decorated function, an adapter) is not lost:
+the registry keeps a weak reference to it, and the next lookup of its name, or the next
+sweep that sees it used, puts the same object back.
 """
 
 from __future__ import annotations
@@ -11,8 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from .breaker import CircuitBreaker, core_of
 from .clock import SYSTEM_CLOCK, Clock
@@ -21,7 +29,8 @@ from .errors import ConfigError
 from .events import bus
 from .log import LoggingListener, log_event
 from .names import check_name, show_name
-from .readings import after_fork
+from .readings import after_fork, metric_values
+from .states import CircuitState
 from .stores.base import StateStore
 from .sync import StoreGuard
 
@@ -33,7 +42,34 @@ __all__ = [
     "force_close_circuit",
     "release_circuit",
     "record_rate_limit",
+    "Watcher",
+    "activity",
 ]
+
+#: Longest time between two sweeps for idle breakers (seconds); shorter when the idle time is short.
+SWEEP_EVERY = 60.0
+
+
+class Watcher(Protocol):
+    """Something that keeps breakers of its own (an HTTP adapter's routes, the metrics'
+    series) and lets them go when the registry does."""
+
+    def let_go(self, gone: dict[str, CircuitBreaker]) -> None:
+        """Drop what is kept for the breakers in *gone* (name -> the breaker that left)."""
+
+
+def activity(breaker: CircuitBreaker) -> int:
+    """A number that grows with every call, rejection and transition of *breaker*: two equal
+    readings mean nothing happened in between. Reads the breaker's counts (its lock, no I/O)."""
+    core = core_of(breaker)
+    _, counts, _ = metric_values(core)
+    return sum(counts) + core.generation
+
+
+def _idle_state(breaker: CircuitBreaker) -> bool:
+    """True while *breaker* is CLOSED and unforced as this process holds it (no I/O)."""
+    view = core_of(breaker).view(locked=True)
+    return view.state is CircuitState.CLOSED and view.forced is None
 
 
 class Registry:
@@ -56,6 +92,16 @@ class Registry:
         self._overrides: dict[str, dict[str, Any] | None] = {}
         self._conflicts: set[str] = set()
         self._lock = threading.RLock()
+        # Idle tracking, read only by sweep(): name -> (activity reading, monotonic time it
+        # last changed); None as the reading means "not read yet".
+        self._seen: dict[str, tuple[int | None, float]] = {}
+        # Breakers a sweep let go that something still holds (a weak reference each, gone
+        # with the breaker), their overrides, and their activity when they left.
+        self._left: weakref.WeakValueDictionary[str, CircuitBreaker] = weakref.WeakValueDictionary()
+        self._left_overrides: dict[str, tuple[dict[str, Any] | None, int]] = {}
+        self._swept_at = clock.monotonic()
+        #: Objects told which breakers left (:class:`Watcher`), held weakly.
+        self.watchers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def __iter__(self) -> Iterator[CircuitBreaker]:
         return iter(list(self._breakers.values()))
@@ -84,6 +130,8 @@ class Registry:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
         breaker = self._breakers.get(name)
+        if breaker is None and name in self._left:
+            breaker = self._return(name)
         if breaker is not None and overrides is None:
             return breaker
         if breaker is None and not create:
@@ -93,12 +141,39 @@ class Registry:
         checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)
         if not self.store_configured:
             self._store_from_settings()
+        return self._register(name, checked)
+
+    def _register(self, name: str, checked: dict[str, Any] | None) -> CircuitBreaker:
+        """The breaker *name*, registered now if new (or put back if it left), with its
+        checked overrides met."""
+        created = False
         with self._lock:
             breaker = self._breakers.get(name)
             if breaker is None:
+                breaker = self._return(name)
+            if breaker is None:
                 breaker = self._create(name, checked)
+                created = True
             elif checked is not None:
                 self._meet_overrides(name, breaker, checked)
+        if created:
+            try:
+                self.sweep()  # at most once per sweep interval: creations are what make a registry grow
+            except ConfigError:  # a bad idle setting: the system checks report it; creating goes on
+                pass
+        return breaker
+
+    def _return(self, name: str) -> CircuitBreaker | None:
+        """Put back breaker *name* that a sweep let go while something still holds it (the
+        same object, with its state and counts); None when it is gone."""
+        with self._lock:
+            breaker = self._left.pop(name, None)
+            overrides, _ = self._left_overrides.pop(name, (None, 0))
+            if breaker is None or name in self._breakers:
+                return self._breakers.get(name)
+            self._breakers[name] = breaker
+            self._overrides[name] = overrides
+            self._seen[name] = (None, self.clock.monotonic())
         return breaker
 
     def _create(self, name: str, checked: dict[str, Any] | None) -> CircuitBreaker:
@@ -109,6 +184,7 @@ class Registry:
             breaker.use_store(self.guard)
         self._breakers[name] = breaker
         self._overrides[name] = checked
+        self._seen[name] = (0, self.clock.monotonic())  # a new breaker has done nothing yet
         return breaker
 
     def _meet_overrides(self, name: str, breaker: CircuitBreaker, checked: dict[str, Any]) -> None:
@@ -123,8 +199,93 @@ class Registry:
             self._conflicts.add(name)
             log_event(logging.WARNING, "circuit_breaker.config_conflict", name, "kept=%r ignored=%r", known, checked)
 
+    # ------------------------------------------------------------- idle breakers
+    def sweep(self, *, now: bool = False) -> list[str]:
+        """Let go of the breakers that stayed idle for ``BALDUR_REGISTRY_IDLE_SECONDS``.
+
+        Idle means CLOSED, unforced, and no call, rejection or transition since an earlier
+        sweep at least that long ago (or since the breaker was made). Each one leaves this
+        registry, the cached routes and every :class:`Watcher`; one that something still
+        holds comes back, the same object, on the next lookup of its name or on the first
+        sweep that sees it used. A breaker that left and was used meanwhile is put back.
+        Runs at most once per sweep interval (a sixtieth of the idle time, at most
+        :data:`SWEEP_EVERY` seconds) unless *now*; does nothing when the setting is 0. Reads
+        each breaker's counts under its own lock; no store I/O.
+
+        Args:
+            now: sweep whatever the time since the last sweep.
+
+        Returns:
+            list[str]: the names that left, sorted.
+        """
+        idle = float(self.source.get("BALDUR_REGISTRY_IDLE_SECONDS") or 0.0)
+        if idle <= 0:
+            return []
+        moment = self.clock.monotonic()
+        if not now and 0 <= moment - self._swept_at < min(idle / 60.0, SWEEP_EVERY):
+            return []
+        self._swept_at = moment
+        self._take_back_used()
+        idle_now: list[tuple[str, CircuitBreaker, int]] = []
+        for name, breaker in list(self._breakers.items()):
+            reading = activity(breaker)
+            seen = self._seen.get(name)
+            if seen is None or seen[0] != reading:
+                self._seen[name] = (reading, moment)
+            elif moment - seen[1] >= idle and _idle_state(breaker):
+                idle_now.append((name, breaker, reading))
+        gone = self._let_go(idle_now)
+        return sorted(gone)
+
+    def _take_back_used(self) -> None:
+        """Put back every breaker that left and was used since (a decorated function's)."""
+        for name, breaker in list(self._left.items()):
+            _, reading = self._left_overrides.get(name, (None, 0))
+            if activity(breaker) != reading:
+                self._return(name)
+        with self._lock:  # overrides of breakers that are gone for good
+            for name in [name for name in self._left_overrides if name not in self._left]:
+                del self._left_overrides[name]
+
+    def _let_go(self, idle: list[tuple[str, CircuitBreaker, int]]) -> dict[str, CircuitBreaker]:
+        """Drop the breakers in *idle* that are still registered and still idle, then tell
+        the watchers (outside the lock)."""
+        gone: dict[str, CircuitBreaker] = {}
+        with self._lock:
+            for name, breaker, reading in idle:
+                if self._breakers.get(name) is not breaker:
+                    continue
+                del self._breakers[name]
+                self._left_overrides[name] = (self._overrides.pop(name, None), reading)
+                self._left[name] = breaker
+                self._seen.pop(name, None)
+                self._conflicts.discard(name)
+                for cache in self.name_caches:
+                    cache.pop(name, None)
+                gone[name] = breaker
+        if gone:
+            for watcher in list(self.watchers):
+                watcher.let_go(gone)
+        return gone
+
+    def drop_idle(self, name: str, breaker: CircuitBreaker) -> bool:
+        """Drop *breaker* now if it is the one registered as *name* and CLOSED and unforced
+        (an adapter over its cap of hosts): as :meth:`sweep` drops an idle one.
+
+        Returns:
+            bool: True when it left.
+        """
+        if self._breakers.get(name) is not breaker or not _idle_state(breaker):
+            return False
+        return bool(self._let_go([(name, breaker, activity(breaker))]))
+
+    def everyone(self) -> list[CircuitBreaker]:
+        """Every breaker this process may still use: the registered ones and those a sweep
+        let go while something still holds them."""
+        return [*self._breakers.values(), *self._left.values()]
+
     def set_store(self, store: StateStore | None) -> None:
-        """Share every breaker's state through *store* (None: back to process-local, ST-1).
+        """Share every breaker's state through *store* (None: back to process-local).
 
         Each breaker swaps the store strategy it holds (never its class), so functions
         decorated before the store was configured keep working.
@@ -133,7 +294,7 @@ class Registry:
             self.store_configured = True
             if store is None:
                 self.guard = None
-                for breaker in self._breakers.values():
+                for breaker in self.everyone():
                     breaker.use_store(None)
                 return
             self.guard = StoreGuard(
@@ -143,7 +304,7 @@ class Registry:
                 monotonic=self.clock.monotonic,
                 wall=self.clock.wall,
             )
-            for breaker in self._breakers.values():
+            for breaker in self.everyone():
                 breaker.use_store(self.guard)
 
     def _store_from_settings(self) -> None:
@@ -166,13 +327,14 @@ class Registry:
                         self.source.get("BALDUR_REDIS_SOCKET_TIMEOUT"),
                         self.source.get("BALDUR_REDIS_MAX_CONNECTIONS"),
                         cluster=self.source.get("BALDUR_REDIS_CLUSTER"),
-                    )
+                    ),
+                    record_ttl=self.source.get("BALDUR_REGISTRY_IDLE_SECONDS"),
                 )
             elif backend == "database":
                 raise ConfigError(
                     "BALDUR_STATE_BACKEND='database' needs the Django app (add 'baldur_django' to INSTALLED_APPS)"
                 )
-            elif backend != "memory":  # the dotted path of a store class (ST-6)
+            elif backend != "memory":  # the dotted path of a store class
                 from .stores.base import make_store
 
                 store = make_store(backend)
@@ -184,21 +346,21 @@ class Registry:
         return None if self.guard is None else self.guard.store
 
     def reconfigure_all(self) -> None:
-        """Re-resolve every breaker's configuration from current settings (CFG-2).
+        """Re-resolve every breaker's configuration from current settings.
 
         Per-call overrides are kept; a bad new setting raises ConfigError and leaves
         every breaker on its previous configuration.
         """
         with self._lock:
-            fresh = {
-                name: build_config(name, self._overrides.get(name) or {}, self.source, self.clock)
-                for name in self._breakers
-            }
+            held = {**{name: b for name, b in self._left.items()}, **self._breakers}
+            overrides = {name: pair[0] for name, pair in self._left_overrides.items()}
+            overrides.update(self._overrides)
+            fresh = {name: build_config(name, overrides.get(name) or {}, self.source, self.clock) for name in held}
             for name, config in fresh.items():
-                self._breakers[name].reconfigure(config)
+                held[name].reconfigure(config)
 
     def forget(self, name: str) -> bool:
-        """Drop breaker *name* from this process, with its overrides and cached routes (OP-7).
+        """Drop breaker *name* from this process, with its overrides and cached routes.
 
         Only this process: the shared record is the store's business. A later use builds
         a fresh breaker.
@@ -208,6 +370,9 @@ class Registry:
         """
         with self._lock:
             known = self._breakers.pop(name, None) is not None
+            self._left.pop(name, None)
+            self._left_overrides.pop(name, None)
+            self._seen.pop(name, None)
             self._overrides.pop(name, None)
             self._conflicts.discard(name)
             for cache in self.name_caches:
@@ -218,6 +383,9 @@ class Registry:
         """Forget every breaker (tests; a new process)."""
         with self._lock:
             self._breakers.clear()
+            self._left.clear()
+            self._left_overrides.clear()
+            self._seen.clear()
             self._overrides.clear()
             self._conflicts.clear()
             for cache in self.name_caches:
@@ -231,8 +399,8 @@ registry = Registry()
 def _after_fork_in_child() -> None:
     """A forked child (gunicorn ``--preload``, Celery prefork) counts its own calls: each
     breaker's metrics start from what it inherited, so the parent's counts are never
-    reported again by every child (EM-7)."""
-    for breaker in registry:
+    reported again by every child."""
+    for breaker in registry.everyone():
         try:
             after_fork(core_of(breaker))
         except Exception:  # pragma: no cover - never fail a fork
@@ -254,7 +422,7 @@ def get_breaker(service: str) -> CircuitBreaker:
 
     Raises:
         ConfigError: *service* is not a valid name: not a string, empty, longer than
-            1,000 characters, with a control character or whitespace at an end (CB-12).
+            1,000 characters, with a control character or whitespace at an end.
     """
     return registry.get(service)  # type: ignore[return-value]  # create=True: never None
 
@@ -262,7 +430,7 @@ def get_breaker(service: str) -> CircuitBreaker:
 def force_open_circuit(
     service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None
 ) -> None:
-    """Force *service* OPEN for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
+    """Force *service* OPEN for *ttl_minutes* minutes (None: the default lifetime).
 
     Raises:
         ConfigError: bad lifetime (<= 0, > 1440, not a number) or name; nothing is written.
@@ -273,7 +441,7 @@ def force_open_circuit(
 def force_close_circuit(
     service: str, ttl_minutes: float | None = None, reason: str = "", actor: str | None = None
 ) -> None:
-    """Force *service* CLOSED for *ttl_minutes* minutes (None: the default lifetime). Implements OP-1, OP-2.
+    """Force *service* CLOSED for *ttl_minutes* minutes (None: the default lifetime).
 
     Raises:
         ConfigError: bad lifetime or name; nothing is written.
@@ -282,7 +450,7 @@ def force_close_circuit(
 
 
 def release_circuit(service: str, actor: str | None = None) -> bool:
-    """Return *service* to automatic judgement. Implements OP-3.
+    """Return *service* to automatic judgement.
 
     Returns:
         bool: False when nothing was forced (a no-op).
@@ -291,7 +459,7 @@ def release_circuit(service: str, actor: str | None = None) -> bool:
 
 
 def record_rate_limit(service: str, retry_after: Any = None) -> None:
-    """Report a 429 seen outside a protected call (RL-9).
+    """Report a 429 seen outside a protected call.
 
     Records a breaker failure, a cascade sighting counted as a call, and a cooldown.
 

@@ -15,8 +15,7 @@ clock, cooldown and state generation, and reports to it through the breaker's ow
 recording methods (each attempt to the 429 cascade, the final outcome to the triggers),
 exactly as an un-retried call is recorded. The two interpreters in
 :mod:`baldur_django.core.runner` only carry the steps out, so the sync and async call
-styles share every decision. Implements FAC-2, FAC-3, RL-5, RL-6, RL-7, CB-6,
-CB-8 (no attempt after a state change), OP-5 (dry-run refusals).
+styles share every decision.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
+from .events import CallRejected, Retrying, bus
 from .nesting import Mark, settled_elsewhere
 from .retry_target import RetryPermit, RetryTarget
 
@@ -72,7 +72,7 @@ def _number(
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How the retry stage retries one protected call (FAC-3).
+    """How the retry stage retries one protected call.
 
     Args:
         max_attempts (int): attempts in all, the first included (>= 1).
@@ -81,7 +81,7 @@ class RetryPolicy:
         backoff_multiplier (float): growth per attempt (>= 1).
         jitter (float): random fraction (0..1) added or removed from each backoff.
         budget_seconds (float | None): total time the sequence may take, waits included;
-            it also bounds how long a 429 cooldown is waited out (RL-6).
+            it also bounds how long a 429 cooldown is waited out.
         retry_on (tuple[type[BaseException], ...]): exception types worth retrying. Ignored
             exceptions, :class:`CircuitOpenError` and :class:`RateLimitCooldownError` are
             never retried; returned failure or rate-limit responses always are.
@@ -162,7 +162,7 @@ class Sleep:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """Last step: the next attempt is refused (RL-6); *error* goes to the fallback or is raised (FAC-4).
+    """Last step: the next attempt is refused; *error* goes to the fallback or is raised.
 
     The plan has already recorded what had to be recorded.
     """
@@ -172,14 +172,14 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """Last step: the sequence is over and its final outcome recorded (FAC-2).
+    """Last step: the sequence is over and its final outcome recorded.
 
     Attributes:
         value: what to return when *error* is None (a success, or the last failure
-            response unchanged, FAC-3).
+            response unchanged).
         error: the exception to raise, or None.
-        fallback: True when a fallback may replace *error* (a counted exception, FAC-4);
-            False for an ignored exception, which is re-raised unchanged (CB-10).
+        fallback: True when a fallback may replace *error* (a counted exception);
+            False for an ignored exception, which is re-raised unchanged.
     """
 
     value: Any = None
@@ -209,18 +209,18 @@ Outcome = Raised | Returned
 
 # ------------------------------------------------------------------- classification
 def exception_outcome(config: BreakerConfig, exc: BaseException, service: str | None = None) -> tuple[bool, bool]:
-    """``(counted, rate_limited)`` for an exception from the dependency (CB-10, RL-1, RL-7).
+    """``(counted, rate_limited)`` for an exception from the dependency.
 
     Args:
         config: the breaker's configuration (``ignore_exceptions``, ``rate_limit_codes``).
         exc: what the call raised.
         service: the breaker's name: its own :class:`CircuitOpenError` (nested use of one
             breaker) never reached the dependency, so it is not counted and a trial gives
-            its slot back (CB-10).
+            its slot back.
 
     Returns:
         ``counted`` is False for an ignored type, a ``BaseException`` that is not an
-        ``Exception``, the breaker's own refusal, or what a predicate ignores (CB-18);
+        ``Exception``, the breaker's own refusal, or what a predicate ignores;
         ``rate_limited`` is True for a counted 429 sighting. The config's classifier
         decides (:class:`baldur_django.core.classify.Classifier`).
     """
@@ -228,15 +228,15 @@ def exception_outcome(config: BreakerConfig, exc: BaseException, service: str | 
 
 
 def result_kind(config: BreakerConfig, result: Any, service: str | None = None) -> int:
-    """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value (CB-11, CB-18, RL-8)."""
+    """``SUCCESS``, ``FAILURE`` or ``RATE_LIMITED`` for a returned value."""
     return config.classifier.result(result, service)
 
 
 def settled(breaker: RetryTarget[_P], permit: _P, result: Any, mark: Mark | None = None) -> bool:
     """End the sequence on *result* if it is a success: True once it is recorded.
 
-    A success is always the final outcome (FAC-2); recording it also counts its attempt
-    in the cascade (RL-5). The runners call this after an inline first attempt, and the
+    A success is always the final outcome; recording it also counts its attempt
+    in the cascade. The runners call this after an inline first attempt, and the
     plan after every later one, so the rule lives here once.
 
     Args:
@@ -264,7 +264,7 @@ def retry_plan(
     start: float,
     first: Outcome | None = None,
 ) -> Generator[Step, Outcome | None, None]:
-    """The decisions of one retry sequence, as a generator of steps (FAC-2, FAC-3, RL-5, RL-6, CB-6).
+    """The decisions of one retry sequence, as a generator of steps.
 
     Drive it with ``step = next(plan)``; after :data:`ATTEMPT` send the outcome
     (``plan.send(Raised(exc))`` or ``plan.send(Returned(value))``), after a :class:`Sleep`
@@ -272,18 +272,18 @@ def retry_plan(
 
     What it decides:
 
-    - before every attempt (the first included), the cooldown gate (RL-6): wait out the
+    - before every attempt (the first included), the cooldown gate: wait out the
       cooldown, re-read after every wait (an extension meanwhile is waited out too);
       refuse with :class:`RateLimitCooldownError` when it outlasts the allowed wait (the
       budget left, else ``config.max_cooldown_wait``), or in dry-run count the refusal and
-      go on (OP-5);
-    - after every attempt: an ignored exception ends the sequence unrecorded (CB-10); each
-      other attempt is counted in the cascade and a 429 starts the cooldown (RL-5, RL-2);
-      a success ends it; a failure is retried while it is of a retried kind (FAC-3), the
-      breaker has not changed state since admission (CB-8), attempts remain (a trial has
-      one, CB-6) and the backoff fits in the budget. The backoff is followed by the gate,
+      go on;
+    - after every attempt: an ignored exception ends the sequence unrecorded; each
+      other attempt is counted in the cascade and a 429 starts the cooldown;
+      a success ends it; a failure is retried while it is of a retried kind, the
+      breaker has not changed state since admission, attempts remain (a trial has
+      one) and the backoff fits in the budget. The backoff is followed by the gate,
       so a cooldown costs ``max(backoff, cooldown)``, never their sum;
-    - the final outcome: the last attempt that reached the dependency, recorded once (FAC-2).
+    - the final outcome: the last attempt that reached the dependency, recorded once.
 
     Args:
         breaker: the breaker that admitted the call.
@@ -314,6 +314,7 @@ def retry_plan(
         if wait is None:
             yield sequence.give_up()
             return
+        sequence.announce(wait)
         if wait > 0:
             yield Sleep(wait)
         outcome = None
@@ -322,7 +323,7 @@ def retry_plan(
 class _Sequence(Generic[_P]):
     """The state of one retry sequence: the attempts made so far and the last one that
     reached the dependency. While the sequence goes on that last attempt is a failure (a
-    success ends it), so it is what ending the sequence records (FAC-2)."""
+    success ends it), so it is what ending the sequence records."""
 
     __slots__ = (
         "breaker",
@@ -350,7 +351,7 @@ class _Sequence(Generic[_P]):
         self.rate_limited = False
 
     def gate(self) -> Generator[Step, Outcome | None, bool]:
-        """The gate before an attempt (RL-6), read again after every wait: yields the
+        """The gate before an attempt, read again after every wait: yields the
         :class:`Sleep` steps, then returns True when the attempt may go, else yields the
         last step (:class:`Refuse` or :class:`Done`) and returns False."""
         breaker = self.breaker
@@ -367,7 +368,7 @@ class _Sequence(Generic[_P]):
                 yield Sleep(remaining)
                 continue
             if config.dry_run:
-                breaker.note_dry_run_refusal(remaining)  # OP-5: counted and logged, never refused
+                breaker.note_dry_run_refusal(remaining)  # counted and logged, never refused
                 return True
             yield self.refuse(remaining)
             return False
@@ -376,6 +377,10 @@ class _Sequence(Generic[_P]):
         """The cooldown outlasts the allowed wait: the refused attempt is recorded nowhere;
         the last one made, if any, is final."""
         refusal = RateLimitCooldownError(self.breaker.name, remaining)
+        if bus.wants_rejections():
+            bus.publish(
+                CallRejected(refusal.service, self.breaker.clock.wall(), reason=refusal.reason, retry_after=remaining)
+            )
         if self.attempts:
             self.breaker.record_failure(self.permit, rate_limited=self.rate_limited, count_attempt=False)
             if self.error is not None:
@@ -393,14 +398,14 @@ class _Sequence(Generic[_P]):
             error = outcome.error
             counted, rate_limited = exception_outcome(breaker.config, error, breaker.name)
             if not counted:
-                breaker.record_ignored(self.permit)  # CB-10: neither success nor failure, never retried
+                breaker.record_ignored(self.permit)  # neither success nor failure, never retried
                 return Done(error=error, fallback=False)
             retried = isinstance(error, self.policy.retry_on) and not isinstance(error, _NEVER_RETRIED)
             retry_after = retry_after_of(error) if rate_limited else None
             self.error, self.value = error, None
         else:
             value = outcome.value
-            kind = result_kind(breaker.config, value, breaker.name)  # asked once per attempt (CB-18)
+            kind = result_kind(breaker.config, value, breaker.name)  # asked once per attempt
             if kind == SUCCESS:
                 breaker.record_success(self.permit)  # what settled() does
                 return Done(value=value)
@@ -409,7 +414,7 @@ class _Sequence(Generic[_P]):
             retry_after = retry_after_of(value) if rate_limited else None
             self.error, self.value = None, value
         self.rate_limited = rate_limited
-        breaker.note_attempt(rate_limited=rate_limited, retry_after=retry_after)  # RL-5; a 429 starts the cooldown
+        breaker.note_attempt(rate_limited=rate_limited, retry_after=retry_after)  # a 429 starts the cooldown
         return retried
 
     def wait_after(self, *, retried: bool) -> float | None:
@@ -423,9 +428,16 @@ class _Sequence(Generic[_P]):
             return None
         return wait
 
+    def announce(self, wait: float) -> None:
+        """Tell the bus's listeners (tracing) that another attempt follows in *wait* seconds;
+        a retry is never on the success path."""
+        if bus.listeners:
+            breaker = self.breaker
+            bus.publish(Retrying(breaker.name, breaker.clock.wall(), attempt=self.attempts + 1, delay=wait))
+
     def give_up(self) -> Done:
-        """Record the last (failed) attempt as the final outcome (FAC-2) and build the Done step:
-        its exception, which a fallback may replace (FAC-4), or its response, returned unchanged (FAC-3)."""
+        """Record the last (failed) attempt as the final outcome and build the Done step:
+        its exception, which a fallback may replace, or its response, returned unchanged."""
         self.breaker.record_failure(self.permit, rate_limited=self.rate_limited, count_attempt=False)
         if self.error is None:
             return Done(value=self.value)

@@ -13,11 +13,8 @@ Two kinds of callers use this module, and nothing else decides a transition:
 The Redis store's Lua scripts (``stores/lua/``) are the one other copy of these rules.
 Every input is an argument: the current time ``now`` (store-clock Unix seconds for a
 record, the breaker's monotonic seconds for the breaker), configuration values, and
-``frozen`` (Emergency Level 3, EM-2), which the caller reads; nothing here imports
+``frozen`` (Emergency Level 3), which the caller reads; nothing here imports
 emergency, a clock or a store.
-
-Implements CB-2, CB-3, CB-5, CB-6, CB-16, CB-17 (trial part), CB-20 (the targets),
-OP-2, OP-3, EM-2, ST-2 (the shared record's operations).
 """
 
 from __future__ import annotations
@@ -78,7 +75,7 @@ PEER_LIFTED = "lifted"  # a CLOSED is applied over a local forced open (the docu
 
 # ----------------------------------------------------------------------------- verdicts
 def trip_verdict(*, state: str, forced: str | None, frozen: bool) -> str:
-    """Whether an automatic trigger may open the breaker now (CB-2, OP-2, OP-4, EM-2).
+    """Whether an automatic trigger may open the breaker now.
 
     Args:
         state (str): ``"closed"``, ``"open"`` or ``"half_open"``.
@@ -101,7 +98,7 @@ def trip_verdict(*, state: str, forced: str | None, frozen: bool) -> str:
 def closed_trigger(
     *, failed: bool, consecutive: int, failure_threshold: int, rate_reached: bool, slow_rate_reached: bool
 ) -> str | None:
-    """Which trigger one recorded CLOSED outcome fires, or None (CB-2, CB-3, CB-17).
+    """Which trigger one recorded CLOSED outcome fires, or None.
 
     The consecutive count first, then the failure rate, then the slow-call rate: when the
     two rates cross on one outcome the trigger is ``failure_rate``.
@@ -116,7 +113,7 @@ def closed_trigger(
 
 
 def trial_verdict(*, successes: int, max_calls: int, outcome: str, frozen: bool) -> str:
-    """What one trial's *outcome* does to its round (CB-6, CB-10, CB-17, EM-2).
+    """What one trial's *outcome* does to its round.
 
     Args:
         successes (int): successes of the round before this outcome.
@@ -137,30 +134,30 @@ def trial_verdict(*, successes: int, max_calls: int, outcome: str, frozen: bool)
 
 
 def trial_trigger(outcome: str) -> str:
-    """The trigger of a re-open after a failed trial: ``slow_call_rate`` for a slow one (CB-17),
-    else ``half_open_failure`` (CB-6)."""
+    """The trigger of a re-open after a failed trial: ``slow_call_rate`` for a slow one,
+    else ``half_open_failure``."""
     return "slow_call_rate" if outcome == "slow" else "half_open_failure"
 
 
 def recovery_due(*, state: str, forced: str | None, now: float, open_until: float | None, frozen: bool) -> bool:
     """True when an OPEN, unforced breaker's recovery timeout has passed: it moves to
-    HALF_OPEN with trigger ``recovery_timeout`` (CB-5). Never while frozen (EM-2)."""
+    HALF_OPEN with trigger ``recovery_timeout``. Never while frozen."""
     return state == "open" and forced is None and open_until is not None and now >= open_until and not frozen
 
 
 def lapse_target(previous: str, *, frozen: bool) -> str | None:
-    """The state a lapsed force leaves behind (OP-3): a forced open goes to HALF_OPEN, unless
-    Level 3 holds it OPEN (EM-2); a forced closed stays CLOSED (None: no state change)."""
+    """The state a lapsed force leaves behind: a forced open goes to HALF_OPEN, unless
+    Level 3 holds it OPEN; a forced closed stays CLOSED (None: no state change)."""
     return "half_open" if previous == "open" and not frozen else None
 
 
 def release_target(previous: str) -> str | None:
-    """The state a release leaves behind (OP-3): HALF_OPEN after a forced open, else no change."""
+    """The state a release leaves behind: HALF_OPEN after a forced open, else no change."""
     return "half_open" if previous == "open" else None
 
 
 def probe_refusal(*, state: str, forced: str | None, taken: int, max_calls: int, frozen: bool) -> str | None:
-    """Why a probe request is refused, or None when it takes a slot (CB-6, EM-2, OP-2).
+    """Why a probe request is refused, or None when it takes a slot.
 
     Args:
         state (str): the state after the recovery timeout was applied.
@@ -233,7 +230,7 @@ def peer_verdict(*, state: str, forced: str | None, peer: str) -> str:
 
 
 def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float = math.inf) -> float:
-    """Seconds the *opens*-th consecutive automatic open lasts (CB-16).
+    """Seconds the *opens*-th consecutive automatic open lasts.
 
     ``min(recovery_timeout * factor**(opens-1), cap)``; with a factor of 1.0 (backoff off)
     every open lasts the recovery timeout. Never overflows: a product past the float range
@@ -249,7 +246,7 @@ def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float
 
 
 def next_open(opens: int, recovery_timeout: float, factor: float, cap: float = math.inf) -> tuple[int, float]:
-    """``(opens, seconds)`` after one more automatic open (CB-16).
+    """``(opens, seconds)`` after one more automatic open.
 
     The count goes up by one per automatic open since the last close and stops at the first
     value whose duration reaches *cap*, so its power never overflows.
@@ -267,11 +264,11 @@ def _bump(record: Record, state: str, now: float, trigger: str | None) -> None:
     record.trigger = trigger
     record.updated_at = now
     if state == "closed":
-        record.opens = 0  # any close resets the backoff (CB-16)
+        record.opens = 0  # any close resets the backoff
 
 
 def _open(record: Record, now: float, trigger: str, recovery_timeout: float, factor: float, cap: float) -> None:
-    """An automatic open: one more consecutive open, lasting its backed-off duration (CB-16)."""
+    """An automatic open: one more consecutive open, lasting its backed-off duration."""
     _bump(record, "open", now, trigger)
     record.opens, seconds = next_open(record.opens, recovery_timeout, factor, cap)
     record.opened_at = now
@@ -281,7 +278,7 @@ def _open(record: Record, now: float, trigger: str, recovery_timeout: float, fac
 def normalise(record: Record, now: float, frozen: bool = False) -> str | None:
     """Lapse an expired force and drop expired probe leases. Returns the lapsed force or None.
 
-    While Level 3 holds (*frozen*, EM-2) a lapsed forced open stays OPEN, due for a probe as
+    While Level 3 holds (*frozen*) a lapsed forced open stays OPEN, due for a probe as
     soon as the level drops."""
     lapsed = None
     if record.forced is not None and record.force_expires_at is not None and now >= record.force_expires_at:
@@ -356,7 +353,7 @@ def op_finish_probe(
     frozen: bool = False,
 ) -> str | None:
     """Returns the transition made (``"closed"``, ``"open"``) or None. *outcome* is
-    ``"success"``, ``"failure"``, ``"slow"`` (a slow trial fails the round, CB-17) or
+    ``"success"``, ``"failure"``, ``"slow"`` (a slow trial fails the round) or
     ``"abandon"``; see :func:`trial_verdict`."""
     if record.version != version or record.state != "half_open" or token not in record.probes:
         return None  # stale: a newer round, or the lease expired and the slot went to another worker
@@ -432,14 +429,14 @@ def op_clear(record: Record, now: float) -> str | None:
 
 
 def prunable(record: Record) -> bool:
-    """Only a CLOSED, unforced record may be forgotten by the registry prune (ST-5)."""
+    """Only a CLOSED, unforced record may be forgotten by the registry prune."""
     return record.state == "closed" and record.forced is None
 
 
 def run(op: str, record: Record, now: float, *args: object, frozen: bool = False) -> Answer:
     """Normalise *record* then apply operation *op*; returns the :class:`Answer`.
 
-    *frozen* (Level 3, EM-2) holds every automatic step: no trip (``ALREADY``), no probe, no
+    *frozen* (Level 3) holds every automatic step: no trip (``ALREADY``), no probe, no
     sweep, and a trial's outcome only gives its slot back."""
     before = record.state
     lapsed = normalise(record, now, frozen)

@@ -4,8 +4,6 @@ Every decision of a retry sequence is taken by the plan in :mod:`.retry`; the tw
 interpreters here only carry its steps out: :func:`run_sync` calls the function and waits
 with the clock's ``sleep``, :func:`run_async` awaits it and waits with ``asyncio.sleep``
 (or the clock's ``asleep``), so the waits of an async call never block its event loop.
-Implements FAC-2, FAC-3, FAC-4, CB-6 (a trial is one attempt), CB-10, CB-11, RL-1, RL-2,
-RL-5, RL-6, RL-7.
 """
 
 from __future__ import annotations
@@ -71,7 +69,7 @@ def settle_exception(breaker: BreakerCore, permit: Permit, exc: BaseException) -
 
 def settle_result(breaker: BreakerCore, permit: Permit, result: Any) -> None:
     """Record a returned value: a status on either list is a failure, and so is a value the
-    ``result_predicate`` marks (CB-18); else a success (CB-11)."""
+    ``result_predicate`` marks; else a success."""
     if type(result) in breaker.plain_types:  # empty while a result_predicate is set
         breaker.record_success(permit)
         return
@@ -179,7 +177,7 @@ def settle_status(
     retry_after: Callable[[], Any],
     own: Callable[[int, int | None], bool],
 ) -> str:
-    """Record an HTTP response known by its status (the inbound middlewares, IN-1..IN-3, IN-6).
+    """Record an HTTP response known by its status (the inbound middlewares).
 
     Args:
         status: the integer status (anything else reads as no status: a success).
@@ -209,7 +207,7 @@ def settle_status(
 def call_fallback(
     fallback: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException
 ) -> Any:
-    """Run *fallback* with the call's own arguments; its errors are chained from *error* (FAC-4).
+    """Run *fallback* with the call's own arguments; its errors are chained from *error*.
 
     A synchronous call's fallback that returns an awaitable (an ``async def`` one the
     decorator could not see as such) raises ConfigError: the caller would get a coroutine
@@ -237,7 +235,7 @@ async def acall_fallback(
 
 
 def _ending(step: Step, fallback: Callable[..., Any] | None) -> tuple[Any, BaseException | None]:
-    """How a finished sequence ends (FAC-3, FAC-4): ``(value, None)`` returns *value*;
+    """How a finished sequence ends: ``(value, None)`` returns *value*;
     ``(None, error)`` hands *error* to the fallback. Raises the error itself when no
     fallback applies (none given, or an ignored exception)."""
     if isinstance(step, Done):
@@ -277,7 +275,7 @@ def run_sync(
 
     Args:
         breaker: the breaker that admitted the call.
-        permit: its permit (a trial makes one attempt, CB-6).
+        permit: its permit (a trial makes one attempt).
         policy: the retry policy.
         func, args, kwargs: the call, made once per attempt.
         fallback: called with *args*/*kwargs* on a refusal or a final counted exception.
@@ -286,13 +284,13 @@ def run_sync(
             records nothing.
 
     Returns:
-        The final value (a failure response unchanged, FAC-3) or the fallback's.
+        The final value (a failure response unchanged) or the fallback's.
 
     Raises:
         RateLimitCooldownError: a cooldown outlasted the allowed wait and no fallback.
         Exception: the final counted exception, or an ignored one, when no fallback applies.
     """
-    # The happy path (issue 12): with no cooldown to gate it (RL-6) the plan would let the
+    # The happy path: with no cooldown to gate it the plan would let the
     # first attempt through at once, so it runs inline, and a success ends the sequence
     # here (settled()): no generator is built. The plan starts on a failed attempt, with
     # its outcome, or at once under a cooldown. The clock is read only when it matters: a
@@ -385,7 +383,7 @@ def continue_sync(
 async def _recording(breaker: BreakerCore, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)``, which may record *permit*'s outcome: a shared breaker's trial
     outcome is a store write, made from a worker thread so the event loop never waits on
-    the store (ST-2); anything else inline."""
+    the store; anything else inline."""
     if permit.trial and breaker.shared:
         return await asyncio.to_thread(fn, *args)
     return fn(*args)
@@ -414,7 +412,7 @@ async def run_async(
     mark: Mark | None = None,
 ) -> Any:
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
-    ``asyncio.sleep`` (or the clock's ``asleep``) (FAC-3, RL-6). Same arguments, return
+    ``asyncio.sleep`` (or the clock's ``asleep``). Same arguments, return
     value and errors as :func:`run_sync`; a coroutine-function fallback is awaited."""
     until = breaker.cooldown_until  # the happy path: see run_sync
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0

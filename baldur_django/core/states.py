@@ -1,6 +1,6 @@
 """Circuit states, rejection reasons, transition triggers and the legal-transition table.
 
-:data:`TRANSITIONS` is the one table of the edges a breaker may take (CB-20);
+:data:`TRANSITIONS` is the one table of the edges a breaker may take;
 :func:`check_transition` is what the breaker's single state-entry method calls before it
 changes state, so an edge outside the table is a programming error the tests catch.
 """
@@ -21,7 +21,7 @@ __all__ = [
 
 
 class CircuitState(enum.StrEnum):
-    """The three states of a breaker (CB-1). Values are the strings shown in logs and JSON
+    """The three states of a breaker. Values are the strings shown in logs and JSON
     (``str()`` and f-strings give ``"closed"``, not ``"CircuitState.CLOSED"``)."""
 
     CLOSED = "closed"
@@ -30,7 +30,7 @@ class CircuitState(enum.StrEnum):
 
 
 class Trigger:
-    """Names of what caused a transition (section 0 of the requirements)."""
+    """Names of what caused a transition."""
 
     CONSECUTIVE_FAILURES = "consecutive_failures"
     FAILURE_RATE = "failure_rate"
@@ -59,8 +59,8 @@ class Reason:
 
 _C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
 
-#: The automatic edges and the triggers that may take each (CB-20): a trip, the recovery
-#: timeout, and a trial round's end. Implements CB-2, CB-3, CB-5, CB-6, CB-17, RL-3.
+#: The automatic edges and the triggers that may take each: a trip, the recovery
+#: timeout, and a trial round's end.
 TRANSITIONS: dict[tuple[CircuitState, CircuitState], frozenset[str]] = {
     (_C, _O): frozenset(
         {Trigger.CONSECUTIVE_FAILURES, Trigger.FAILURE_RATE, Trigger.SLOW_CALL_RATE, Trigger.RATE_LIMIT_CASCADE}
@@ -70,21 +70,21 @@ TRANSITIONS: dict[tuple[CircuitState, CircuitState], frozenset[str]] = {
     (_H, _O): frozenset({Trigger.HALF_OPEN_FAILURE, Trigger.SLOW_CALL_RATE}),
 }
 
-#: Triggers that may move a breaker from any state to any state (CB-20): the operator's
-#: force and reset (OP-1), and adopting a decision taken elsewhere: a peer's through
-#: cluster propagation (EM-6) or the shared record of a store (ST-2, ST-4).
+#: Triggers that may move a breaker from any state to any state: the operator's
+#: force and reset, and adopting a decision taken elsewhere: a peer's through
+#: cluster propagation or the shared record of a store.
 ANY_STATE: frozenset[str] = frozenset({Trigger.FORCED, Trigger.RESET, Trigger.PROPAGATED, Trigger.ADOPTED})
 
 
 class IllegalTransition(AssertionError):
-    """A breaker was about to enter a state by an edge outside :data:`TRANSITIONS` (CB-20).
+    """A breaker was about to enter a state by an edge outside :data:`TRANSITIONS`.
 
     A programming error, never a runtime condition: an ``AssertionError`` so that tests
     fail loudly wherever it is raised."""
 
 
 def check_transition(before: CircuitState, after: CircuitState, trigger: str | None, *, adopted: bool = False) -> str:
-    """Check one edge against the table and return its (named) trigger (CB-20).
+    """Check one edge against the table and return its (named) trigger.
 
     Args:
         before (CircuitState): the state left.
@@ -106,4 +106,4 @@ def check_transition(before: CircuitState, after: CircuitState, trigger: str | N
         return trigger
     if trigger in TRANSITIONS.get((before, after), ()):
         return trigger
-    raise IllegalTransition(f"{before.value} -> {after.value} by {trigger!r} is not a legal transition (CB-20)")
+    raise IllegalTransition(f"{before.value} -> {after.value} by {trigger!r} is not a legal transition")

@@ -2,7 +2,7 @@
 
 A breaker takes every decision itself (``breaker.py``); what changes with a shared store
 (database or Redis) is only *when it reads or writes the shared record* and whether it
-may judge alone. That is this module's job, at the moments ST-3 lists:
+may judge alone. That is this module's job, at these moments:
 
 ============================  =========================================================
 hook                          moment
@@ -17,7 +17,7 @@ hook                          moment
 ``sweep``                     a read of an OPEN breaker past its recovery timeout
 ============================  =========================================================
 
-:class:`LocalSync` does no I/O: every hook answers "decide locally" (ST-1).
+:class:`LocalSync` does no I/O: every hook answers "decide locally".
 :class:`StoreSync` runs the hook as one store operation through a :class:`StoreGuard`
 and hands the answer to the breaker (``breaker.apply``), which adopts it. The strategy
 reads the breaker only through :meth:`SyncTarget.view` and sets only when it consults
@@ -27,14 +27,12 @@ that may do I/O says so in its name or docstring. ``registry.set_store()`` swaps
 strategy a breaker holds (``breaker.use_store``); the breaker object stays the same, so
 functions decorated at import time keep working.
 
-Store trouble (ST-4) never reaches a caller: the guard turns it into ``None`` and the
+Store trouble never reaches a caller: the guard turns it into ``None`` and the
 breaker falls back to its own judgement; ``circuit_breaker.store_unavailable`` is
 logged at most once per interval per store, ``circuit_breaker.store_recovered`` once
 when the store answers again, and a trip made meanwhile is pushed then (refused when
 forced). Operator forces are the exception: their store errors raise
-:class:`StoreError` (OP-4).
-
-Implements ST-2, ST-3, ST-4, OP-4, CB-14 (shared part).
+:class:`StoreError`.
 """
 
 from __future__ import annotations
@@ -49,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from .emergency import frozen
 from .errors import StoreError
 from .events import Event, RecordAdopted, StoreProblem, TripBlocked
+from .lease import probe_lease
 from .states import CircuitState
 from .stores.base import BLOCKED, TRIPPED, Answer, StateStore
 
@@ -70,7 +69,7 @@ _HALF_OPEN = CircuitState.HALF_OPEN
 
 
 def _timing(breaker: SyncTarget) -> dict[str, float]:
-    """The open timing of *breaker* as the store protocol's keyword arguments (seconds, CB-16)."""
+    """The open timing of *breaker* as the store protocol's keyword arguments (seconds)."""
     recovery_timeout, backoff_factor, recovery_timeout_max = breaker.open_timing()
     return {
         "recovery_timeout": recovery_timeout,
@@ -80,7 +79,7 @@ def _timing(breaker: SyncTarget) -> dict[str, float]:
 
 
 class StoreGuard:
-    """Calls a store, turning every error into ``None`` plus rate-limited warnings (ST-4).
+    """Calls a store, turning every error into ``None`` plus rate-limited warnings.
 
     One guard per store per process: ``circuit_breaker.store_unavailable`` is published at
     most once per ``interval`` seconds, ``circuit_breaker.store_recovered`` once when the
@@ -115,10 +114,10 @@ class StoreGuard:
     def call(self, service: str, op: str, **kwargs: Any) -> Answer | None:
         """Run ``store.<op>(service, **kwargs)`` (store I/O); None when the store did not answer.
 
-        The store protocol takes everything but the name as keyword arguments (ST-6)."""
+        The store protocol takes everything but the name as keyword arguments."""
         try:
             answer: Answer = getattr(self.store, op)(service, **kwargs)
-        except Exception as exc:  # ST-4: any store error, never the caller's problem
+        except Exception as exc:  # any store error, never the caller's problem
             self._failed(service, exc)
             return None
         if self.down:
@@ -152,7 +151,7 @@ def describe(exc: BaseException) -> str:
 
 
 class LocalSync:
-    """Process-local breakers (ST-1): no store, every decision local, no I/O.
+    """Process-local breakers: no store, every decision local, no I/O.
 
     Stateless, so one instance (:data:`LOCAL`) serves every breaker.
     """
@@ -177,7 +176,7 @@ class LocalSync:
         return True
 
     def shares_probes(self) -> bool:
-        """False: the half-open allowance is this process's own (ST-1)."""
+        """False: the half-open allowance is this process's own."""
         return False
 
     def probe_due(self, breaker: SyncTarget, now: float) -> bool:
@@ -220,7 +219,7 @@ class LocalSync:
         return None
 
     def after_peer(self, breaker: SyncTarget) -> None:
-        """Nothing to do: a peer's decision adopted locally (EM-6) is the whole state."""
+        """Nothing to do: a peer's decision adopted locally is the whole state."""
 
     def extra_snapshot(self) -> dict[str, Any]:
         """No shared fields."""
@@ -232,7 +231,7 @@ LOCAL = LocalSync()
 
 
 class StoreSync:
-    """A breaker's link to a shared store (ST-2, ST-3, ST-4). One per breaker.
+    """A breaker's link to a shared store. One per breaker.
 
     Args:
         guard (StoreGuard): the guard of the configured store (one per store per process).
@@ -283,7 +282,7 @@ class StoreSync:
 
     def _rejoined(self, breaker: SyncTarget, answer: Answer, was: CircuitState) -> None:
         """After an adoption: the first one since an outage is announced with what was
-        adopted (ST-4; logged as ``circuit_breaker.store_adopted``)."""
+        adopted (logged as ``circuit_breaker.store_adopted``)."""
         if not self._outage:
             return
         self._outage = False
@@ -303,16 +302,16 @@ class StoreSync:
 
     # ----------------------------------------------------------- judgement
     def local_judgement(self) -> bool:
-        """True only while the store is unreachable (ST-4: the worker judges alone)."""
+        """True only while the store is unreachable (the worker judges alone)."""
         return self.guard.down
 
     def shares_probes(self) -> bool:
-        """True while the store answers: the half-open allowance is fleet-wide (ST-2)."""
+        """True while the store answers: the half-open allowance is fleet-wide."""
         return not self.guard.down
 
     def probe_due(self, breaker: SyncTarget, now: float) -> bool:
         """True when the store must be asked for a probe slot (or to lapse a due force)."""
-        if self.guard.down or frozen():  # EM-2: no probe while Level 3 holds
+        if self.guard.down or frozen():  # no probe while Level 3 holds
             return False
         view = breaker.view()
         if view.state is _HALF_OPEN:
@@ -355,7 +354,7 @@ class StoreSync:
 
     def consult(self, breaker: SyncTarget, now: float) -> None:
         """Store I/O: read the shared record (first use, sync interval) and adopt it; a trip
-        made during an outage is pushed first (ST-4)."""
+        made during an outage is pushed first."""
         interval = breaker.config.sync_interval
         retry_at = now + (interval if interval > 0 else 1.0)
         due = now + (interval if interval > 0 else _NEVER)
@@ -392,7 +391,7 @@ class StoreSync:
                 self._rejoined(breaker, answer, was)
 
     def _forgot(self, breaker: SyncTarget, answer: Answer, now: float) -> bool:
-        """ST-4: the store answered with a CLOSED, unforced record older than the one this
+        """The store answered with a CLOSED, unforced record older than the one this
         worker last adopted (a server restarted empty, a failover that lost writes) while
         the worker holds an automatic OPEN or HALF_OPEN (open time running or over). Checked
         for every answer read from the store (consult, sweep, probe request, trial outcome).
@@ -414,7 +413,7 @@ class StoreSync:
 
     def refresh(self, breaker: SyncTarget, now: float) -> None:
         """Store I/O before a state read: consult when due or when a force lapse is due, then
-        sweep an OPEN record past its recovery timeout (CB-5 on a shared store)."""
+        sweep an OPEN record past its recovery timeout (the recovery timeout, on a shared store)."""
         view = breaker.view()
         if not self.known:
             self.first_use(breaker)
@@ -448,8 +447,8 @@ class StoreSync:
 
     def push_trip(self, breaker: SyncTarget) -> None:
         """Store I/O after the lock is released: write the pending trip. TRIPPED -> this worker
-        publishes; BLOCKED -> ``trip_blocked`` (OP-4); ALREADY -> a peer decided, nothing
-        published; no answer -> the local decision stands and is pushed later (ST-4).
+        publishes; BLOCKED -> ``trip_blocked``; ALREADY -> a peer decided, nothing
+        published; no answer -> the local decision stands and is pushed later.
 
         On a thread running an event loop the write goes to the loop's default executor,
         so no coroutine waits on the store; the trip is already in force locally."""
@@ -489,14 +488,14 @@ class StoreSync:
                     TripBlocked(breaker.name, breaker.clock.wall(), forced=answer.record.forced or "", trigger=trigger)
                 )
             # the trip's events (held now, or published when the store did not answer)
-            # announce it: the adoption of the record it made announces nothing more (CB-14)
+            # announce it: the adoption of the record it made announces nothing more
             breaker.apply(answer, force=True, first=events, announced=True)
             self._rejoined(breaker, answer, was)
         return True
 
     # ---------------------------------------------------------------- probes
     def acquire_probe(self, breaker: SyncTarget, now: float) -> Permit | None:
-        """Store I/O: ask the store for one of the fleet's probe slots (ST-2).
+        """Store I/O: ask the store for one of the fleet's probe slots.
 
         Returns:
             A trial permit (or the CLOSED permit when the record turned out CLOSED), or
@@ -512,7 +511,7 @@ class StoreSync:
                 "acquire_probe",
                 token=token,
                 max_calls=cfg.half_open_max_calls,
-                lease_seconds=cfg.probe_lease,
+                lease_seconds=probe_lease(cfg.probe_lease),
                 frozen=frozen(),
             )
             if answer is not None:
@@ -549,18 +548,18 @@ class StoreSync:
     def _operator(self, breaker: SyncTarget, op: str, **kwargs: Any) -> Answer:
         try:
             answer: Answer = getattr(self.guard.store, op)(breaker.name, frozen=frozen(), **kwargs)
-        except Exception as exc:  # OP-4: a force never fails silently
+        except Exception as exc:  # a force never fails silently
             what = "reset" if op == "clear" else op
             raise StoreError(f"could not store the {what} of {breaker.name!r}: {describe(exc)}") from exc
         return answer
 
     def store_force(self, breaker: SyncTarget, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
-        """Store I/O: write an operator's force. Raises StoreError when the store fails (OP-4)."""
+        """Store I/O: write an operator's force. Raises StoreError when the store fails."""
         self.consult(breaker, breaker.clock.monotonic())  # so from_state is the shared state, not a stale local view
         return self._operator(breaker, "force", mode=mode, ttl_seconds=ttl_seconds, reason=reason, actor=actor)
 
     def store_release(self, breaker: SyncTarget) -> Answer:
-        """Store I/O: remove a force from the record. Raises StoreError when the store fails (OP-4)."""
+        """Store I/O: remove a force from the record. Raises StoreError when the store fails."""
         self.consult(breaker, breaker.clock.monotonic())
         return self._operator(breaker, "release")
 
@@ -574,7 +573,7 @@ class StoreSync:
         return answer
 
     def after_peer(self, breaker: SyncTarget) -> None:
-        """A peer's decision was adopted from cluster propagation (EM-6; state lock held).
+        """A peer's decision was adopted from cluster propagation (state lock held).
 
         The shared record stays the authority: the next admission consults it and adopts
         it whatever its version (a force held there comes back at once), with no I/O here."""

@@ -11,7 +11,7 @@ __all__ = ["FakeClock", "RecordingListener"]
 
 
 class FakeClock:
-    """A clock that moves only when told to (design habit 6).
+    """A clock that moves only when told to.
 
     ``sleep`` and ``asleep`` advance it instead of waiting, and record the waits in
     ``sleeps``; ``asleep`` still yields to the event loop once.

@@ -1,6 +1,6 @@
 """The breaker's sliding windows of outcomes, plus the per-second call buckets of the cascade.
 
-Two windows feed the rate triggers, with one interface (CB-3, CB-15, CB-17):
+Two windows feed the rate triggers, with one interface:
 
 * :class:`CountWindow` holds the last ``size`` recorded outcomes;
 * :class:`TimeWindow` holds the outcomes of the last ``seconds`` seconds, in per-second buckets.
@@ -22,7 +22,7 @@ __all__ = ["CountWindow", "TimeWindow", "SecondBuckets"]
 
 
 class CountWindow:
-    """The last ``size`` recorded outcomes, as two rings of bits (CB-3, CB-17).
+    """The last ``size`` recorded outcomes, as two rings of bits.
 
     ``calls`` is how many outcomes the window holds (at most ``size``), ``failures`` how
     many of them failed, ``slow`` how many were slow (a slow failure counts in both) and
@@ -35,8 +35,6 @@ class CountWindow:
 
     Args:
         size (int): outcomes the window holds, at least 1.
-
-    Implements CB-3 (the count-based window), CB-17 (its slow-call count).
     """
 
     __slots__ = ("size", "calls", "failures", "slow", "marked", "_fails", "_slows", "_pos")
@@ -56,7 +54,7 @@ class CountWindow:
 
         Args:
             failed (bool): the call failed.
-            slow (bool): the call was slow (CB-17).
+            slow (bool): the call was slow.
             now (float): ignored; accepted so both windows are driven alike.
         """
         if not (failed or slow or self.marked):
@@ -102,7 +100,7 @@ class CountWindow:
         """Nothing to do: a count window does not age (present so both windows read alike)."""
 
     def clear(self) -> None:
-        """Forget every outcome (CB-7)."""
+        """Forget every outcome."""
         self._fails = 0
         self._slows = 0
         self.calls = 0
@@ -112,7 +110,7 @@ class CountWindow:
         self._pos = 0
 
     def rate_reached(self, threshold: float, minimum_calls: int) -> bool:
-        """Whether the failure rate trips (CB-3).
+        """Whether the failure rate trips.
 
         Args:
             threshold (float): percent, 0-100; 0 disables the trigger.
@@ -125,7 +123,7 @@ class CountWindow:
         return threshold > 0 and self.calls >= minimum_calls and self.failures * 100.0 >= threshold * self.calls
 
     def slow_rate_reached(self, threshold: float, minimum_calls: int) -> bool:
-        """Whether the slow-call rate trips (CB-17).
+        """Whether the slow-call rate trips.
 
         Args:
             threshold (float): percent, 0-100; 0 disables the trigger.
@@ -143,7 +141,7 @@ _NEVER = -(1 << 62)  # "no second seen yet": further in the past than any window
 
 
 class TimeWindow:
-    """The outcomes of the last ``seconds`` seconds, in per-second buckets (CB-15, CB-17).
+    """The outcomes of the last ``seconds`` seconds, in per-second buckets.
 
     An outcome belongs to the whole second (of the monotonic clock) in which the call
     completed, and leaves the window with that second: at time ``now`` the window holds
@@ -163,8 +161,6 @@ class TimeWindow:
 
     Raises:
         ValueError: *seconds* is not an ``int`` of at least 1 (booleans refused).
-
-    Implements CB-15 (the time-based window), CB-17 (its slow-call count).
     """
 
     __slots__ = ("seconds", "size", "calls", "failures", "slow", "_calls", "_failures", "_slow", "_head", "_idx")
@@ -188,7 +184,7 @@ class TimeWindow:
 
         Args:
             failed (bool): the call failed.
-            slow (bool): the call was slow (CB-17).
+            slow (bool): the call was slow.
             now (float): monotonic seconds, the breaker's clock reading.
         """
         second = _floor(now)
@@ -256,7 +252,7 @@ class TimeWindow:
         return i
 
     def clear(self) -> None:
-        """Forget every outcome (CB-7)."""
+        """Forget every outcome."""
         if self.calls:
             n = self.seconds
             self._calls = [0] * n
@@ -265,7 +261,7 @@ class TimeWindow:
         self.calls = self.failures = self.slow = 0
 
     def rate_reached(self, threshold: float, minimum_calls: int) -> bool:
-        """Whether the failure rate over the window trips (CB-15).
+        """Whether the failure rate over the window trips.
 
         Reads the totals as of the latest ``now`` (see :meth:`advance`).
 
@@ -280,7 +276,7 @@ class TimeWindow:
         return threshold > 0 and self.calls >= minimum_calls and self.failures * 100.0 >= threshold * self.calls
 
     def slow_rate_reached(self, threshold: float, minimum_calls: int) -> bool:
-        """Whether the slow-call rate over the window trips (CB-15, CB-17).
+        """Whether the slow-call rate over the window trips.
 
         Args:
             threshold (float): percent, 0-100; 0 disables the trigger.
@@ -303,7 +299,7 @@ _Bucket = tuple[float, "itertools.count[int]", int]  # (end, calls, sightings) o
 
 
 class SecondBuckets:
-    """Calls and 429 sightings in per-second buckets over a time window (RL-3).
+    """Calls and 429 sightings in per-second buckets over a time window.
 
     The newest bucket counts its calls with an ``itertools.count``: ``next()`` on it is
     one atomic C call, so the breaker's healthy CLOSED path can count a call without
@@ -311,7 +307,7 @@ class SecondBuckets:
     bucket keeps its counter, so an increment that races a roll still lands in the
     second it belongs to. Cost per call does not grow with traffic.
 
-    :meth:`total` is every call ever counted, for the metrics (EM-7): a bucket that leaves
+    :meth:`total` is every call ever counted, for the metrics: a bucket that leaves
     the window, or is cleared, adds its count to ``retired``. A cleared bucket is read
     only at a roll at least a second later, so an increment racing the clear still counts.
     """
@@ -323,7 +319,7 @@ class SecondBuckets:
         self.bucket_end = float("-inf")  # monotonic second at which the newest bucket ends
         self.counter = itertools.count()
         self.sightings = 0
-        self.retired = 0  # calls of the buckets that left the window or were cleared (EM-7)
+        self.retired = 0  # calls of the buckets that left the window or were cleared
         # Plain lists, oldest first, made on first use: until then each is the shared empty
         # tuple. An empty deque is about 760 bytes (its first 64-slot block) and an empty
         # list 56; a breaker at rest needs neither. Each holds at most a window of seconds.
@@ -396,7 +392,7 @@ class SecondBuckets:
         return calls, len(seen)
 
     def total(self) -> int:
-        """Every call counted since this object was made, cleared buckets included (EM-7).
+        """Every call counted since this object was made, cleared buckets included.
         Caller holds the lock; only grows."""
         calls = self.retired + _count_of(self.counter)
         for _, counter, _ in self._old:

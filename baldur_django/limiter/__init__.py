@@ -1,10 +1,10 @@
-"""The package's own inbound rate limiter behind ``RateLimitMiddleware`` (IN-4).
+"""The package's own inbound rate limiter behind ``RateLimitMiddleware``.
 
 Rules come from ``BALDUR_RATE_LIMIT_RULES``; every matching rule counts the request in
 a fixed window of its own, in the Django cache ``BALDUR_RATE_LIMIT_CACHE_ALIAS``.
 
 * A counter's cache key names its rule by path, key and period, never by the count, so
-  a rate lowered at run time (``override_settings``, CFG-2) applies at once to the hits
+  a rate lowered at run time (``override_settings``) applies at once to the hits
   already counted in the current window.
 * A request is admitted only when every matching rule has room; a refused request keeps
   no hit in any counter.
@@ -60,7 +60,7 @@ __all__ = [
 _log = logging.getLogger("baldur.inbound")
 
 #: Header every 429 of the package's own limiter carries; its presence on a 429 means
-#: "this limit was imposed by our own app" (IN-3, IN-6).
+#: "this limit was imposed by our own app".
 MODE_HEADER = "X-RateLimit-Mode"
 LIMIT_HEADER = "X-RateLimit-Limit"
 REMAINING_HEADER = "X-RateLimit-Remaining"
@@ -162,7 +162,7 @@ def _script_client(cache: Any) -> bool:
 
 
 class RateLimiter:
-    """Fixed-window counting of ``BALDUR_RATE_LIMIT_RULES`` in a Django cache. Implements IN-4.
+    """Fixed-window counting of ``BALDUR_RATE_LIMIT_RULES`` in a Django cache.
 
     Every rule whose path substring occurs in the request path applies with its own
     counter, keyed by the rule's path, key and period, the window and the client. A
@@ -212,7 +212,7 @@ class RateLimiter:
 
     # ------------------------------------------------------------------ config
     def rules(self) -> tuple[Rule, ...]:
-        """The compiled rules, recompiled when Baldur settings change (CFG-2).
+        """The compiled rules, recompiled when Baldur settings change.
 
         Returns:
             tuple[Rule, ...]: the fixed rules, or those of ``BALDUR_RATE_LIMIT_RULES``.
@@ -271,7 +271,7 @@ class RateLimiter:
 
     # ---------------------------------------------------------------- counting
     def check(self, request: Any, rules: tuple[Rule, ...] | None = None) -> Refusal | None:
-        """Count *request* against every matching rule (IN-4).
+        """Count *request* against every matching rule.
 
         Args:
             request: a Django ``HttpRequest``.
@@ -420,7 +420,7 @@ class RateLimiter:
 
 
 def rate_limited_response(refusal: Refusal) -> Any:
-    """The 429 ``HttpResponse`` for a :class:`Refusal` (IN-4).
+    """The 429 ``HttpResponse`` for a :class:`Refusal`.
 
     Args:
         refusal: what :meth:`RateLimiter.check` returned.
@@ -428,7 +428,7 @@ def rate_limited_response(refusal: Refusal) -> Any:
     Returns:
         django.http.HttpResponse: status 429 with ``Retry-After`` (whole seconds, >= 1),
         ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` (never negative: ``0``) and
-        ``X-RateLimit-Mode`` (``enforce``), which marks it as the package's own answer (IN-3).
+        ``X-RateLimit-Mode`` (``enforce``), which marks it as the package's own answer.
     """
     from django.http import HttpResponse
 

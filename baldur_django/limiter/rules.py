@@ -19,7 +19,7 @@ PERIODS = {"s": 1, "m": 60, "h": 3600}
 
 # ----------------------------------------------------------------------- client keys
 def normalise_ip(text: Any) -> str | None:
-    """Return the canonical text of an IP address, or None when *text* is not one (IN-4).
+    """Return the canonical text of an IP address, or None when *text* is not one.
 
     Accepts the forms proxies write: surrounding spaces, ``[v6]:port``, ``v4:port`` and
     a ``%zone`` suffix. IPv6 is compressed and lower-cased; an IPv4-mapped IPv6 address
@@ -54,7 +54,7 @@ def normalise_ip(text: Any) -> str | None:
 
 
 def client_ip(request: Any, *, trust_forwarded_for: bool | None = None, trusted_proxies: int | None = None) -> str:
-    """The client's IP address for rate limiting (IN-4).
+    """The client's IP address for rate limiting.
 
     ``REMOTE_ADDR`` unless ``X-Forwarded-For`` is trusted; then the entry
     *trusted_proxies* places from the right (each trusted proxy appends the address it
@@ -129,7 +129,7 @@ class Rule:
         key (str): ``"ip"``, ``"user"`` or the dotted path as written.
         key_func (callable): ``request -> str | None``; None exempts the request.
         ident (str): names the rule's counters in cache keys. Built from the path, the key
-            and the period, never from the limit or the position (IN-4): a rate changed
+            and the period, never from the limit or the position: a rate changed
             at run time keeps counting on the same counters.
     """
 
@@ -147,7 +147,7 @@ class Rule:
 
 
 def compile_rules(raw: list[dict[str, Any]], setting: str = "BALDUR_RATE_LIMIT_RULES") -> tuple[Rule, ...]:
-    """Turn validated rule dicts (``{"path", "rate", "key"}``) into :class:`Rule` objects (IN-4).
+    """Turn validated rule dicts (``{"path", "rate", "key"}``) into :class:`Rule` objects.
 
     Args:
         raw: the parsed value of ``BALDUR_RATE_LIMIT_RULES``.

@@ -1,4 +1,4 @@
-"""Operator models: the table-less Breaker (admin list + force permission) and the audit (OP-6).
+"""Operator models: the table-less Breaker (admin list + force permission) and the audit.
 
 Works on every supported Django (5.2 LTS, 6.0, 6.1)."""
 

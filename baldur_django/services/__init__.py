@@ -1,23 +1,22 @@
-"""Operator use cases, shared by the admin, the management commands and tasks (design habit 10).
+"""Operator use cases, shared by the admin, the management commands and tasks .
 
 Every operator surface is a thin shell over this package: it parses its own input, calls
 one function here and formats the answer. Nothing here knows about HTTP or argparse.
 
 * :func:`force` / :func:`release` -- force a breaker open or closed with a lifetime, or
-  hand it back to automatic judgement (OP-1..OP-4), tagging the audit row with its source.
+  hand it back to automatic judgement, tagging the audit row with its source.
   :func:`known_services` / :func:`check_known` decide which names exist, so a typo
-  creates no ghost breaker (OP-7).
-* :func:`forget` -- remove a breaker from the shared record and registry (OP-7), audited.
+  creates no ghost breaker.
+* :func:`forget` -- remove a breaker from the shared record and registry, audited.
 * :func:`require_migrated` -- every operator command first makes sure ``migrate`` has
-  created the package's tables (OP-7).
-* :func:`status_rows` -- one row per known breaker (OP-6, OP-7); :func:`status_page` one page
-  of them for the admin, read from the store's records without creating breakers (issue 21).
-* :func:`config_report` -- every effective ``BALDUR_*`` value and where it came from (CFG-4).
+  created the package's tables.
+* :func:`status_rows` -- one row per known breaker; :func:`status_page` one page
+  of them for the admin, read from the store's records without creating breakers.
+* :func:`config_report` -- every effective ``BALDUR_*`` value and where it came from.
 * :func:`emergency_status` / :func:`set_emergency_level` / :func:`step_down_emergency` --
-  Emergency Mode's level for the admin and ``baldur_emergency`` (EM-1, EM-3).
+  Emergency Mode's level for the admin and ``baldur_emergency``.
 * :func:`install_audit_listener` -- the bus listener that writes :class:`BreakerAudit`
-  rows for every force and release, and every emergency level change, from any source
-  (OP-6, EM-1).
+  rows for every force and release, and every emergency level change, from any source.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def write_audit_row(row: dict[str, Any]) -> None:
 
 def audit_listener(event: Event) -> None:
     """Bus listener: one :class:`~baldur_django.models.BreakerAudit` row per force, per
-    release that changed something and per emergency level change, from any source (OP-6).
+    release that changed something and per emergency level change, from any source.
 
     The ``source`` and a release's ``reason`` come from :func:`force`/:func:`release`;
     a call of the public API outside them is recorded as ``"api"``. Never raises: a
@@ -126,7 +126,7 @@ audit_listener.wants_rejections = False  # type: ignore[attr-defined]  # forces 
 
 def install_audit_listener() -> None:
     """Subscribe :func:`audit_listener` to the process-wide bus (idempotent). Called from
-    ``BaldurDjangoConfig.ready()``. Implements OP-6."""
+    ``BaldurDjangoConfig.ready()``."""
     bus.subscribe(audit_listener)
 
 

@@ -20,7 +20,7 @@ TASK_SOURCE = "task"
 #: Longest reason accepted with a force or release, in characters.
 MAX_REASON_LENGTH = 1000
 
-#: The first sentence every operator surface says on the memory backend (OP-6, OP-7).
+#: The first sentence every operator surface says on the memory backend.
 MEMORY_NOTICE = (
     "BALDUR_STATE_BACKEND is 'memory': every process keeps its own breakers, so an operator tool "
     "sees and changes only the process it runs in."
@@ -36,7 +36,7 @@ operator_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.Co
 
 
 class UnknownServiceError(BaldurError, LookupError):
-    """No breaker of that name is known here (OP-7).
+    """No breaker of that name is known here.
 
     Attributes:
         service (str): the name asked for.
@@ -54,7 +54,7 @@ class UnknownServiceError(BaldurError, LookupError):
 
 
 class BreakerForcedError(BaldurError):
-    """The breaker is forced, so it cannot be forgotten (OP-7). Release it first.
+    """The breaker is forced, so it cannot be forgotten. Release it first.
 
     Attributes:
         service (str): the breaker's name.
@@ -76,7 +76,7 @@ def utc_text(timestamp: float) -> str:
 
 
 class NotMigratedError(BaldurError):
-    """The package's tables do not exist yet: ``manage.py migrate`` has not run (OP-7).
+    """The package's tables do not exist yet: ``manage.py migrate`` has not run.
 
     Attributes:
         missing (dict[str, list[str]]): database alias -> missing table names.
@@ -103,9 +103,9 @@ def backend_name() -> str:
 
 def is_shared_backend() -> bool:
     """True when breakers live in a store shared by every process (database, Redis, or a
-    store class named by dotted path, ST-6).
+    store class named by dotted path).
 
-    On the memory backend a force reaches only the process that makes it (OP-4, OP-7).
+    On the memory backend a force reaches only the process that makes it.
     """
     return backend_name() != "memory"
 
@@ -116,7 +116,7 @@ def default_ttl_minutes() -> float:
 
 
 def validate_lifetime(ttl_minutes: Any) -> float:
-    """Check a force lifetime (OP-1).
+    """Check a force lifetime.
 
     Args:
         ttl_minutes: minutes, a number > 0 and <= 1440 (fractions allowed); None means
@@ -163,12 +163,12 @@ def check_actor(actor: Any) -> str | None:
 
 # ------------------------------------------------------------------------ migrations
 def missing_tables() -> dict[str, list[str]]:
-    """The package's tables that do not exist, per database alias (OP-7).
+    """The package's tables that do not exist, per database alias.
 
     The tables are those of the audit (:class:`~baldur_django.models.BreakerAudit`) and of
     the database store (shared records and fleet locks), each looked up in the database
     the routers send its writes to. A database that cannot be reached is not reported
-    here: the command's own work then says what went wrong (ST-4).
+    here: the command's own work then says what went wrong.
 
     Returns:
         dict[str, list[str]]: alias -> missing table names; empty when ``migrate`` has run.
@@ -194,7 +194,7 @@ def missing_tables() -> dict[str, list[str]]:
 
 
 def require_migrated() -> None:
-    """Refuse to go on before ``manage.py migrate`` has created the package's tables (OP-7).
+    """Refuse to go on before ``manage.py migrate`` has created the package's tables.
 
     Raises:
         NotMigratedError: some table is missing; the message says to run ``migrate``.

@@ -42,7 +42,7 @@ def _mask_password(url: str) -> str:
 
 
 def config_report() -> list[dict[str, Any]]:
-    """Every ``BALDUR_*`` knob's effective value and where it came from (CFG-4).
+    """Every ``BALDUR_*`` knob's effective value and where it came from.
 
     Returns:
         ``[{"name": str, "value": JSON-able, "source": "setting" | "env" | "default" |

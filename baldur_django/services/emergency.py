@@ -11,7 +11,7 @@ from .common import check_actor, check_reason, check_source, operator_context
 
 
 def emergency_status(strict: bool = False) -> dict[str, Any]:
-    """The Emergency Mode level after a fresh read (EM-1).
+    """The Emergency Mode level after a fresh read.
 
     Args:
         strict: raise when the level cannot be read (commands) instead of returning the
@@ -30,7 +30,7 @@ def emergency_status(strict: bool = False) -> dict[str, Any]:
 def set_emergency_level(
     level: Any, minutes: Any = None, reason: str = "", actor: str | None = None, source: str = "api"
 ) -> dict[str, Any]:
-    """Set the Emergency Mode level, audited with its *source* (EM-1, OP-6).
+    """Set the Emergency Mode level, audited with its *source*.
 
     Args:
         level: 0..3 (an int); 0 clears.
@@ -57,7 +57,7 @@ def set_emergency_level(
 
 
 def step_down_emergency(actor: str | None = None, source: str = "api") -> dict[str, Any]:
-    """Lower the Emergency Mode level by one, audited with its *source* (EM-3, OP-6).
+    """Lower the Emergency Mode level by one, audited with its *source*.
 
     Returns:
         dict: the status after the step, plus ``previous`` (the level before) and

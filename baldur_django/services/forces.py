@@ -40,10 +40,10 @@ def force(
     *,
     allow_new: bool = True,
 ) -> dict[str, Any]:
-    """Force breaker *service* open or closed for a lifetime (OP-1, OP-2, OP-4, OP-7).
+    """Force breaker *service* open or closed for a lifetime.
 
     Every argument is checked before anything is touched: bad input registers no
-    breaker and writes nothing. Forcing a service not seen yet registers it (OP-1),
+    breaker and writes nothing. Forcing a service not seen yet registers it,
     unless *allow_new* is False: then a name that no process or setting knows (see
     :func:`known_services`) is refused, so a typo cannot create a ghost breaker.
 
@@ -64,7 +64,7 @@ def force(
     Raises:
         ConfigError: bad mode, lifetime, reason, actor, source or name; nothing written.
         UnknownServiceError: *allow_new* is False and nobody knows *service*; nothing written.
-        BaldurError: the shared store could not record the force (OP-4), or (*allow_new*
+        BaldurError: the shared store could not record the force, or (*allow_new*
             False) its registry could not be read.
     """
     service = check_service(service)
@@ -96,10 +96,10 @@ def release(
     *,
     allow_unknown: bool = True,
 ) -> bool:
-    """Hand breaker *service* back to automatic judgement (OP-3).
+    """Hand breaker *service* back to automatic judgement.
 
     A forced open goes straight to HALF_OPEN; a forced closed stays CLOSED with its counts.
-    A name that no process or setting knows is never registered by asking (OP-7).
+    A name that no process or setting knows is never registered by asking.
 
     Args:
         service: breaker name.
@@ -116,7 +116,7 @@ def release(
     Raises:
         ConfigError: bad name, actor, reason or source.
         UnknownServiceError: *allow_unknown* is False and nobody knows *service*.
-        BaldurError: the shared store could not record the release (OP-4), or could not
+        BaldurError: the shared store could not record the release, or could not
             tell whether it knows the name.
     """
     service = check_service(service)
@@ -141,7 +141,7 @@ def release(
 
 
 def forget(service: str, actor: str | None = None, source: str = "api", reason: str = "") -> dict[str, Any]:
-    """Remove breaker *service* from the shared record and registry, and from this process (OP-7).
+    """Remove breaker *service* from the shared record and registry, and from this process.
 
     For a name that should never have existed (a typo forced before ``--new`` was
     required) or a service that is gone. Refused while the breaker is forced (a force

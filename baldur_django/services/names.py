@@ -21,7 +21,7 @@ def store_names(strict: bool = False) -> list[str]:
         return []
     try:
         return [name for name in store.names() if isinstance(name, str) and name]
-    except Exception as exc:  # ST-4: show what this process knows rather than fail
+    except Exception as exc:  # show what this process knows rather than fail
         if strict:
             raise StoreError(
                 f"the shared registry of breakers could not be read ({type(exc).__name__}: {exc}); nothing was changed"
@@ -35,7 +35,7 @@ def store_names(strict: bool = False) -> list[str]:
 
 
 def known_services(*, strict: bool = False) -> set[str]:
-    """Every breaker name that a process or a setting knows (OP-7).
+    """Every breaker name that a process or a setting knows.
 
     That is the breakers of this process, the names in the shared store's registry (every
     process registers the breakers it uses there), the keys of ``BALDUR_SERVICES`` and the
@@ -73,7 +73,7 @@ def closest_services(service: str, known: set[str] | None = None) -> list[str]:
 
 
 def check_known(service: str) -> str:
-    """Make sure a process or a setting knows breaker *service* before acting on it (OP-7).
+    """Make sure a process or a setting knows breaker *service* before acting on it.
 
     Args:
         service: the breaker name.
@@ -96,5 +96,5 @@ def check_known(service: str) -> str:
 
 
 def unknown_here(service: str) -> None:
-    """Memory backend: only this process's breakers can be acted on (OP-6, OP-7)."""
+    """Memory backend: only this process's breakers can be acted on."""
     raise UnknownServiceError(service, closest_services(service, set(registry_module.registry.names())))

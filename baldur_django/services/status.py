@@ -18,7 +18,7 @@ _log = logging.getLogger("baldur.audit")
 
 
 def status_rows(service: str | None = None) -> list[dict[str, Any]]:
-    """Rows of the known breakers, sorted by name (OP-6, OP-7).
+    """Rows of the known breakers, sorted by name.
 
     This is the one place that decides which breakers are "known": the breakers of this
     process's registry plus, with a shared store, every name in the store's registry.
@@ -28,7 +28,7 @@ def status_rows(service: str | None = None) -> list[dict[str, Any]]:
     come from :func:`status_rows_for` over every known name, read a batch of
     :data:`STATUS_BATCH` records per store round trip where the store can: a breaker this
     process does not hold is described from its shared record and is *not* created here
-    (issue 21: a fresh worker listing 10,000 breakers no longer builds 10,000 of them).
+    (a fresh worker listing 10,000 breakers no longer builds 10,000 of them).
 
     Args:
         service: only this breaker; None for all.
@@ -72,18 +72,18 @@ STATUS_BATCH = 500
 
 def status_names() -> list[str]:
     """Every known breaker name, sorted: this process's breakers plus the names in the
-    shared store's registry (OP-6, OP-7). Reads the store's name registry only (one
+    shared store's registry. Reads the store's name registry only (one
     round trip on Redis); no record is read and no breaker is created.
 
     Returns:
         list[str]: the names, sorted; this process's names only when the store cannot
-        answer (a warning is logged, ST-4).
+        answer (a warning is logged).
     """
     return sorted(set(registry_module.registry.names()) | set(store_names()))
 
 
 def status_page(offset: int = 0, limit: int = PAGE_SIZE) -> tuple[list[dict[str, Any]], int]:
-    """One page of :func:`status_rows`, for the admin's breaker list (OP-6, issue 21).
+    """One page of :func:`status_rows`, for the admin's breaker list.
 
     The names are sorted as in :func:`status_rows`; only the page's records are read, in
     one bulk store call where the store offers ``inspect_many`` (else one ``inspect`` per
@@ -110,7 +110,7 @@ def status_page(offset: int = 0, limit: int = PAGE_SIZE) -> tuple[list[dict[str,
 
 
 def status_rows_for(names: list[str]) -> list[dict[str, Any]]:
-    """The rows of breakers *names*, in that order, without creating any breaker (OP-6).
+    """The rows of breakers *names*, in that order, without creating any breaker.
 
     A breaker this process holds gives its :meth:`CircuitBreaker.snapshot`
     (``from_record`` False). Every other name is read from the shared store, all of them in
@@ -127,7 +127,7 @@ def status_rows_for(names: list[str]) -> list[dict[str, Any]]:
     Returns:
         list[dict]: one row per name. When the store cannot answer, a name this process
         does not hold gets the row of a fresh CLOSED record with ``store_available`` False
-        (what a breaker created now would judge locally, ST-4) and a warning is logged.
+        (what a breaker created now would judge locally) and a warning is logged.
 
     Raises:
         ConfigError: a ``BALDUR_SERVICES`` entry is invalid.
@@ -169,7 +169,7 @@ def _inspect_many(store: Any, names: list[str]) -> list[Answer | None]:
             answers = list(many(names, frozen=frozen))
         else:
             answers = [store.inspect(name, frozen=frozen) for name in names]
-    except Exception as exc:  # ST-4: show what can be shown rather than fail
+    except Exception as exc:  # show what can be shown rather than fail
         _log.warning(
             "baldur.status_store_unavailable: the shared records of %d breaker(s) could not be read (%s); "
             "showing them as a fresh breaker would judge them locally",
@@ -178,7 +178,7 @@ def _inspect_many(store: Any, names: list[str]) -> list[Answer | None]:
         )
         return [None] * len(names)
     for name, answer in zip(names, answers, strict=True):
-        if answer is not None and answer.lapsed is not None:  # this read lapsed it: announce (CB-14)
+        if answer is not None and answer.lapsed is not None:  # this read lapsed it: announce
             bus.publish(
                 ForceLapsed(
                     name, answer.now, previous=answer.lapsed, from_state=answer.lapsed, to_state=answer.record.state
@@ -229,11 +229,11 @@ ROW_CONFIG_KEYS = (
 
 def record_row(name: str, answer: Answer | None, config: dict[str, Any], backend: str) -> dict[str, Any]:
     """The status row of breaker *name* built from its shared record, for a breaker this
-    process does not hold (OP-6; issue 21).
+    process does not hold.
 
     The keys are those of :meth:`CircuitBreaker.snapshot`. What the shared record holds is
     exact: ``state``, ``opened_at``, ``open_until``, ``open_duration`` (the backed-off
-    length of the current or last open, CB-16), ``consecutive_opens``, the force fields,
+    length of the current or last open), ``consecutive_opens``, the force fields,
     ``half_open_trials`` (live trial leases of the whole fleet) and ``half_open_successes``,
     ``last_trigger`` (the trigger of the record's last open) and ``shared_version``.
     What a record does not hold, because it is each process's own, reads as zero:

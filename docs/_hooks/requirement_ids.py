@@ -1,31 +1,29 @@
-"""MkDocs hook: every behaviour id the site shows (``CB-12``, ``EM-7``) links to its line
-on the Behaviour reference page, and an id that page does not define fails the strict build.
+"""MkDocs hook: behaviour ids (``CB-12``, ``EM-7``) appear on the Behaviour reference page
+only, and no page names an issue number; either fails the strict build.
 
-The ids come from the docstrings (through the API reference) and the guides. After each
-page is rendered, every id in its text (outside links, headings and code blocks) becomes a
-link to ``behaviour-reference.md#cb-12``; so do the docstrings' "section 0" (the public
-names, on the same page) and "section 10" (the settings page). The defined ids are the
-``- <a id="cb-12"></a>**CB-12** ...`` lines of that page (:func:`defined`), which the docs
-tests read too; each link's tooltip is the id's one-line definition.
+The ids are the test suite's short names for the package's promises. The Behaviour
+reference (``behaviour-reference.md``) is the one page that maps them to behaviour, each
+defined on a ``- <a id="cb-12"></a>**CB-12** ...`` line (:func:`defined`, which the docs
+tests read too). Every other page -- the guides, the settings page, the changelog and the
+API reference generated from the docstrings -- explains behaviour in words, so after each
+page is rendered this hook warns about any id in its text, and about an "issue 21" on any
+page: a reader cannot resolve either.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from html import escape
 from pathlib import Path
 from typing import Any
 
-from mkdocs.utils import get_relative_url
-
-#: A behaviour id as the docs and docstrings write it.
+#: A behaviour id as the tests write it.
 ID = re.compile(r"\b(CFG|CB|FAC|RL|IN|OP|ST|EM|HC|Q)-(\d+)\b")
-#: "section 0" / "section 10" of the contract the docstrings sometimes name.
-SECTION = re.compile(r"\bsection (0|10)\b")
+#: A reference to an issue of the project's tracker, which the site's reader cannot open.
+ISSUE = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
 PAGE = "behaviour-reference.md"
 DEFINITION = re.compile(r'^- <a id="((?:cfg|cb|fac|rl|in|op|st|em|hc|q)-\d+)"></a>\*\*[A-Z]+-\d+\*\* (.+)$')
-SKIP = {"a", "pre", "script", "style", "h1", "h2", "h3", "h4", "h5", "h6", "textarea"}
+#: Markup and comments: what remains between them is the text a reader sees.
 TOKEN = re.compile(r"(<!--.*?-->|<[^>]+>)", re.S)
 
 log = logging.getLogger("mkdocs.hooks.requirement_ids")
@@ -42,60 +40,32 @@ def defined(page: Path) -> dict[str, str]:
     return found
 
 
-def link(html: str, targets: dict[str, str], known: dict[str, str], where: str) -> str:
-    """*html* with each id and contract section in its text turned into a link: ids to
-    ``targets["ids"]`` (with the definition as the tooltip), "section 0" to
-    ``targets["section 0"]``, "section 10" to ``targets["section 10"]``; warns about ids
-    that *known* lacks."""
-    out = []
-    skipping: list[str] = []
-    for part in TOKEN.split(html):
-        if part.startswith("<"):
-            match = re.match(r"<(/?)([a-zA-Z0-9]+)", part)
-            if match:
-                closing, tag = match.group(1), match.group(2).lower()
-                if tag in SKIP and not part.endswith("/>"):
-                    if closing:
-                        if tag in skipping:
-                            del skipping[len(skipping) - 1 - skipping[::-1].index(tag)]
-                    else:
-                        skipping.append(tag)
-            out.append(part)
-            continue
-        if skipping:
-            out.append(part)
-            continue
-
-        def to_id(match: re.Match[str]) -> str:
-            name = match.group(0)
-            if name not in known:
-                log.warning("%s: names %s, which the Behaviour reference (%s) does not define", where, name, PAGE)
-                return name
-            tip = escape(f"{name}: {known[name]}", quote=True)
-            return f'<a class="behaviour-id" href="{targets["ids"]}#{name.lower()}" title="{tip}">{name}</a>'
-
-        def to_section(match: re.Match[str]) -> str:
-            return f'<a href="{targets[match.group(0)]}">{match.group(0)}</a>'
-
-        out.append(SECTION.sub(to_section, ID.sub(to_id, part)))
-    return "".join(out)
+def shown(html: str) -> str:
+    """The text of *html* a reader sees (tags and comments removed, code included)."""
+    return "".join(part for part in TOKEN.split(html) if not part.startswith("<"))
 
 
 def on_page_content(html: str, page: Any, config: Any, files: Any, **kwargs: Any) -> str:
-    """Link the ids of one rendered page to the Behaviour reference."""
-    reference = files.get_file_from_path(PAGE)
+    """Warn when a page other than the Behaviour reference shows an id, or any page an issue number."""
     where = page.file.src_uri
-    if reference is None:
-        if ID.search(html):
-            log.warning("%s: shows behaviour ids but the site has no %s to define them", where, PAGE)
-        return html
-    if where == PAGE:
-        return html
-    base = get_relative_url(reference.url, page.url)
-    settings = files.get_file_from_path("settings.md")
-    targets = {
-        "ids": base,
-        "section 0": f"{base}#public-names",
-        "section 10": get_relative_url(settings.url, page.url) if settings is not None else base,
-    }
-    return link(html, targets, defined(Path(reference.abs_src_path)), where)
+    text = shown(html)
+    if where != PAGE:
+        ids = sorted(
+            {match.group(0) for match in ID.finditer(text)},
+            key=lambda name: (name.split("-")[0], int(name.split("-")[1])),
+        )
+        if ids:
+            log.warning(
+                "%s: names %s; behaviour ids belong on the Behaviour reference (%s) only: say what the rule does instead",
+                where,
+                ", ".join(ids),
+                PAGE,
+            )
+    issues = sorted({match.group(0) for match in ISSUE.finditer(text)})
+    if issues:
+        log.warning(
+            "%s: names %s, which a reader of the site cannot look up: describe the change instead",
+            where,
+            ", ".join(issues),
+        )
+    return html

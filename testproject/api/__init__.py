@@ -1,1 +1,1 @@
-"""The test project's small JSON API: the inbound side of baldur_django at work (IN-1..IN-5)."""
+"""The test project's small JSON API: the inbound side of baldur_django at work."""

@@ -5,14 +5,14 @@ by ``CircuitBreakerMiddleware`` (``BALDUR_DOMAIN_MAPPING = {"/api/": "api"}``):
 
 ``GET /api/quote/``
     A DRF view throttled by :class:`QuoteThrottle` (5 per minute per client). Its 429s are
-    the app's own refusals: the throttle marks them and the breaker never counts them (IN-5).
+    the app's own refusals: the throttle marks them and the breaker never counts them.
 ``GET /api/payments-health/``
     Relays the payments service's ``/health`` answer: its status, and ``Retry-After`` when
     there is one; 502 when the service cannot be reached. A 429 or 5xx relayed from
-    upstream counts against the ``api`` breaker (IN-1, IN-2).
+    upstream counts against the ``api`` breaker.
 ``GET /api/limited/``
     Limited by ``RateLimitMiddleware`` (``BALDUR_RATE_LIMIT_RULES``: 5 per minute per IP).
-    The limiter's 429s carry ``X-RateLimit-*`` headers and never count (IN-3, IN-4).
+    The limiter's 429s carry ``X-RateLimit-*`` headers and never count.
 ``GET /api/breaker/``
     The ``api`` breaker's snapshot, to watch the above.
 """
@@ -34,7 +34,7 @@ from baldur_django.middleware import domain_for
 
 
 class QuoteThrottle(BaldurAnonRateThrottle):
-    """Five quotes per minute per client; refusals are marked for the breaker (IN-5)."""
+    """Five quotes per minute per client; refusals are marked for the breaker."""
 
     rate = "5/min"
 

@@ -17,7 +17,7 @@ class ShopConfig(AppConfig):
         from . import breaker_log
 
         breaker_log.connect()
-        # Prometheus metrics (EM-7), served at /metrics (urls.py). Installed here, when every
+        # Prometheus metrics, served at /metrics (urls.py). Installed here, when every
         # process starts, rather than on the first scrape: under a multi-process server
         # (PROMETHEUS_MULTIPROC_DIR set) each worker must write its counts from its start.
         prometheus.install()

@@ -9,7 +9,7 @@ session, with no breaker, for comparison.
 
 Both take the :class:`~testproject.shop.models.Order` and a fresh :class:`ChargeAttempt`,
 which records whether the request reached the service; the fallback receives the
-same arguments (FAC-4), so it can tell a fast rejection from a failed call.
+same arguments, so it can tell a fast rejection from a failed call.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .models import Order
 SERVICE = "payments"
 
 #: Every payments call of :func:`charge` goes through the ``payments`` breaker, inside the
-#: HTTP client (HC-1): refused while OPEN without a connection, 5xx and timeouts counted.
+#: HTTP client: refused while OPEN without a connection, 5xx and timeouts counted.
 protected_session = requests.Session()
 protected_session.mount("http://", BreakerAdapter(SERVICE))
 protected_session.mount("https://", BreakerAdapter(SERVICE))

@@ -5,7 +5,7 @@
 with no service name: the adapter keeps one breaker per host, named after it
 (``"127.0.0.1:8766"``), so a carrier that fails trips its own breaker only. Once that
 breaker is OPEN the adapter refuses before any connection to that host is made, while
-the other carrier's breaker stays CLOSED and its quotes keep coming (HC-1). The breakers
+the other carrier's breaker stays CLOSED and its quotes keep coming. The breakers
 use the package's defaults (5 failures in a row open one; 60 s before a trial call).
 """
 

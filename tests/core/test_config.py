@@ -936,3 +936,10 @@ def test_cb16_recovery_cap_below_timeout_registers_nothing():
     with pytest.raises(ConfigError, match="recovery_timeout_max=5"):
         baldur.circuit_breaker("cap-below", recovery_timeout=20, recovery_timeout_max=5)
     assert registry.get("cap-below", create=False) is None
+
+
+def test_cfg3_every_knob_has_a_check_id_of_its_own():
+    """CFG-3: a check id names one setting, so a SILENCED_SYSTEM_CHECKS entry or a log search
+    never covers two (two branches once gave their new settings the same ids)."""
+    ids = [knob.check_id for knob in KNOBS.values()]
+    assert len(ids) == len(set(ids)), sorted(i for i in set(ids) if ids.count(i) > 1)

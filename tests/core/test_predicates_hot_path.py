@@ -1,7 +1,7 @@
 """CB-18: predicates cost nothing on a call that returns normally unless result_predicate is set.
 
 Proven on the code, never with a timer (speed is measured in ``./dev bench``, see
-docs/performance.md "Predicates (CB-18)"):
+docs/performance.md, "Call overhead", and docs/performance-history.md, "Predicates"):
 
 1. ``sys.setprofile`` records every function entered (Python and C) by one steady CLOSED
    success through each call style. With ``ignore_exceptions`` callables and a

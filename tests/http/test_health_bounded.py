@@ -278,13 +278,13 @@ def test_hc5_a_failing_store_answers_from_local_knowledge(settings, clock):
     assert (verdict.status, verdict.store, verdict.breakers) == ("ok", reading.FAILED, {"payments": "closed"})
 
 
-def test_hc5_silent_redis_does_not_hold_the_view(settings, silent_redis, monkeypatch):
+def test_hc5_silent_redis_does_not_hold_the_view(settings, hung_redis, monkeypatch):
     """HC-5 amended, with a real socket that accepts and never answers (a SIGSTOPped Redis)
     and a 5 s socket timeout: the view answers, says the store did not answer, and judges
     from what the process knows."""
     from baldur_django.core.registry import registry
 
-    registry.set_store(RedisStore(connect(f"redis://127.0.0.1:{silent_redis}/0", socket_timeout=5)))
+    registry.set_store(RedisStore(connect(hung_redis.url(), socket_timeout=5)))
     settings.BALDUR_HEALTH_CRITICAL_SERVICES = ["payments"]
     monkeypatch.setattr(reading, "READ_TIMEOUT_SECONDS", SHORT)
     status, body = call()

@@ -26,5 +26,6 @@ def test_em7_metrics_bench_runs_every_mode():
         for key in ("closed_circuit_breaker", "closed_protected", "open_circuit_breaker"):
             assert math.isfinite(row[key]), (row["mode"], key)
     assert "scrape_ms" not in results[0] and "scrape_ms" in results[1] and "flush_ms" in results[2]
+    assert "collect_ms" in results[3] and "scrape_ms" not in results[3]
     text = format_results(results, tiny)
     assert all(mode in text for mode in MODES)

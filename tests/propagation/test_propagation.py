@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -230,7 +231,7 @@ def test_em6_peer_decisions_reach_other_processes_once_with_trigger_propagated(t
         (origin_a, "closed", "half_open_success"),
     ]
     for peer in (b, c):
-        shown = peer.send("show", service=name)
+        shown = shown_once(peer, name, lambda shown: len(shown["transitions"]) >= 2)
         assert shown["transitions"] == [
             ["state_changed", "closed", "open", "propagated"],
             ["state_changed", "open", "closed", "propagated"],
@@ -240,6 +241,20 @@ def test_em6_peer_decisions_reach_other_processes_once_with_trigger_propagated(t
         "recovery_timeout",
         "half_open_success",
     ]
+
+
+def shown_once(peer, name, ready, timeout=10.0):
+    """The peer's ``show`` answer once *ready(answer)* holds, or the last one at the deadline.
+
+    A peer's state is visible before the event of that transition reaches its listener (events
+    are published after the breaker's lock is let go), so a test that reads the transitions
+    right after ``wait`` may find the last one missing."""
+    deadline = time.monotonic() + timeout
+    shown = peer.send("show", service=name)
+    while not ready(shown) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling another process's listener, with a deadline
+        shown = peer.send("show", service=name)
+    return shown
 
 
 @pytest.mark.redis
@@ -255,9 +270,10 @@ def test_em6_peer_closed_is_applied_over_a_local_forced_open(trio):
     assert a.send("wait", service=name, state="open")["state"] == "open"  # B's force reached A as OPEN
     assert a.send("recover", service=name)["state"] == "closed"
     assert b.send("wait", service=name, state="closed")["state"] == "closed"
-    shown = b.send("show", service=name)
+    expected = ["state_changed", "open", "closed", "propagated"]
+    shown = shown_once(b, name, lambda shown: shown["transitions"][-1:] == [expected])
     assert shown["forced"] is None and shown["last_trigger"] == "propagated"
-    assert shown["transitions"][-1] == ["state_changed", "open", "closed", "propagated"]
+    assert shown["transitions"][-1] == expected
     assert b.send("stats")["lifted"] >= 1
 
 
@@ -274,7 +290,7 @@ def test_em6_peer_open_meets_a_local_forced_closed_like_a_trip(trio):
     b.send("force_close", service=name)
     assert a.send("trip", service=name)["state"] == "open"
     wait_for(lambda: b.send("stats")["blocked"] > blocked_before, 10, "B to refuse A's OPEN")
-    shown = b.send("show", service=name)
+    shown = shown_once(b, name, lambda shown: ["trip_blocked", "", "", "propagated"] in shown["transitions"])
     assert shown["state"] == "closed" and shown["forced"] == "closed"
     assert ["trip_blocked", "", "", "propagated"] in shown["transitions"]
 
@@ -295,7 +311,8 @@ def test_em6_level3_still_applies_a_peers_decision(trio):
         assert c.send("wait", service=name, state="open")["state"] == "open"
         assert a.send("recover", service=name)["state"] == "closed"
         assert c.send("wait", service=name, state="closed")["state"] == "closed"
-        assert [t[3] for t in c.send("show", service=name)["transitions"]] == ["propagated", "propagated"]
+        transitions = shown_once(c, name, lambda shown: len(shown["transitions"]) >= 2)["transitions"]
+        assert [t[3] for t in transitions] == ["propagated", "propagated"]
     finally:
         c.send("level", level=0)
 

@@ -1,4 +1,4 @@
-"""A readiness endpoint and a django-health-check backend built on the breakers (HC-5).
+"""A readiness endpoint and a django-health-check backend built on the breakers.
 
 Add ``"baldur_django.contrib.health"`` to ``INSTALLED_APPS`` and route the view::
 
@@ -59,7 +59,7 @@ OK, DEGRADED, DOWN = "ok", "degraded", "down"
 
 @dataclasses.dataclass(frozen=True)
 class Judgement:
-    """What the breakers say about this instance (HC-5).
+    """What the breakers say about this instance.
 
     Attributes:
         status (str): ``"ok"``, ``"degraded"`` or ``"down"``.
@@ -88,7 +88,7 @@ class Judgement:
 
 
 def judge(critical: list[str] | tuple[str, ...] | None = None, *, timeout: float | None = None) -> Judgement:
-    """Judge this instance from its breakers and the Emergency level (HC-5).
+    """Judge this instance from its breakers and the Emergency level.
 
     Reads the level and the critical breakers' shared records once, in a worker thread, and
     waits for that read at most *timeout* seconds (see :mod:`.reading`); every other breaker
@@ -151,7 +151,7 @@ def _may_see_details(request: HttpRequest) -> bool:
 @require_safe
 def health_view(request: HttpRequest) -> JsonResponse:
     """The readiness document: ``{"status", "emergency_level"}`` plus, for staff or when
-    ``BALDUR_HEALTH_DETAILS`` is on, ``"breakers"`` and ``"critical"`` (HC-5).
+    ``BALDUR_HEALTH_DETAILS`` is on, ``"breakers"`` and ``"critical"``.
 
     Args:
         request: a GET or HEAD request (others get 405).
@@ -205,7 +205,7 @@ if _Base is not None:
 
     @dataclasses.dataclass
     class BreakerHealthCheck(_Base):  # type: ignore[misc,valid-type]  # an untyped base class
-        """A django-health-check check that reports :func:`judge`'s verdict (HC-5).
+        """A django-health-check check that reports :func:`judge`'s verdict.
 
         ``"down"`` raises ``ServiceUnavailable`` (the page answers 500, as for any failing
         check); ``"degraded"`` passes unless *warn_when_degraded*, then it raises

@@ -1,4 +1,4 @@
-"""The ``baldur_django.contrib.health`` app: registers :class:`BreakerHealthCheck` (HC-5)."""
+"""The ``baldur_django.contrib.health`` app: registers :class:`BreakerHealthCheck`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class BaldurHealthConfig(AppConfig):
     verbose_name = "Baldur health endpoint"
 
     def ready(self) -> None:
-        """Register the check (HC-5); nothing happens without django-health-check."""
+        """Register the check; nothing happens without django-health-check."""
         try:
             views: Any = importlib.import_module("health_check.views")  # untyped package
         except ImportError:  # pragma: no cover - the [health] extra is not installed

@@ -1,7 +1,7 @@
 """Emergency Mode: the fleet-wide level 0-3, where it is kept, and each process's cache of it.
 
 Level 0 is normal operation; levels 1 and 2 are recorded, shown and stepped through; at
-level 3 every breaker's automatic decisions are frozen (EM-2, woven into the breaker).
+level 3 every breaker's automatic decisions are frozen (woven into the breaker).
 A level carries an expiry (Unix wall-clock seconds in the stored record) and reads 0
 once it has passed.
 
@@ -35,7 +35,7 @@ published on the event bus as :class:`~baldur_django.core.events.EmergencyLevelC
 and logged on logger ``baldur.emergency`` (``emergency.level_set``,
 ``emergency.stepped_down``, ``emergency.auto_activated``).
 
-:func:`record_check` is the auto-activation rule (EM-4); it keeps "the previous check" in
+:func:`record_check` is the auto-activation rule; it keeps "the previous check" in
 the same shared record, so two beat schedulers or a restarted worker neither double nor
 lose a check. The fleet job that counts the breakers and calls it is
 :func:`baldur_django.core.maintenance.emergency_check`.
@@ -62,8 +62,6 @@ The package has four parts, each a module of its own:
   (:func:`~baldur_django.core.emergency.activation.decide`).
 
 Everything is importable from here, as before the split.
-
-Implements EM-1, EM-4 (rule), the level side of EM-3.
 """
 
 from __future__ import annotations
@@ -144,7 +142,7 @@ mode = EmergencyMode()
 
 
 def current_level() -> int:
-    """The emergency level in force, through the process cache (EM-1).
+    """The emergency level in force, through the process cache.
 
     No I/O while the cache is fresh; an expired level reads 0. Never raises: a failed read
     keeps the last level (0 in a process that never read one) and logs
@@ -157,7 +155,7 @@ def current_level() -> int:
 
 
 def frozen() -> bool:
-    """True while Level 3 is in force (EM-2's freeze), through the process cache. Never raises.
+    """True while Level 3 is in force (the freeze of every automatic decision), through the process cache. Never raises.
 
     Returns:
         bool.
@@ -177,7 +175,7 @@ def refresh() -> int:
 def set_level(
     level: int, minutes: float | None = None, reason: str = "", actor: str | None = None, source: str = "manual"
 ) -> LevelState:
-    """Set the emergency level (EM-1).
+    """Set the emergency level.
 
     Args:
         level: 0..3 (an ``int``; booleans are refused); 0 clears.
@@ -198,7 +196,7 @@ def set_level(
 
 
 def step_down(actor: str | None = None) -> int:
-    """Lower the level in force by one, keeping its expiry; 0 stays 0 (EM-3).
+    """Lower the level in force by one, keeping its expiry; 0 stays 0.
 
     Args:
         actor: who stepped it down; None when unknown.
@@ -218,7 +216,7 @@ def status(strict: bool = False) -> dict[str, Any]:
 
 
 def record_check(registered: int, open_count: int) -> dict[str, Any]:
-    """One EM-4 judgement (see :meth:`EmergencyMode.record_check`)."""
+    """One auto-activation judgement (see :meth:`EmergencyMode.record_check`)."""
     return mode.record_check(registered, open_count)
 
 

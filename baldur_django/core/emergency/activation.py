@@ -1,4 +1,4 @@
-"""The auto-activation rule (EM-4) as a pure function.
+"""The auto-activation rule as a pure function.
 
 :func:`decide` takes the shared record (which remembers the previous check), the fleet's
 counts, the settings and the wall time, and returns a :class:`Decision`: the record to
@@ -6,8 +6,6 @@ write (or None) and what to report. It reads no clock, no settings and no backen
 process cache (:meth:`~baldur_django.core.emergency.EmergencyMode.record_check`) does that
 I/O around it, and :func:`baldur_django.core.maintenance.emergency_check` counts the
 breakers.
-
-Implements EM-4 (the rule).
 """
 
 from __future__ import annotations
@@ -94,7 +92,7 @@ def reason_text(registered: int, open_count: int) -> str:
 
 
 def decide(current: LevelState, registered: int, open_count: int, settings: ActivationSettings, now: float) -> Decision:
-    """One EM-4 judgement of the fleet's counts against the shared record.
+    """One auto-activation judgement of the fleet's counts against the shared record.
 
     A check closer than 3/4 of ``settings.interval`` to the last counted one is a duplicate
     (a second beat scheduler) and writes nothing; one more than 2.5 intervals after it (or

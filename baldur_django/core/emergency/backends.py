@@ -10,8 +10,6 @@ read-modify-write :meth:`LevelBackend.update`. The rules of what a change writes
 * :class:`RedisLevelBackend` (``"redis"``): one hash-tagged key, changed by a compare-and-set
   script and tried again when another writer got there first.
 * :class:`MemoryLevelBackend`: tests and single-process tools (not a setting).
-
-Implements EM-1 (the backends).
 """
 
 from __future__ import annotations
@@ -117,7 +115,7 @@ class MemoryLevelBackend:
 
 
 class FileLevelBackend:
-    """The level in a JSON file on this host, replaced atomically (EM-1).
+    """The level in a JSON file on this host, replaced atomically.
 
     Args:
         path: the state file (``BALDUR_EMERGENCY_STATE_FILE``). Its directory must exist.
@@ -213,7 +211,7 @@ _CAS_ATTEMPTS = 20
 
 
 class RedisLevelBackend:
-    """The level in Redis key ``<prefix>:{emergency}:level`` (EM-1).
+    """The level in Redis key ``<prefix>:{emergency}:level``.
 
     A change reads the key, computes the new state and stores it with a compare-and-set
     script (one key, so the same on a Redis Cluster); when another writer got there

@@ -7,8 +7,6 @@ its own schedule, and performs the writes: it validates, asks the backend for an
 change built by :mod:`.record` or :mod:`.activation`, updates its own cache at once, logs on
 logger ``baldur.emergency`` and publishes
 :class:`~baldur_django.core.events.EmergencyLevelChanged`.
-
-Implements EM-1 (cache, failed reads, expiry), EM-3 (step down), EM-4 (the check's I/O).
 """
 
 from __future__ import annotations
@@ -123,7 +121,7 @@ class EmergencyMode:
             return fallback
 
     def current_level(self) -> int:
-        """The level in force, through the cache; never raises (EM-1)."""
+        """The level in force, through the cache; never raises."""
         now = self.clock.monotonic()
         if now < self._fresh_until:
             if now < self._expires_mono:
@@ -136,7 +134,7 @@ class EmergencyMode:
             return self._level
 
     def frozen(self) -> bool:
-        """True while level 3 is in force (the EM-2 freeze); never raises."""
+        """True while level 3 is in force (automatic decisions frozen); never raises."""
         return self.current_level() >= FREEZE_LEVEL
 
     def recent_level(self, max_age: float) -> int:
@@ -245,7 +243,7 @@ class EmergencyMode:
         )
 
     def status(self, strict: bool = False) -> dict[str, Any]:
-        """The level after a fresh read, for operators (section 0's ``status()``).
+        """The level after a fresh read, for operators (what the public ``emergency.status()`` returns).
 
         Returns:
             ``level`` (effective), ``expires_at`` (Unix s or None), ``reason``, ``actor``,
@@ -389,7 +387,7 @@ class EmergencyMode:
 
     # ------------------------------------------------------------ auto-activation
     def record_check(self, registered: int, open_count: int) -> dict[str, Any]:
-        """One EM-4 judgement of the fleet's counts, kept in the shared record.
+        """One auto-activation judgement of the fleet's counts, kept in the shared record.
 
         Reads the settings and the wall clock, applies the pure rule
         :func:`~baldur_django.core.emergency.activation.decide` inside the backend's atomic

@@ -3,8 +3,6 @@
 Pure values and functions, no I/O and no clock: times are passed in (Unix wall-clock
 seconds). The backends store the text :func:`encode` gives and read it back with
 :func:`decode`; the process cache keeps the decoded :class:`LevelState`.
-
-Implements EM-1 (the level, its expiry and the record's validation).
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ from typing import Any
 
 from ..config import settings as _settings
 from ..errors import BaldurError, ConfigError
+from ..knobs import MAX_LIFETIME_MINUTES
 
 __all__ = [
     "LEVELS",
@@ -37,13 +36,12 @@ __all__ = [
 
 #: The valid levels; 0 is normal operation.
 LEVELS = (0, 1, 2, 3)
-#: The level that freezes every breaker's automatic decisions (EM-2).
+#: The level that freezes every breaker's automatic decisions.
 FREEZE_LEVEL = 3
-#: Who may have written a level: an operator or the auto-activation (EM-4).
+#: Who may have written a level: an operator or the auto-activation.
 SOURCES = ("manual", "auto")
 #: The actor recorded on a level the auto-activation declared.
 AUTO_ACTOR = "auto-activation"
-_MAX_MINUTES = 1440.0
 _MAX_REASON = 1000
 _MAX_ACTOR = 150
 
@@ -90,10 +88,14 @@ def validate_minutes(minutes: Any, default: float | None = None) -> float:
     if minutes is None:
         minutes = default if default is not None else _settings.get("BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES")
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)):
-        raise ConfigError(f"minutes={minutes!r}: expected a number of minutes (more than 0, at most 1440)")
+        raise ConfigError(
+            f"minutes={minutes!r}: expected a number of minutes (more than 0, at most {MAX_LIFETIME_MINUTES})"
+        )
     value = float(minutes)
-    if not math.isfinite(value) or value <= 0 or value > _MAX_MINUTES:
-        raise ConfigError(f"minutes={minutes!r}: the lifetime must be more than 0 and at most 1440 minutes")
+    if not math.isfinite(value) or value <= 0 or value > MAX_LIFETIME_MINUTES:
+        raise ConfigError(
+            f"minutes={minutes!r}: the lifetime must be more than 0 and at most {MAX_LIFETIME_MINUTES} minutes"
+        )
     return value
 
 
@@ -149,9 +151,9 @@ class LevelState:
         source: ``"manual"`` or ``"auto"``.
         set_at: when it was written.
         freeze_ended_at: when the last level-3 freeze ended by a step down or a new level
-            (an expiry is read from ``expires_at``); the start of EM-4's stabilization.
+            (an expiry is read from ``expires_at``); the start of the auto-activation's stabilization period.
         check_at / check_streak: the last counted auto-activation check and how many
-            consecutive checks found the fleet over the threshold (EM-4).
+            consecutive checks found the fleet over the threshold.
     """
 
     level: int = 0
@@ -219,7 +221,7 @@ def with_level(
 
 
 def one_lower(current: LevelState, *, actor: str | None, now: float) -> LevelState | None:
-    """The record after a step down at wall time *now* (EM-3).
+    """The record after a step down at wall time *now*.
 
     Args:
         current: the stored record.

@@ -9,13 +9,11 @@ the store's own clock:
   forced closed to CLOSED) and the answer says ``lapsed`` so exactly one caller
   publishes ``force_lapsed``;
 * probe leases past their expiry are dropped, so a worker that died mid-probe gives
-  its slot back (ST-2).
+  its slot back.
 
 Every answer carries the record after the operation and the store's clock reading
 ``now`` (Unix seconds), so a worker converts shared deadlines into its own monotonic
-clock without trusting its wall clock (hosts with skewed clocks agree, ST-2).
-
-Implements ST-2, OP-4 (atomic refusal of a trip that meets a force), CB-12 (keys).
+clock without trusting its wall clock (hosts with skewed clocks agree).
 """
 
 from __future__ import annotations
@@ -48,14 +46,14 @@ __all__ = [
 ]
 
 TRIPPED = "tripped"  # the trip was written
-BLOCKED = "blocked"  # a force refused it (OP-4): adopt the record, log trip_blocked
+BLOCKED = "blocked"  # a force refused it: adopt the record, log trip_blocked
 ALREADY = "already"  # the record was not CLOSED any more (a peer decided): adopt silently
 
 
 class StoreUnavailable(Exception):
     """The store did not answer (connection, timeout, read-only, database error...).
 
-    Raised by store implementations; the breaker turns it into local judgement (ST-4).
+    Raised by store implementations; the breaker turns it into local judgement.
     Never reaches a protected call's caller.
     """
 
@@ -76,7 +74,7 @@ class Record:
     probes: dict[str, float] = field(default_factory=dict)  # token -> lease expiry
     successes: int = 0
     updated_at: float | None = None
-    opens: int = 0  # consecutive automatic opens since the last close (CB-16), capped
+    opens: int = 0  # consecutive automatic opens since the last close, capped
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,44 +101,109 @@ class Answer:
     moved: bool = False
 
 
-_FIELDS = set(Record.__dataclass_fields__)
-
-
 def encode(record: Record) -> str:
-    """JSON text of *record* (never pickle, ST-2)."""
+    """JSON text of *record* (never pickle)."""
     return json.dumps(record.to_dict(), separators=(",", ":"), sort_keys=True)
 
 
 def decode(raw: Any) -> Record:
-    """A :class:`Record` from JSON text/bytes/dict; missing or corrupt input reads as a fresh CLOSED record."""
+    """A :class:`Record` from JSON text/bytes or a dict; never raises.
+
+    A missing record, or one that is corrupt, reads as a fresh CLOSED record (version 0).
+    Corrupt means: not JSON, not an object, no ``state`` or ``version``, or a field of the
+    wrong type or with an impossible value: a state other than ``closed``/``open``/
+    ``half_open``; a ``version``, ``successes`` or ``opens`` that is not a whole number from
+    0 to 2**53 - 1 (``3.0`` reads as 3; ``true`` is not a number); a time that is not a
+    number; ``trigger``, ``force_reason`` or ``force_actor`` that is not text; ``forced``
+    other than ``open``/``closed``; ``probes`` that is not an object of token -> lease
+    time. A field that is absent or null takes its default (an older release's record);
+    an empty JSON array of probes counts as none (the Lua decoder cannot tell it from
+    ``{}``); unknown fields are ignored. The Redis store's Lua (``_record.lua``) applies
+    the same rule.
+    """
     if raw is None:
         return Record()
     try:
-        data = json.loads(raw) if isinstance(raw, (str, bytes, bytearray)) else dict(raw)
-        if not isinstance(data, dict) or not isinstance(data.get("version"), int) or "state" not in data:
-            return Record()
-        record = Record(**{k: v for k, v in data.items() if k in _FIELDS})
-        if record.state not in ("closed", "open", "half_open") or not isinstance(record.version, int):
-            return Record()
-        if not isinstance(record.probes, dict):
-            record.probes = {}
-        record.opens = _opens(record.opens)
-        return record
-    except (TypeError, ValueError):
+        data = json.loads(raw) if isinstance(raw, (str, bytes, bytearray)) else raw
+    except (ValueError, RecursionError):  # not JSON (a UnicodeDecodeError is a ValueError)
         return Record()
+    if not isinstance(data, dict):
+        return Record()
+    fields: dict[str, Any] = {}
+    for name, check in _CHECKS.items():
+        value = data.get(name)
+        if value is None:
+            if name in _REQUIRED:
+                return Record()
+            continue  # absent or null: the default
+        value = check(value)
+        if value is _CORRUPT:
+            return Record()
+        fields[name] = value
+    return Record(**fields)
 
 
-def _opens(value: Any) -> int:
-    """A stored count of consecutive opens as an int; anything but a whole number >= 0 reads as 0."""
-    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    return int(value) if whole and not isinstance(value, bool) and value >= 0 else 0
+_CORRUPT: Any = object()  # what a field check returns for a value of the wrong type or an impossible one
+_REQUIRED = ("state", "version")
+_MAX_COUNT = 2**53 - 1  # the largest whole number a double (the Lua's only number) holds exactly
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> Any:
+    """A version or count: a whole number from 0 to 2**53 - 1, as an int."""
+    if not _is_number(value) or not 0 <= value <= _MAX_COUNT or (isinstance(value, float) and not value.is_integer()):
+        return _CORRUPT
+    return int(value)
+
+
+def _time(value: Any) -> Any:
+    return value if _is_number(value) else _CORRUPT
+
+
+def _text(value: Any) -> Any:
+    return value if isinstance(value, str) else _CORRUPT
+
+
+def _one_of(*allowed: str) -> Callable[[Any], Any]:
+    return lambda value: value if isinstance(value, str) and value in allowed else _CORRUPT
+
+
+def _probes(value: Any) -> Any:
+    """Token -> lease expiry; an empty JSON array counts as no probes."""
+    if value == []:
+        return {}
+    if not isinstance(value, dict):
+        return _CORRUPT
+    if not all(isinstance(token, str) and _is_number(until) for token, until in value.items()):
+        return _CORRUPT
+    return dict(value)
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "state": _one_of("closed", "open", "half_open"),
+    "version": _count,
+    "opened_at": _time,
+    "open_until": _time,
+    "trigger": _text,
+    "forced": _one_of("open", "closed"),
+    "force_expires_at": _time,
+    "force_reason": _text,
+    "force_actor": _text,
+    "probes": _probes,
+    "successes": _count,
+    "updated_at": _time,
+    "opens": _count,
+}
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def safe_key(name: str) -> str:
-    """A key fragment for breaker *name* that never collides and never breaks a key (CB-12).
+    """A key fragment for breaker *name* that never collides and never breaks a key.
 
     Readable prefix (unsafe characters replaced, at most 40 characters) plus a SHA-256
     digest of the full name: ``"pay_me-3f2a..."``. Contains no braces, spaces or colons.
@@ -154,12 +217,9 @@ class StateStore(Protocol):
 
     The breaker name is the only positional argument; everything else is keyword-only.
     Times and lifetimes are in seconds (floats), stored times in the store clock's Unix
-    seconds. *frozen* is the caller's reading of Emergency Mode: True while Level 3 holds
-    (EM-2), which stops every automatic step (no trip, no probe, no sweep, a trial only
+    seconds. *frozen* is the caller's reading of Emergency Mode: True while Level 3 holds, which stops every automatic step (no trip, no probe, no sweep, a trial only
     gives its slot back; a forced open that lapses stays OPEN). A store never reads the
     emergency level itself. ``docs/stores.md`` describes each operation for implementers.
-
-    Implements ST-2, ST-6, OP-4, EM-2.
     """
 
     backend: str  # "memory", "database", "redis", or a third-party store's own label
@@ -168,7 +228,8 @@ class StateStore(Protocol):
         """Normalise and return the record; registers *name* (touching its last-seen time)."""
 
     def inspect(self, name: str, *, frozen: bool = False) -> Answer:
-        """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks."""
+        """Like :meth:`load` (lapses included) without touching the registry: for fleet tasks.
+        A name without a record keeps none (nothing is written)."""
 
     def trip(
         self,
@@ -181,7 +242,7 @@ class StateStore(Protocol):
         frozen: bool = False,
     ) -> Answer:
         """CLOSED (unforced) -> OPEN for the backed-off duration of one more consecutive open
-        (CB-16: *recovery_timeout* seconds times *backoff_factor* per consecutive open, at
+        (*recovery_timeout* seconds times *backoff_factor* per consecutive open, at
         most *recovery_timeout_max* seconds). ``result``: TRIPPED, BLOCKED (a force holds)
         or ALREADY (not CLOSED any more, or *frozen*)."""
 
@@ -205,7 +266,7 @@ class StateStore(Protocol):
         frozen: bool = False,
     ) -> Answer:
         """Record a trial ``"success"``, ``"failure"``, ``"slow"`` or ``"abandon"`` (slot back)
-        of round *version*. A reopen lasts the backed-off duration (CB-16, seconds as in
+        of round *version*. A reopen lasts the backed-off duration (seconds as in
         :meth:`trip`). Stale tokens and versions are ignored (``result`` None)."""
 
     def force(
@@ -218,7 +279,7 @@ class StateStore(Protocol):
         actor: str | None = None,
         frozen: bool = False,
     ) -> Answer:
-        """Hold the record ``"open"`` or ``"closed"`` for *ttl_seconds* seconds (OP-1)."""
+        """Hold the record ``"open"`` or ``"closed"`` for *ttl_seconds* seconds."""
 
     def release(self, name: str, *, frozen: bool = False) -> Answer:
         """Remove a force (``result`` = previous force or None). Forced open -> HALF_OPEN."""
@@ -230,7 +291,8 @@ class StateStore(Protocol):
 
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
         """Recovery sweep for one record: OPEN past its timeout (unforced) -> HALF_OPEN.
-        Does not register *name*. ``result`` True when it moved."""
+        Does not register *name*, and writes nothing for a name without a record. ``result``
+        True when it moved."""
 
     def names(self) -> dict[str, float]:
         """Registered breaker names -> last-seen store time (Unix seconds)."""
@@ -241,11 +303,11 @@ class StateStore(Protocol):
 
     def lock(self, name: str, *, ttl_seconds: float) -> str | None:
         """Take the expiring lock *name* for *ttl_seconds* seconds; returns its owner token,
-        or None when it is held (ST-5)."""
+        or None when it is held."""
 
     def extend(self, name: str, *, token: str, ttl_seconds: float) -> bool:
         """Renew the lock for *ttl_seconds* seconds from now if *token* still owns it; False
-        when it expired or another owner holds it (the caller has lost it and must stop, ST-5)."""
+        when it expired or another owner holds it (the caller has lost it and must stop)."""
 
     def unlock(self, name: str, *, token: str) -> bool:
         """Release the lock only if *token* still owns it (compare-and-delete)."""
@@ -254,7 +316,7 @@ class StateStore(Protocol):
         """Delete the record of *name* and its registry entry (operators' forget, tests)."""
 
 
-#: The methods every store implements (the :class:`StateStore` protocol, ST-6).
+#: The methods every store implements (the :class:`StateStore` protocol).
 STORE_METHODS = (
     "load",
     "inspect",
@@ -276,7 +338,7 @@ STORE_METHODS = (
 
 def missing_store_methods(candidate: object) -> list[str]:
     """The :data:`STORE_METHODS` that *candidate* (a store class or instance) lacks or has
-    as something other than a callable; empty when it looks like a store (ST-6).
+    as something other than a callable; empty when it looks like a store.
 
     Only the names are checked, not the signatures: the contract suite
     (:mod:`baldur_django.core.stores.contract`) checks the behaviour.
@@ -298,7 +360,7 @@ def _import_dotted(path: str) -> Any:
 
 
 def import_store_class(path: str, *, importer: Callable[[str], Any] | None = None) -> Any:
-    """Import the store class *path* names (``BALDUR_STATE_BACKEND``, ST-6) without calling it.
+    """Import the store class *path* names (``BALDUR_STATE_BACKEND``) without calling it.
 
     Args:
         path: a dotted path such as ``"myproject.stores.MyStore"``.
@@ -330,7 +392,7 @@ def import_store_class(path: str, *, importer: Callable[[str], Any] | None = Non
 
 
 def make_store(path: str, *, importer: Callable[[str], Any] | None = None) -> StateStore:
-    """Import the store class *path* names and call it with no arguments (ST-6).
+    """Import the store class *path* names and call it with no arguments.
 
     Args:
         path: a dotted path (``BALDUR_STATE_BACKEND``).

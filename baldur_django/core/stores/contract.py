@@ -1,4 +1,4 @@
-"""The store contract suite, importable: the tests every store passes, for your store too (ST-6).
+"""The store contract suite, importable: the tests every store passes, for your store too.
 
 The bundled stores (memory, Redis, the Django database) run exactly these tests in the
 project's own suite. A third-party store class (``BALDUR_STATE_BACKEND =
@@ -27,10 +27,7 @@ back instead, which :func:`shifted` does for a :class:`~.base.Record`.
 
 pytest collects the subclass (its name starts with ``Test``), never this base class. Every
 test speaks only the store protocol of :mod:`baldur_django.core.stores.base`; each test's
-docstring names the requirement it checks. ``docs/stores.md`` explains the protocol.
-
-Implements ST-6 (the contract suite is importable); checks ST-2, ST-5, OP-1..OP-4, CB-6,
-CB-8, CB-10, CB-12, CB-16, CB-17, EM-2.
+docstring says what it checks. ``docs/stores.md`` explains the protocol.
 """
 
 from __future__ import annotations
@@ -103,7 +100,7 @@ class StoreContract:
 
     # ------------------------------------------------------------------ records and trips
     def test_st2_missing_record_reads_as_fresh_closed(self, store_under_test: StoreUnderTest) -> None:
-        """ST-2: a record that was never written reads as a fresh CLOSED breaker and registers the name."""
+        """A record that was never written reads as a fresh CLOSED breaker and registers the name."""
         store = store_under_test.store
         answer = store.load(NAME)
         assert answer.record.state == "closed"
@@ -112,7 +109,7 @@ class StoreContract:
         assert NAME in store.names()
 
     def test_st2_trip_is_written_once(self, store_under_test: StoreUnderTest) -> None:
-        """ST-2: the first trip is TRIPPED and moves the record; a second is ALREADY and changes nothing."""
+        """The first trip is TRIPPED and moves the record; a second is ALREADY and changes nothing."""
         store = store_under_test.store
         first = store.trip(NAME, trigger="consecutive_failures", recovery_timeout=30.0)
         assert first.result == TRIPPED and first.moved
@@ -124,7 +121,7 @@ class StoreContract:
         assert second.record.trigger == "consecutive_failures"
 
     def test_op4_trip_meeting_a_force_is_refused(self, store_under_test: StoreUnderTest) -> None:
-        """OP-4: a trip that meets a force (either direction) is refused atomically; the force survives."""
+        """A trip that meets a force (either direction) is refused atomically; the force survives."""
         store = store_under_test.store
         store.force(NAME, mode="closed", ttl_seconds=600.0, reason="known good", actor="ops")
         answer = store.trip(NAME, trigger="consecutive_failures", recovery_timeout=30.0)
@@ -135,7 +132,7 @@ class StoreContract:
         assert answer.result == BLOCKED and answer.record.forced == "open"
 
     def test_cb16_consecutive_opens_back_off_up_to_the_cap(self, store_under_test: StoreUnderTest) -> None:
-        """CB-16: each reopen lasts backoff_factor times the previous, at most recovery_timeout_max
+        """Each reopen lasts backoff_factor times the previous, at most recovery_timeout_max
         seconds; the count stops at the cap and a close resets it."""
         store, age = store_under_test.store, store_under_test.age
 
@@ -173,7 +170,7 @@ class StoreContract:
     def test_st2_probe_round_admits_at_most_max_and_closes_after_max_successes(
         self, store_under_test: StoreUnderTest
     ) -> None:
-        """ST-2/CB-6: a probing round admits max_calls probes fleet-wide; max_calls successes close it."""
+        """A probing round admits max_calls probes fleet-wide; max_calls successes close it."""
         store, age = store_under_test.store, store_under_test.age
         store.trip(NAME, trigger="consecutive_failures", recovery_timeout=10.0)
         early = store.acquire_probe(NAME, token="t0", max_calls=2, lease_seconds=30.0)
@@ -197,7 +194,7 @@ class StoreContract:
         assert done2.result == "closed" and done2.moved and done2.record.state == "closed"
 
     def test_st2_failed_probe_reopens_and_restarts_the_timer(self, store_under_test: StoreUnderTest) -> None:
-        """CB-6: one failed trial reopens the record with a fresh recovery timeout."""
+        """One failed trial reopens the record with a fresh recovery timeout."""
         store, age = store_under_test.store, store_under_test.age
         store.trip(NAME, trigger="consecutive_failures", recovery_timeout=10.0)
         age(NAME, 11.0)
@@ -209,7 +206,7 @@ class StoreContract:
         assert answer.record.open_until == pytest.approx(answer.now + 10.0, abs=0.01)
 
     def test_cb17_slow_trial_reopens_with_its_trigger(self, store_under_test: StoreUnderTest) -> None:
-        """CB-17: a slow trial fails the round, with trigger slow_call_rate."""
+        """A slow trial fails the round, with trigger slow_call_rate."""
         store, age = store_under_test.store, store_under_test.age
         store.trip(NAME, trigger="slow_call_rate", recovery_timeout=5.0)
         age(NAME, 6.0)
@@ -220,7 +217,7 @@ class StoreContract:
         assert answer.result == "open" and answer.record.trigger == "slow_call_rate"
 
     def test_cb10_abandoned_probe_gives_its_slot_back(self, store_under_test: StoreUnderTest) -> None:
-        """CB-10: a probe that never reached the dependency gives its slot back."""
+        """A probe that never reached the dependency gives its slot back."""
         store, age = store_under_test.store, store_under_test.age
         store.trip(NAME, trigger="consecutive_failures", recovery_timeout=1.0)
         age(NAME, 2.0)
@@ -232,7 +229,7 @@ class StoreContract:
         assert store.acquire_probe(NAME, token="t3", max_calls=1, lease_seconds=30.0).result is True
 
     def test_st2_expired_lease_frees_the_slot(self, store_under_test: StoreUnderTest) -> None:
-        """ST-2: a worker that dies mid-probe cannot stick the fleet: its lease expires."""
+        """A worker that dies mid-probe cannot stick the fleet: its lease expires."""
         store, age = store_under_test.store, store_under_test.age
         store.trip(NAME, trigger="consecutive_failures", recovery_timeout=1.0)
         age(NAME, 2.0)
@@ -248,7 +245,7 @@ class StoreContract:
         assert late.result is None and late.record.state == "half_open"
 
     def test_cb8_stale_version_outcome_is_ignored(self, store_under_test: StoreUnderTest) -> None:
-        """CB-8: a trial outcome from an older round never moves the record."""
+        """A trial outcome from an older round never moves the record."""
         store, age = store_under_test.store, store_under_test.age
         store.trip(NAME, trigger="consecutive_failures", recovery_timeout=1.0)
         age(NAME, 2.0)
@@ -261,7 +258,7 @@ class StoreContract:
 
     # ------------------------------------------------------------------ forces
     def test_op2_forced_open_never_probes_and_lapses_to_half_open(self, store_under_test: StoreUnderTest) -> None:
-        """OP-2/OP-3: no probe while forced open, even past the recovery timeout; a lapse goes to HALF_OPEN once."""
+        """No probe while forced open, even past the recovery timeout; a lapse goes to HALF_OPEN once."""
         store, age = store_under_test.store, store_under_test.age
         store.force(NAME, mode="open", ttl_seconds=60.0, reason="maintenance", actor="alice")
         age(NAME, 30.0)
@@ -275,7 +272,7 @@ class StoreContract:
         assert again.lapsed is None  # exactly one caller is told
 
     def test_op3_forced_closed_lapse_returns_to_automatic_closed(self, store_under_test: StoreUnderTest) -> None:
-        """OP-3: a forced closed that lapses stays CLOSED, unforced."""
+        """A forced closed that lapses stays CLOSED, unforced."""
         store, age = store_under_test.store, store_under_test.age
         store.force(NAME, mode="closed", ttl_seconds=60.0, reason="", actor=None)
         age(NAME, 61.0)
@@ -284,7 +281,7 @@ class StoreContract:
         assert answer.result == TRIPPED  # automatic again: the trip goes through
 
     def test_op3_release(self, store_under_test: StoreUnderTest) -> None:
-        """OP-3: release of forced open -> HALF_OPEN; release of an unforced record returns None."""
+        """Release of forced open -> HALF_OPEN; release of an unforced record returns None."""
         store = store_under_test.store
         assert store.release(NAME).result is None
         store.force(NAME, mode="open", ttl_seconds=60.0, reason="", actor=None)
@@ -322,7 +319,7 @@ class StoreContract:
         assert not again.moved and again.record.version == answer.record.version + 1
 
     def test_op3_end_of_forced_closed_is_a_new_version(self, store_under_test: StoreUnderTest) -> None:
-        """OP-3/ST-3: a forced closed that is released or lapses stays CLOSED but gets a new
+        """A forced closed that is released or lapses stays CLOSED but gets a new
         record version, so workers that adopted the force see it end (they adopt by version)."""
         store, age = store_under_test.store, store_under_test.age
         forced = store.force(NAME, mode="closed", ttl_seconds=60.0, reason="", actor=None).record
@@ -337,7 +334,7 @@ class StoreContract:
         assert store.load(NAME).record.version == lapsed.record.version  # once
 
     def test_op1_force_keeps_reason_actor_and_expiry(self, store_under_test: StoreUnderTest) -> None:
-        """OP-1: a force carries its lifetime, reason and actor in the shared record."""
+        """A force carries its lifetime, reason and actor in the shared record."""
         store = store_under_test.store
         answer = store.force(NAME, mode="open", ttl_seconds=90.0, reason="db migration ✓", actor="bob")
         record = store.load(NAME).record
@@ -346,7 +343,7 @@ class StoreContract:
 
     # ------------------------------------------------------------------ Level 3 (frozen=True)
     def test_em2_frozen_holds_every_automatic_step(self, store_under_test: StoreUnderTest) -> None:
-        """EM-2: with frozen=True no trip, no probe, no sweep, and a trial only gives its slot back."""
+        """With frozen=True no trip, no probe, no sweep, and a trial only gives its slot back."""
         store, age = store_under_test.store, store_under_test.age
         held = store.trip(NAME, trigger="consecutive_failures", recovery_timeout=10.0, frozen=True)
         assert held.result == ALREADY and held.record.state == "closed" and not held.moved
@@ -370,7 +367,7 @@ class StoreContract:
         assert finished.record.probes == {} and finished.record.successes == 0  # the slot is back, nothing decided
 
     def test_em2_forced_open_lapsing_while_frozen_stays_open(self, store_under_test: StoreUnderTest) -> None:
-        """EM-2: a forced open whose lifetime ends during Level 3 stays OPEN (unforced, due at
+        """A forced open whose lifetime ends during Level 3 stays OPEN (unforced, due at
         once) until the level drops; then a probe request moves it to HALF_OPEN."""
         store, age = store_under_test.store, store_under_test.age
         store.force(NAME, mode="open", ttl_seconds=60.0, reason="", actor=None, frozen=True)
@@ -382,7 +379,7 @@ class StoreContract:
         assert probe.result is True and probe.record.state == "half_open"
 
     def test_em2_forces_and_releases_work_while_frozen(self, store_under_test: StoreUnderTest) -> None:
-        """EM-2: an operator's force and release still work during Level 3."""
+        """An operator's force and release still work during Level 3."""
         store = store_under_test.store
         forced = store.force(NAME, mode="open", ttl_seconds=60.0, reason="", actor=None, frozen=True)
         assert forced.record.state == "open" and forced.record.forced == "open"
@@ -391,7 +388,7 @@ class StoreContract:
 
     # ------------------------------------------------------------------ fleet tasks
     def test_st5_sweep_moves_only_due_unforced_open_records(self, store_under_test: StoreUnderTest) -> None:
-        """ST-5: the recovery sweep moves OPEN past its timeout to HALF_OPEN, once."""
+        """The recovery sweep moves OPEN past its timeout to HALF_OPEN, once."""
         store, age = store_under_test.store, store_under_test.age
         store.trip(NAME, trigger="consecutive_failures", recovery_timeout=10.0)
         assert store.sweep(NAME).result is False
@@ -401,7 +398,7 @@ class StoreContract:
         assert store.sweep(NAME).result is False
 
     def test_st5_lock_is_exclusive_and_owned(self, store_under_test: StoreUnderTest) -> None:
-        """ST-5: a fleet lock is held by one token at a time; extend and unlock need the token."""
+        """A fleet lock is held by one token at a time; extend and unlock need the token."""
         store = store_under_test.store
         token = store.lock("recovery_sweep", ttl_seconds=30.0)
         assert token
@@ -414,7 +411,7 @@ class StoreContract:
         assert store.lock("recovery_sweep", ttl_seconds=30.0)
 
     def test_st5_prune_forgets_unseen_names(self, store_under_test: StoreUnderTest) -> None:
-        """ST-5: registry entries last seen before a time are pruned, newer ones kept."""
+        """Registry entries last seen before a time are pruned, newer ones kept."""
         store = store_under_test.store
         first = store.load("old").now
         assert store.prune(older_than=first - 60.0) == []
@@ -424,7 +421,7 @@ class StoreContract:
         assert store.names() == {}
 
     def test_st5_prune_keeps_open_and_forced_records(self, store_under_test: StoreUnderTest) -> None:
-        """ST-5: pruning never forgets a record that is OPEN or forced, however long unseen."""
+        """Pruning never forgets a record that is OPEN or forced, however long unseen."""
         store = store_under_test.store
         store.trip("tripped", trigger="consecutive_failures", recovery_timeout=30.0)
         store.force("held", mode="closed", ttl_seconds=600.0, reason="", actor=None)
@@ -434,13 +431,13 @@ class StoreContract:
         assert store.load("held").record.forced == "closed"
 
     def test_st5_inspect_does_not_register(self, store_under_test: StoreUnderTest) -> None:
-        """ST-5: a fleet task's read (inspect) does not make an unknown name look used."""
+        """A fleet task's read (inspect) does not make an unknown name look used."""
         answer = store_under_test.store.inspect("ghost")
         assert answer.record.state == "closed"
         assert "ghost" not in store_under_test.store.names()
 
     def test_st2_reset_forgets_the_record(self, store_under_test: StoreUnderTest) -> None:
-        """ST-2: reset deletes a breaker's record; the next read is a fresh CLOSED record."""
+        """Reset deletes a breaker's record; the next read is a fresh CLOSED record."""
         store = store_under_test.store
         store.trip(NAME, trigger="consecutive_failures", recovery_timeout=30.0)
         store.reset(NAME)
@@ -449,7 +446,7 @@ class StoreContract:
     # ------------------------------------------------------------------ names
     @pytest.mark.parametrize("name", ["a b c", "x:y:z", "{tag}", "é" * 10, "n" * 300, "n" * 299 + "m"])
     def test_cb12_odd_names_never_collide(self, store_under_test: StoreUnderTest, name: str) -> None:
-        """CB-12: long or odd names get their own record and never break a key."""
+        """Long or odd names get their own record and never break a key."""
         store = store_under_test.store
         store.trip(name, trigger="consecutive_failures", recovery_timeout=30.0)
         assert store.load(name).record.state == "open"

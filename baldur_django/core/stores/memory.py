@@ -1,4 +1,4 @@
-"""In-process implementation of the store protocol (ST-1's reference semantics).
+"""In-process implementation of the store protocol (the reference semantics of process-local breakers).
 
 With ``BALDUR_STATE_BACKEND="memory"`` breakers keep their state locally and never call a
 store; this class exists so the contract suite has a reference, and for tests and

@@ -1,14 +1,14 @@
-"""Redis implementation of the store protocol: one Lua script per transition (ST-2).
+"""Redis implementation of the store protocol: one Lua script per transition.
 
-Each transition is a script in ``core/stores/lua/`` (with a shared prelude that
-normalises the record using Redis ``TIME``), registered once with ``register_script``
+Each transition is a script in ``core/stores/lua/`` (with a shared prelude that reads the
+record as :func:`~.base.decode` does and normalises it using Redis ``TIME``), registered once with ``register_script``
 and called by SHA; redis-py reloads a script after a ``NOSCRIPT`` (a restarted server)
 and retries once. Values are JSON. One breaker's keys share a hash tag
 (``baldur:{<safe name>}:state``) so a Redis Cluster keeps them in one slot; the registry
 is a sorted set of names scored by last-seen Redis time.
 
 Every Redis error becomes :class:`StoreUnavailable` (the breaker falls back to local
-judgement, ST-4). ``redis`` is imported lazily, only here.
+judgement). ``redis`` is imported lazily, only here.
 
 Redis Cluster (``connect(url, cluster=True)``, ``BALDUR_REDIS_CLUSTER``): every command
 and script touches one key, or the keys of one breaker (one hash tag, one slot); the
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # redis is imported lazily at run time
 
 __all__ = ["ClusterClient", "RedisStore", "connect", "decode_answer", "is_cluster", "store_errors"]
 
-_SCRIPTS = ("load", "trip", "acquire_probe", "finish_probe", "force", "release", "clear", "sweep")
+_SCRIPTS = ("load", "inspect", "trip", "acquire_probe", "finish_probe", "force", "release", "clear", "sweep")
 
 
 def _read(name: str) -> str:
@@ -62,7 +62,7 @@ def store_errors() -> tuple[type[BaseException], ...]:
 
 
 def connect(url: str, socket_timeout: float = 0.25, max_connections: int = 50, *, cluster: bool = False) -> Any:
-    """A redis-py client for *url* with short timeouts and no client-side retries (ST-4).
+    """A redis-py client for *url* with short timeouts and no client-side retries.
 
     Opens no connection: the plain client connects on its first command, the cluster
     client (:class:`ClusterClient`) discovers the cluster on its first command.
@@ -109,7 +109,7 @@ def is_cluster(client: Any) -> bool:
 
 
 class ClusterClient:
-    """redis-py's ``RedisCluster`` for one node's URL, built on its first command (ST-2, ST-4).
+    """redis-py's ``RedisCluster`` for one node's URL, built on its first command.
 
     ``RedisCluster`` discovers the cluster (``CLUSTER SLOTS``) as soon as it is made; this
     wrapper defers that to the first command, so building a store never connects and a
@@ -221,37 +221,54 @@ class RedisStore:
         clock: for tests only: a function returning Unix seconds that the transition scripts
             use as "now" instead of Redis ``TIME`` (the differential test pins both sides of
             a comparison to one time this way). Leave it None in production: the scripts
-            then read ``TIME``, the store's own clock that every host agrees on (ST-2).
+            then read ``TIME``, the store's own clock that every host agrees on.
+        record_ttl: seconds a CLOSED, unforced record lives after its last write or read by
+            a worker (``BALDUR_REGISTRY_IDLE_SECONDS``), so the records of idle breakers
+            expire; an OPEN, half-open or forced record never does. None or 0: never.
+            The fleet jobs' reads (:meth:`inspect`, :meth:`sweep`) keep the time left.
     """
 
     backend = "redis"
 
-    def __init__(self, client: Any, prefix: str = "baldur", *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        prefix: str = "baldur",
+        *,
+        clock: Callable[[], float] | None = None,
+        record_ttl: float | None = None,
+    ) -> None:
         self.client = client
         self.prefix = prefix
         self.clock = clock
-        prelude = _read("_prelude")
+        self.record_ttl = record_ttl
+        reader = _read("_record")  # how a stored record is read, shared by the transitions and prune
+        prelude = reader + "\n" + _read("_prelude")
         self._scripts = {name: client.register_script(prelude + "\n" + _read(name)) for name in _SCRIPTS}
         self._touch = client.register_script(_read("registry_touch"))
         self._unlock = client.register_script(_read("unlock"))
         self._extend = client.register_script(_read("extend"))
-        self._prune = client.register_script(_read("prune"))
+        self._prune = client.register_script(reader + "\n" + _read("prune"))
         self.registry_key = f"{prefix}:registry"
 
     def key(self, name: str) -> str:
-        """The record key of breaker *name*; its ``{...}`` hash tag is the breaker's own (CB-12)."""
+        """The record key of breaker *name*; its ``{...}`` hash tag is the breaker's own."""
         return f"{self.prefix}:{{{safe_key(name)}}}:state"
 
-    def _argv(self, args: tuple[Any, ...], frozen: bool) -> list[Any]:
-        """The ARGV of a transition script: the operation's arguments, then the pinned clock
-        (``""``: use Redis ``TIME``), then the Level 3 flag (EM-2), always in the last two places."""
+    def _argv(self, args: tuple[Any, ...], frozen: bool, *, read: bool = False) -> list[Any]:
+        """The ARGV of a transition script: the operation's arguments, then the idle lifetime
+        of a record (ms, ``"~"`` first for a fleet job's read, ``""`` for none), the pinned
+        clock (``""``: use Redis ``TIME``), and the Level 3 flag, always in the last
+        three places."""
         argv = ["" if a is None else a for a in args]
+        ttl = self.record_ttl
+        argv.append(f"{'~' if read else ''}{max(1, int(ttl * 1000))}" if ttl and ttl > 0 else "")
         argv.append("" if self.clock is None else repr(float(self.clock())))
         argv.append("1" if frozen else "0")
         return argv
 
-    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False) -> Answer:
-        argv = self._argv(args, frozen)
+    def _run(self, op: str, name: str, *args: Any, frozen: bool, touch: bool = False, read: bool = False) -> Answer:
+        argv = self._argv(args, frozen, read=read)
         try:
             if touch:
                 raw = self._pipelined(self._scripts[op], name, argv)
@@ -294,7 +311,7 @@ class RedisStore:
         return self._run("load", name, frozen=frozen, touch=True)
 
     def inspect(self, name: str, *, frozen: bool = False) -> Answer:
-        return self._run("load", name, frozen=frozen)
+        return self._run("inspect", name, frozen=frozen, read=True)
 
     def trip(
         self,
@@ -368,14 +385,35 @@ class RedisStore:
         return self._run("clear", name, frozen=frozen, touch=True)
 
     def sweep(self, name: str, *, frozen: bool = False) -> Answer:
-        return self._run("sweep", name, frozen=frozen)
+        return self._run("sweep", name, frozen=frozen, read=True)
 
     def names(self) -> dict[str, float]:
+        """The registry: name -> last seen (Redis time). With *record_ttl*, the names whose
+        record expired (idle) are removed from it first, so it stays as small as the records.
+        """
         try:
+            if self.record_ttl and self.record_ttl > 0:
+                self._forget_expired()
             pairs = self.client.zrange(self.registry_key, 0, -1, withscores=True)
         except store_errors() as exc:
             raise StoreUnavailable(f"redis registry read failed: {exc}") from exc
         return {(n.decode("utf-8") if isinstance(n, bytes) else n): float(s) for n, s in pairs}
+
+    def _forget_expired(self) -> None:
+        """Remove from the registry the names unseen for longer than *record_ttl* whose record
+        is gone: one read of the old names, one pipelined ``EXISTS`` per batch, one ``ZREM``.
+        A name a worker registers again meanwhile comes back with its next read."""
+        seconds, micros = self.client.time()
+        horizon = float(seconds) + float(micros) / 1e6 - float(self.record_ttl or 0.0)
+        old = self.client.zrangebyscore(self.registry_key, "-inf", f"({horizon}")
+        for start in range(0, len(old), 1000):
+            batch = [raw.decode("utf-8") if isinstance(raw, bytes) else raw for raw in old[start : start + 1000]]
+            pipe = self.client.pipeline(transaction=False)
+            for name in batch:
+                pipe.exists(self.key(name))
+            gone = [name for name, there in zip(batch, pipe.execute(), strict=True) if not there]
+            if gone:
+                self.client.zrem(self.registry_key, *gone)
 
     def prune(self, *, older_than: float) -> list[str]:
         try:
@@ -420,17 +458,17 @@ class RedisStore:
         except store_errors() as exc:
             raise StoreUnavailable(f"redis reset failed: {exc}") from exc
 
-    # --- bulk reads for the fleet jobs (issue 21; added by the perf work, new methods only:
+    # --- bulk reads for the fleet jobs (added by the perf work, new methods only:
     # the per-name methods above are unchanged, and core/maintenance.py falls back to them
     # for a store without these) ---
     def inspect_many(self, names: list[str], *, frozen: bool = False) -> list[Answer]:
         """:meth:`inspect` of every name in *names*, pipelined: one round trip per batch
-        instead of one per breaker (ST-5 at fleet scale). Answers in the order of *names*.
+        instead of one per breaker (for the fleet jobs over many breakers). Answers in the order of *names*.
 
         Raises:
             StoreUnavailable: the server failed the batch (no partial answer is returned).
         """
-        return self._run_many("load", names, frozen=frozen)
+        return self._run_many("inspect", names, frozen=frozen)
 
     def sweep_many(self, names: list[str], *, frozen: bool = False) -> list[Answer]:
         """:meth:`sweep` of every name in *names*, pipelined (see :meth:`inspect_many`);
@@ -447,7 +485,7 @@ class RedisStore:
         if not names:
             return []
         script = self._scripts[op]
-        argv = self._argv((), frozen)
+        argv = self._argv((), frozen, read=True)
         raws: list[Any] = [None] * len(names)
         pending = list(range(len(names)))
         try:

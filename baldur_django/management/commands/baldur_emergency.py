@@ -1,4 +1,4 @@
-"""``manage.py baldur_emergency {status [--json], set LEVEL [--minutes M] [--reason TEXT], step-down}`` (EM-1, EM-3, OP-7).
+"""``manage.py baldur_emergency {status [--json], set LEVEL [--minutes M] [--reason TEXT], step-down}``.
 
 Shows, sets or steps down the Emergency Mode level through :mod:`baldur_django.services`
 (audit source ``command``, actor ``command:<OS user>``).
@@ -11,7 +11,7 @@ Shows, sets or steps down the Emergency Mode level through :mod:`baldur_django.s
 * ``step-down`` lowers the level by one, keeping its expiry; at 0 it exits 0 saying so.
 
 Notices go to stderr, written by the command (never through logging); output is UTF-8
-whatever the locale. Before ``manage.py migrate`` it exits 1 saying to run it (OP-7).
+whatever the locale. Before ``manage.py migrate`` it exits 1 saying to run it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from baldur_django import services
 from baldur_django.core.emergency.backends import project_level_file
 from baldur_django.core.errors import BaldurError, ConfigError
+from baldur_django.core.knobs import MAX_LIFETIME_MINUTES
 
 from .baldur_force import command_actor
 from .baldur_status import Utf8OutputMixin, format_time, require_migrated
@@ -34,7 +35,7 @@ __all__ = ["Command", "command_text", "parse_level", "parse_minutes"]
 
 def command_text(raw: str) -> str:
     """Command-line text as the user typed it: under a C/POSIX locale Python decodes argv as
-    ASCII with ``surrogateescape``; the original bytes are UTF-8 (OP-7)."""
+    ASCII with ``surrogateescape``; the original bytes are UTF-8."""
     try:
         return raw.encode("utf-8", "surrogateescape").decode("utf-8")
     except UnicodeError:
@@ -56,9 +57,13 @@ def parse_minutes(raw: str | None) -> float | None:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise CommandError(f"--minutes {raw!r}: expected a number of minutes (more than 0, at most 1440)") from None
-    if not math.isfinite(value) or value <= 0 or value > 1440:
-        raise CommandError(f"--minutes {raw!r}: the lifetime must be more than 0 and at most 1440 minutes (24 hours)")
+        raise CommandError(
+            f"--minutes {raw!r}: expected a number of minutes (more than 0, at most {MAX_LIFETIME_MINUTES})"
+        ) from None
+    if not math.isfinite(value) or value <= 0 or value > MAX_LIFETIME_MINUTES:
+        raise CommandError(
+            f"--minutes {raw!r}: the lifetime must be more than 0 and at most {MAX_LIFETIME_MINUTES} minutes (24 hours)"
+        )
     return value
 
 
@@ -78,7 +83,7 @@ class Command(Utf8OutputMixin, BaseCommand):
             "--minutes",
             metavar="M",
             default=None,
-            help="lifetime in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
+            help=f"lifetime in minutes, more than 0 and at most {MAX_LIFETIME_MINUTES} (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
         )
         set_.add_argument(
             "--reason", metavar="TEXT", default="", help="why; recorded in the log, the audit and the status"

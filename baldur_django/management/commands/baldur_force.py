@@ -1,4 +1,4 @@
-"""``manage.py baldur_force {open,close,release} SERVICE [--ttl MINUTES] [--reason TEXT] [--new]`` (OP-7).
+"""``manage.py baldur_force {open,close,release} SERVICE [--ttl MINUTES] [--reason TEXT] [--new]``.
 
 Forces a breaker open or closed for a lifetime in minutes, or releases it, through
 :mod:`baldur_django.services` (audit source ``command``, actor ``command:<OS user>``).
@@ -11,7 +11,7 @@ Forces a breaker open or closed for a lifetime in minutes, or releases it, throu
   typo creates no ghost breaker; ``--new`` forces a service before its first call.
 * On the memory backend it refuses (non-zero): a force made in this short-lived process
   could not reach the running workers, which each keep their own breakers.
-* A force the shared store could not record exits non-zero (OP-4).
+* A force the shared store could not record exits non-zero.
 * Before ``manage.py migrate`` it exits 1 saying to run it.
 * Releasing a breaker that was not forced exits 0 and says so.
 """
@@ -28,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from baldur_django import services
 from baldur_django.core.errors import BaldurError, ConfigError
+from baldur_django.core.knobs import MAX_LIFETIME_MINUTES
 from baldur_django.core.names import name_problem, show_name
 
 from .baldur_status import Utf8OutputMixin, format_time, require_migrated
@@ -53,9 +54,13 @@ def parse_ttl(raw: str | None) -> float | None:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise CommandError(f"--ttl {raw!r}: expected a number of minutes (more than 0, at most 1440)") from None
-    if not math.isfinite(value) or value <= 0 or value > 1440:
-        raise CommandError(f"--ttl {raw!r}: the lifetime must be more than 0 and at most 1440 minutes (24 hours)")
+        raise CommandError(
+            f"--ttl {raw!r}: expected a number of minutes (more than 0, at most {MAX_LIFETIME_MINUTES})"
+        ) from None
+    if not math.isfinite(value) or value <= 0 or value > MAX_LIFETIME_MINUTES:
+        raise CommandError(
+            f"--ttl {raw!r}: the lifetime must be more than 0 and at most {MAX_LIFETIME_MINUTES} minutes (24 hours)"
+        )
     return value
 
 
@@ -81,7 +86,7 @@ class Command(Utf8OutputMixin, BaseCommand):
             "--ttl",
             metavar="MINUTES",
             default=None,
-            help="lifetime of the force in minutes, more than 0 and at most 1440 (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
+            help=f"lifetime of the force in minutes, more than 0 and at most {MAX_LIFETIME_MINUTES} (default BALDUR_CB_MANUAL_OVERRIDE_TTL_MINUTES)",
         )
         parser.add_argument("--reason", metavar="TEXT", default="", help="why; recorded in the log and the audit")
         parser.add_argument(

@@ -1,4 +1,4 @@
-"""``manage.py baldur_forget SERVICE [--yes] [--reason TEXT]`` (OP-7).
+"""``manage.py baldur_forget SERVICE [--yes] [--reason TEXT]``.
 
 Removes a breaker from the shared record and the registry of breakers through
 :func:`baldur_django.services.forget` (audit action ``forget``, source ``command``, actor

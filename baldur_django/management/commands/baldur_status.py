@@ -1,4 +1,4 @@
-"""``manage.py baldur_status [--json] [--service NAME] [--config]`` (OP-7, CFG-4).
+"""``manage.py baldur_status [--json] [--service NAME] [--config]``.
 
 Lists the known breakers with state, counts and force, or (``--config``) every effective
 ``BALDUR_*`` value with where it came from. While an Emergency Mode level is in force it is
@@ -11,7 +11,7 @@ memory backend it says on stderr that it shows only its own process. An unknown
 While it runs, the log records of the ``baldur`` loggers are the command's notices: the
 command writes them to its own stderr (:func:`command_notices`) instead of handing them to
 the project's ``LOGGING``, so a project that sends ``baldur`` to stdout still gets one clean
-JSON document there (OP-7).
+JSON document there.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ __all__ = [
 
 def require_migrated() -> None:
     """First step of every operator command: before ``manage.py migrate`` has run, stop with
-    exit status 1 and say to run it (OP-7).
+    exit status 1 and say to run it.
 
     Raises:
         CommandError: a table of the package does not exist yet.
@@ -57,7 +57,7 @@ def require_migrated() -> None:
 
 def utf8_streams(*streams: Any) -> None:
     """Switch real text streams (``sys.stdout``/``sys.stderr``) to UTF-8 if they are not
-    already, so a breaker name in any script prints under a C or Latin-1 locale (OP-7).
+    already, so a breaker name in any script prints under a C or Latin-1 locale.
 
     ``surrogateescape`` writes back the original bytes of text that Python decoded from
     a non-UTF-8 environment (an environment variable read under ``LC_ALL=C``)."""
@@ -72,7 +72,7 @@ def utf8_streams(*streams: Any) -> None:
 
 
 class Utf8OutputMixin:
-    """Commands whose output is UTF-8 whatever the locale (OP-7); a caller's own
+    """Commands whose output is UTF-8 whatever the locale; a caller's own
     ``stdout``/``stderr`` (``call_command``) are left alone."""
 
     def execute(self, *args: Any, **options: Any) -> Any:
@@ -102,7 +102,7 @@ class _Notices(logging.Handler):
 
 @contextmanager
 def command_notices(write: Callable[[str], Any], logger_name: str = "baldur") -> Iterator[None]:
-    """Make the package's log records the command's own notices while the block runs (OP-7).
+    """Make the package's log records the command's own notices while the block runs.
 
     Every logger of the *logger_name* family (``baldur`` and ``baldur.*``) loses its
     handlers for the duration and propagates to ``baldur``, whose only handler passes each
@@ -143,7 +143,7 @@ def command_notices(write: Callable[[str], Any], logger_name: str = "baldur") ->
 
 
 class NoticesToStderrMixin:
-    """Commands whose notices are written to their own stderr, never through logging (OP-7).
+    """Commands whose notices are written to their own stderr, never through logging.
 
     Wraps the whole of ``execute()`` (system checks included) in :func:`command_notices`
     writing to the command's stderr (``call_command(stderr=...)`` or ``sys.stderr``).
@@ -225,7 +225,7 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
                 "breakers": rows,
             }
             if emergency["level"] or emergency.get("error"):
-                document["emergency"] = emergency  # EM-1: present while a level is in force
+                document["emergency"] = emergency  # present while a level is in force
             self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))
             return
         self.stdout.write(f"backend: {backend}" + ("" if shared else " (this process only)"))
@@ -279,7 +279,7 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
 
 
 def _open_for(row: dict[str, Any]) -> str:
-    """The current open's length in seconds and how many opens in a row (CB-16), or ``-``."""
+    """The current open's length in seconds and how many opens in a row, or ``-``."""
     duration = row.get("open_duration")
     if row.get("state") != "open" or duration is None:
         return "-"

@@ -1,9 +1,8 @@
--- Shared by every transition script (prepended at load time); mirrors core/rules.py.
-local NULL = cjson.null
-local function isnull(v) return v == nil or v == NULL end
+-- Shared by every transition script (prepended at load time, after _record.lua); mirrors
+-- core/rules.py.
 
 -- The last two ARGV of every transition: a pinned clock ('' in production: Redis TIME is the
--- store's clock, ST-2; tests pin it to compare with the Python rules) and the Level 3 flag.
+-- store's clock; tests pin it to compare with the Python rules) and the Level 3 flag.
 local PINNED = tonumber(ARGV[#ARGV - 1])
 
 local function clock()
@@ -33,26 +32,14 @@ local function encode(v)
   return cjson.encode(v)
 end
 
-local function fresh()
-  return {state = 'closed', version = 0, opened_at = NULL, open_until = NULL, trigger = NULL,
-          forced = NULL, force_expires_at = NULL, force_reason = '', force_actor = NULL,
-          probes = {}, successes = 0, updated_at = NULL, opens = 0}
-end
+-- Whether the key held a record when the script began: a read (inspect) or a sweep of a
+-- missing record writes nothing, so no record is left behind without a registry entry.
+local STORED = false
 
 local function load(key)
   local raw = redis.call('GET', key)
-  if not raw then return fresh() end
-  local ok, rec = pcall(cjson.decode, raw)
-  if not ok or type(rec) ~= 'table' or type(rec.version) ~= 'number'
-     or (rec.state ~= 'closed' and rec.state ~= 'open' and rec.state ~= 'half_open') then
-    return fresh()  -- a corrupt record reads as a fresh CLOSED breaker (ST-2)
-  end
-  local base = fresh()
-  for k, v in pairs(base) do if rec[k] == nil then rec[k] = v end end
-  if type(rec.probes) ~= 'table' then rec.probes = {} end
-  if type(rec.successes) ~= 'number' then rec.successes = 0 end
-  if type(rec.opens) ~= 'number' then rec.opens = 0 end
-  return rec
+  STORED = raw ~= false
+  return decode(raw)
 end
 
 local function bump(rec, state, now, trigger)
@@ -62,10 +49,10 @@ local function bump(rec, state, now, trigger)
   rec.successes = 0
   rec.trigger = trigger
   rec.updated_at = now
-  if state == 'closed' then rec.opens = 0 end  -- any close resets the backoff (CB-16)
+  if state == 'closed' then rec.opens = 0 end  -- any close resets the backoff
 end
 
--- CB-16, mirrors logic.open_duration / next_open: the k-th consecutive automatic open lasts
+-- mirrors rules.open_duration / next_open: the k-th consecutive automatic open lasts
 -- min(rt * factor^(k-1), cap); k counts opens and stops growing once the cap is reached.
 local function open_duration(k, rt, factor, cap)
   if k <= 1 or factor == 1 then return math.min(rt, cap) end
@@ -90,7 +77,7 @@ local function clear_force(rec)
   rec.force_actor = NULL
 end
 
--- The last ARGV of every transition says whether Level 3 holds (EM-2): no automatic step.
+-- The last ARGV of every transition says whether Level 3 holds: no automatic step.
 local FROZEN = ARGV[#ARGV] == '1'
 
 local function normalise(rec, now)
@@ -131,11 +118,42 @@ local function count(t)
   return n
 end
 
-local function finish(key, rec, now, result, lapsed, before)
-  local text = encode(rec)
-  redis.call('SET', key, text)
-  return '{"record":' .. text .. ',"now":' .. encode(now) .. ',"result":' .. encode(result)
+-- The answer, without writing the record.
+local function reply(rec, now, result, lapsed, before)
+  return '{"record":' .. encode(rec) .. ',"now":' .. encode(now) .. ',"result":' .. encode(result)
     .. ',"lapsed":' .. encode(lapsed) .. ',"moved":' .. tostring(rec.state ~= before) .. '}'
+end
+
+-- ARGV[#ARGV - 2]: how long an idle record lives, in ms ('' = for ever). A CLOSED, unforced
+-- record expires that long after its last write; any other record never expires. A leading
+-- '~' marks a fleet job's read: it keeps the time left and never creates a record.
+local TTL_ARG = ARGV[#ARGV - 2] or ''
+local KEEP = string.sub(TTL_ARG, 1, 1) == '~'
+local RECORD_TTL = tonumber(KEEP and string.sub(TTL_ARG, 2) or TTL_ARG)
+
+local function store(key, rec, text)
+  if not RECORD_TTL or RECORD_TTL <= 0 then
+    redis.call('SET', key, text)
+    return
+  end
+  local idle = rec.state == 'closed' and isnull(rec.forced)
+  local ttl = math.floor(RECORD_TTL)
+  if KEEP then
+    local left = redis.call('PTTL', key)
+    if left == -2 then return end  -- a read of a missing record writes nothing
+    if left > 0 then ttl = left end
+  end
+  if idle then
+    redis.call('SET', key, text, 'PX', ttl)
+  else
+    redis.call('SET', key, text)  -- OPEN, half-open or forced: kept until it closes again
+  end
+end
+
+-- Write the record (with its idle lifetime) and answer.
+local function finish(key, rec, now, result, lapsed, before)
+  store(key, rec, encode(rec))
+  return reply(rec, now, result, lapsed, before)
 end
 
 local key = KEYS[1]

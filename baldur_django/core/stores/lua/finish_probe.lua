@@ -1,6 +1,6 @@
 -- ARGV: token, version, outcome (success|failure|slow|abandon), max_calls, recovery_timeout, backoff factor, cap.
 local token, outcome = ARGV[1], ARGV[3]
-if FROZEN then outcome = 'abandon' end  -- EM-2: the slot goes back, nothing is decided
+if FROZEN then outcome = 'abandon' end  -- the slot goes back, nothing is decided
 local result = NULL
 if rec.version == tonumber(ARGV[2]) and rec.state == 'half_open' and rec.probes[token] ~= nil then
   rec.probes[token] = nil

@@ -1,12 +1,9 @@
--- KEYS[1]: a record key. Delete it only when it is CLOSED and unforced (ST-5); 1 when deleted.
+-- KEYS[1]: a record key. Delete it only when the record, read as the transition scripts read
+-- it (_record.lua is prepended), is CLOSED and unforced; 1 when deleted (or missing).
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 1 end
-local ok, rec = pcall(cjson.decode, raw)
-if not ok or type(rec) ~= 'table' then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-if rec.state == 'closed' and (rec.forced == nil or rec.forced == cjson.null) then
+local rec = decode(raw)
+if rec.state == 'closed' and isnull(rec.forced) then
   redis.call('DEL', KEYS[1])
   return 1
 end

@@ -1,7 +1,7 @@
--- ARGV: trigger, recovery_timeout (seconds), backoff factor, timeout cap (seconds). CLOSED (unforced) -> OPEN; a force refuses (OP-4).
+-- ARGV: trigger, recovery_timeout (seconds), backoff factor, timeout cap (seconds). CLOSED (unforced) -> OPEN; a force refuses.
 local result
 if FROZEN then
-  result = 'already'  -- EM-2 holds every trip, forced or not (as the rules decide it: no trip_blocked)
+  result = 'already'  -- Level 3 holds every trip, forced or not (as the rules decide it: no trip_blocked)
 elseif not isnull(rec.forced) then
   result = 'blocked'
 elseif rec.state ~= 'closed' then

@@ -1,0 +1,78 @@
+"""OT-2: installing the OpenTelemetry reporting adds no work to the CLOSED success path.
+
+Checked on the code rather than the clock (``./dev bench --metrics`` gives the figures, its
+``otel`` mode): the profile hook of the Prometheus hot-path test records every Python and C
+function the calling thread enters during steady-state CLOSED calls, before ``install()``
+and after it, with an SDK configured and the calls made inside a recording span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import opentelemetry
+import pytest
+
+import baldur_django as baldur
+from baldur_django.contrib import otel
+from baldur_django.core import breaker as breaker_module
+from baldur_django.core import hotpath
+from baldur_django.core.registry import registry
+from tests.metrics.test_em7_hot_path import _profile
+
+
+@pytest.mark.parametrize("style", ["decorated", "protect", "async"])
+def test_ot2_installing_otel_leaves_the_closed_fast_lane_untouched(clock, telemetry, style):
+    """OT-2: steady-state CLOSED successes enter exactly the same functions with the
+    reporting installed and a recording span current as without it, none of contrib.otel's
+    or opentelemetry's; they are still counted at the next collection."""
+    otel.uninstall()
+    service = f"ot2-hot-{style}"
+
+    def ok() -> int:
+        return 1
+
+    async def aok() -> int:
+        return 1
+
+    breaker = registry.get(service)
+    if style == "decorated":
+        wrapped = baldur.circuit_breaker(service)(ok)
+
+        def batch() -> None:
+            for _ in range(50):
+                wrapped()
+    elif style == "protect":
+
+        def batch() -> None:
+            for _ in range(50):
+                baldur.protect(service, ok)
+    else:
+        awrapped = baldur.circuit_breaker(service)(aok)
+        loop = asyncio.new_event_loop()
+
+        async def many() -> None:
+            for _ in range(50):
+                await awrapped()
+
+        def batch() -> None:
+            loop.run_until_complete(many())
+
+    for _ in range(3):
+        batch()  # warm up: the window is full of successes, the healthy lane applies
+    assert breaker._healthy_permit is not None
+    before = _profile(batch)
+    otel.install(telemetry.meters, telemetry.tracers, spans=False)
+    with telemetry.tracer.start_as_current_span("request"):
+        after = _profile(batch)
+    if style == "async":
+        loop.close()
+    assert after == before
+    api_dir = os.path.dirname(opentelemetry.__path__[0])
+    touched = [e for e in after if e[1] == otel.__file__ or e[1].startswith(api_dir + os.sep + "opentelemetry")]
+    assert any(e[1] in (hotpath.__file__, breaker_module.__file__) or e[2] == "protect" for e in after)
+    assert touched == []
+    success = {"baldur.service": service, "baldur.outcome": "success"}
+    assert telemetry.value(otel.CALLS_COUNTER, **success) == 250
+    assert [s.events for s in telemetry.exporter.get_finished_spans()] == [()]
