@@ -488,8 +488,9 @@ def serve(
         breaker = _lookup(path)
         if breaker is None:
             return handler(request)
+    core = core_of(breaker)  # the per-request steps go to the breaker's core directly
     try:
-        permit = breaker.acquire()
+        permit = core.acquire()
     except CircuitOpenError as error:
         answer = refused(error)
         if answer is None:
@@ -502,9 +503,9 @@ def serve(
         raise
     status = response.status_code
     if status.__class__ is int and status != 429 and status != 503:
-        config = breaker.config
+        config = core.config
         if status not in config.failure_codes and status not in config.rate_limit_codes:
-            breaker.record_success(permit)
+            core.record_success(permit)
             return response
     record(breaker, permit, status, response.headers, request)
     return response
@@ -557,7 +558,7 @@ async def aserve(
         await asettle(core_of(breaker), permit, record, breaker, permit, status, response.headers, request)
         return response
     if status.__class__ is int and status != 429 and status != 503:
-        config = breaker.config
+        config = core.config
         if status not in config.failure_codes and status not in config.rate_limit_codes:
             core.record_success(permit)
             return response

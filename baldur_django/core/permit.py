@@ -95,7 +95,7 @@ def validate_ttl(ttl_minutes: Any, default: float) -> float:
 
 
 class View(NamedTuple):
-    """What a breaker's store strategy reads of its state (``CircuitBreaker.view``).
+    """What a breaker's store strategy reads of its state (``SharedMachine.view``).
 
     Attributes:
         state (CircuitState): the local state.

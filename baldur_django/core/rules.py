@@ -57,6 +57,7 @@ __all__ = [
     "op_clear",
     "op_sweep",
     "prunable",
+    "stuck_open_for",
     "run",
 ]
 
@@ -426,6 +427,23 @@ def op_clear(record: Record, now: float) -> str | None:
     record.opened_at = None
     record.open_until = None
     return previous
+
+
+def stuck_open_for(record: Record, now: float, stuck_after: float) -> float | None:
+    """The seconds an OPEN *record* has been open when that is at least *stuck_after*
+    (the watchdog's rule: such a breaker is forced closed), else None. A forced open counts
+    from its last force (a re-force stamps ``updated_at``), an automatic one from its open;
+    times are the store clock's Unix seconds."""
+    if record.state != "open":
+        return None
+    if record.forced == "open":
+        times = [t for t in (record.opened_at, record.updated_at) if t is not None]
+        since = max(times) if times else None
+    else:
+        since = record.opened_at
+    if since is None or now - since < stuck_after:
+        return None
+    return now - since
 
 
 def prunable(record: Record) -> bool:

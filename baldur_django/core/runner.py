@@ -294,7 +294,7 @@ def run_sync(
     # first attempt through at once, so it runs inline, and a success ends the sequence
     # here (settled()): no generator is built. The plan starts on a failed attempt, with
     # its outcome, or at once under a cooldown. The clock is read only when it matters: a
-    # cooldown was ever set in this process (_cooldown_until is 0.0 until then) or the
+    # cooldown was ever set in this process (cooldown_until is 0.0 until then) or the
     # budget needs the start time.
     until = breaker.cooldown_until
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0

@@ -12,6 +12,7 @@ from baldur_django.core import rules
 from baldur_django.core.breaker import CircuitBreaker
 from baldur_django.core.config import BreakerConfig
 from baldur_django.core.events import EventBus
+from baldur_django.core.stores.base import Record
 from baldur_django.core.testing import FakeClock
 
 CASCADE = dict(threshold=3, min_calls=10, min_ratio=20.0)
@@ -110,3 +111,22 @@ def test_em6_the_breaker_applies_the_peer_verdict(state, forced, peer):
         assert (breaker.state.value, breaker.forced) == (peer, None)
     else:
         assert (breaker.state.value, breaker.forced) == (state, forced)
+
+
+@pytest.mark.parametrize(
+    ("state", "forced", "opened_at", "updated_at", "expected"),
+    [
+        ("open", None, 100.0, 150.0, 500.0),  # automatic: counted from its open
+        ("open", None, 300.0, 300.0, None),  # open 300 s: not stuck yet
+        ("open", "open", 100.0, 400.0, None),  # forced: counted from its last (re-)force
+        ("open", "open", 100.0, 50.0, 500.0),
+        ("open", None, None, 100.0, None),  # no open time known: never stuck
+        ("closed", None, 100.0, 100.0, None),
+        ("half_open", None, 100.0, 100.0, None),
+    ],
+)
+def test_op_watchdog_stuck_open_rule(state, forced, opened_at, updated_at, expected):
+    """The watchdog's rule: an OPEN record open for at least the stuck time (from its open, or
+    a forced one from its last force) is stuck; the verdict is how long it has been open."""
+    record = Record(state=state, forced=forced, opened_at=opened_at, updated_at=updated_at)
+    assert rules.stuck_open_for(record, 600.0, 400.0) == expected
