@@ -528,10 +528,8 @@ class BreakerCore(SharedMachine):
         """An automatic trigger fired (lock held): open at once for this process's traffic;
         the strategy decides when the events are published (a shared store first asks
         the store who decided the trip)."""
-        if reopen:
-            if frozen():
-                return  # the trial's verdict already said so
-        elif rules.trip_verdict(state=self.state.value, forced=self.forced, frozen=frozen()) != rules.TRIPPED:
+        verdict = rules.trip_verdict(state=self.state.value, forced=self.forced, frozen=frozen(), reopen=reopen)
+        if verdict != rules.TRIPPED:
             return  # Level 3 holds every automatic decision; a force refuses it
         held: list[Event] = []
         self.to_open(now, trigger, held)

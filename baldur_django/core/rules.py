@@ -75,13 +75,15 @@ PEER_LIFTED = "lifted"  # a CLOSED is applied over a local forced open (the docu
 
 
 # ----------------------------------------------------------------------------- verdicts
-def trip_verdict(*, state: str, forced: str | None, frozen: bool) -> str:
+def trip_verdict(*, state: str, forced: str | None, frozen: bool, reopen: bool = False) -> str:
     """Whether an automatic trigger may open the breaker now.
 
     Args:
         state (str): ``"closed"``, ``"open"`` or ``"half_open"``.
         forced (str | None): the force held, if any.
         frozen (bool): Emergency Level 3 holds every automatic decision.
+        reopen (bool): the open is a failed trial's re-open (its round's verdict was
+            :data:`REOPEN`): only Level 3 holds it.
 
     Returns:
         str: ``TRIPPED`` (open it), ``BLOCKED`` (a force refuses it) or ``ALREADY`` (not
@@ -89,6 +91,8 @@ def trip_verdict(*, state: str, forced: str | None, frozen: bool) -> str:
     """
     if frozen:
         return ALREADY
+    if reopen:
+        return TRIPPED
     if forced is not None:
         return BLOCKED
     if state != "closed":

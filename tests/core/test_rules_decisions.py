@@ -74,6 +74,23 @@ def test_em2_open_refusal(forced, now, frozen, expected):
     assert rules.open_refusal(forced=forced, now=now, until=10.0, frozen=frozen) == expected
 
 
+@pytest.mark.parametrize(
+    ("state", "forced", "frozen", "reopen", "expected"),
+    [
+        ("closed", None, False, False, rules.TRIPPED),
+        ("closed", "closed", False, False, rules.BLOCKED),
+        ("open", None, False, False, rules.ALREADY),
+        ("closed", None, True, False, rules.ALREADY),
+        ("half_open", None, False, True, rules.TRIPPED),  # a failed trial's re-open
+        ("half_open", None, True, True, rules.ALREADY),  # held by Level 3
+    ],
+)
+def test_em2_trip_verdict_holds_reopens_under_level_3_only(state, forced, frozen, reopen, expected):
+    """EM-2, OP-2: a trip is refused by a force and held by Level 3; a failed trial's
+    re-open only by Level 3."""
+    assert rules.trip_verdict(state=state, forced=forced, frozen=frozen, reopen=reopen) == expected
+
+
 def _breaker_in(state: str, forced: str | None, clock: FakeClock) -> CircuitBreaker:
     breaker = CircuitBreaker(
         "peer-rules",
