@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import baldur_django as baldur
+from baldur_django.core.breaker import core_of
 
 from .harness import interleave, loop_calls
 from .scenarios import BenchSettings, _service, _target, _target_response, _warm_up_baldur
@@ -59,10 +60,10 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         ``[(description, wrapper), ...]`` from the cheapest step to the full replica, then
         the real wrapper itself.
     """
-    breaker = func.breaker  # type: ignore[attr-defined]
+    breaker = core_of(func.breaker)  # type: ignore[attr-defined]  # the core the wrapper reads
     inner = func.__wrapped__  # type: ignore[attr-defined]
-    cascade = breaker._cascade
-    monotonic = breaker._mono
+    cascade = breaker.cascade
+    monotonic = breaker.mono
     record_success = breaker.record_success
     plain = breaker.plain_types  # bound once, as the wrapper binds it (PLAIN_TYPES unless a result_predicate is set)
     policy = None
@@ -71,14 +72,14 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         return inner(*args, **kwargs)
 
     def admit(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._quiet_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
+        permit = breaker.quiet_permit
+        if permit is None or (breaker.timed and monotonic() >= breaker.sync_due):
             raise AssertionError("not CLOSED on the healthy lane")
         return inner(*args, **kwargs)
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._quiet_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
+        permit = breaker.quiet_permit
+        if permit is None or (breaker.timed and monotonic() >= breaker.sync_due):
             raise AssertionError("not CLOSED on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
@@ -89,8 +90,8 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         return result
 
     def typed(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._quiet_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
+        permit = breaker.quiet_permit
+        if permit is None or (breaker.timed and monotonic() >= breaker.sync_due):
             raise AssertionError("not CLOSED on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
@@ -103,8 +104,8 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         return result
 
     def checked(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._quiet_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
+        permit = breaker.quiet_permit
+        if permit is None or (breaker.timed and monotonic() >= breaker.sync_due):
             raise AssertionError("not CLOSED on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
@@ -113,13 +114,13 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         except BaseException:
             raise
         if type(result) in plain:  # noqa: SIM102 - one step of the wrapper per line, as it takes them
-            if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
+            if permit is breaker.healthy_permit and monotonic() < cascade.bucket_end:
                 pass
         return result
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        permit = breaker._quiet_permit
-        if permit is None or (breaker._timed and monotonic() >= breaker._sync_due):
+        permit = breaker.quiet_permit
+        if permit is None or (breaker.timed and monotonic() >= breaker.sync_due):
             raise AssertionError("not CLOSED on the healthy lane")
         if policy is not None and not permit.dry_run:
             raise AssertionError("no retry expected")
@@ -128,7 +129,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         except BaseException:
             raise
         if type(result) in plain:
-            if permit is breaker._healthy_permit and monotonic() < cascade.bucket_end:
+            if permit is breaker.healthy_permit and monotonic() < cascade.bucket_end:
                 next(cascade.counter)
             else:
                 record_success(permit)
@@ -136,7 +137,7 @@ def ladder(func: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
 
     return [
         ("python wrapper forwarding *args, **kwargs", forward),
-        ("+ admit: read breaker._quiet_permit and _timed", admit),
+        ("+ admit: read breaker.quiet_permit and _timed", admit),
         ("+ retry check and try/except around the call", guarded),
         ("+ type(result) in plain (the breaker's PLAIN_TYPES)", typed),
         ("+ healthy-permit test and monotonic() < bucket_end", checked),

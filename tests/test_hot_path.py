@@ -1,12 +1,12 @@
 """CB-8, CB-9: the lock-free hot path's invariants, checked on the code itself.
 
 1. Every path that records a failure or changes a breaker's state clears the hot-path
-   permits first (``CircuitBreaker._invalidate``): a tracing breaker asserts, at each such
-   mutation, that ``_healthy_permit`` is already None, while a seeded random workload
+   permits first (``Machine.invalidate``): a tracing core asserts, at each such
+   mutation, that ``healthy_permit`` is already None, while a seeded random workload
    (successes, failures, ignored outcomes, 429s, forces, releases, recovery timeouts,
    reconfiguration, shared-store adoption) runs through it.
 2. The profiling ladder's full replica (``benchmarks/profiling.py``) takes exactly the
-   steps of the real wrapper (``core/hotpath.py``): both run on a tracing breaker that logs
+   steps of the real wrapper (``core/wrappers.py``): both run on a tracing core that logs
    every attribute read, clock read and counter step, and the logs must be equal.
 """
 
@@ -19,6 +19,7 @@ import pytest
 
 from baldur_django.core import hotpath
 from baldur_django.core.breaker import CircuitBreaker
+from baldur_django.core.calls import BreakerCore
 from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.errors import CircuitOpenError
 from baldur_django.core.events import EventBus
@@ -26,20 +27,20 @@ from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.sync import StoreGuard
 from baldur_django.core.testing import FakeClock
 
-WATCHED = ("_state", "_gen", "_forced", "_consecutive")
+WATCHED = ("state", "generation", "forced", "consecutive")
 
 
-class CheckedBreaker(CircuitBreaker):
+class CheckedCore(BreakerCore):
     """Fails the test when a watched attribute changes while the healthy permit is set."""
 
     violations: list[str]
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # read through getattr, not self.__dict__: the breaker's fields are slots
+        # read through getattr, not self.__dict__: the core's fields are slots
         if name in WATCHED and getattr(self, "violations", None) is not None:
             old = getattr(self, name, None)
-            grows = name != "_consecutive" or (isinstance(value, int) and value > (old or 0))
-            if value is not old and value != old and grows and getattr(self, "_healthy_permit", None) is not None:
+            grows = name != "consecutive" or (isinstance(value, int) and value > (old or 0))
+            if value is not old and value != old and grows and getattr(self, "healthy_permit", None) is not None:
                 self.violations.append(f"{name}: {old!r} -> {value!r}")
         super().__setattr__(name, value)
 
@@ -47,12 +48,12 @@ class CheckedBreaker(CircuitBreaker):
 class CheckedWindow:
     """Wraps the count window; a failure added while the healthy permit is set is a violation."""
 
-    def __init__(self, inner: Any, breaker: CheckedBreaker) -> None:
+    def __init__(self, inner: Any, breaker: CheckedCore) -> None:
         self.__dict__["_inner"] = inner
         self.__dict__["_breaker"] = breaker
 
     def add(self, failed: bool, slow: bool = False, now: float = 0.0) -> None:
-        if (failed or slow) and self._breaker._healthy_permit is not None:
+        if (failed or slow) and self._breaker.healthy_permit is not None:
             self._breaker.violations.append("window failure while healthy")
         self._inner.add(failed, slow, now)
 
@@ -63,7 +64,7 @@ class CheckedWindow:
         setattr(self._inner, name, value)
 
 
-def _checked(shared: bool, clock: FakeClock) -> CheckedBreaker:
+def _checked(shared: bool, clock: FakeClock) -> tuple[CircuitBreaker, CheckedCore]:
     config = build_config(
         "inv",
         {
@@ -75,13 +76,14 @@ def _checked(shared: bool, clock: FakeClock) -> CheckedBreaker:
         },
         SettingsSource(environ={"BALDUR_CB_SYNC_INTERVAL_SECONDS": "1"}),
     )
-    breaker = CheckedBreaker("inv", config, clock=clock, bus=EventBus())
-    breaker.violations = []
-    breaker._window = CheckedWindow(breaker._window, breaker)
+    breaker = CircuitBreaker("inv", config, clock=clock, bus=EventBus())
+    core = breaker._core = CheckedCore("inv", config, clock, EventBus())
+    core.violations = []
+    core.window = CheckedWindow(core.window, core)
     if shared:
         store = MemoryStore(now=clock.wall)
         breaker.use_store(StoreGuard(store, lambda: 60.0, lambda e: None, clock.monotonic, clock.wall))
-    return breaker
+    return breaker, core
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["memory", "shared"])
@@ -91,7 +93,7 @@ def test_cb9_every_mutation_clears_the_healthy_permit_first(shared, seed):
     count changes while the lock-free healthy permit is still handed out."""
     rng = random.Random(seed)
     clock = FakeClock()
-    breaker = _checked(shared, clock)
+    breaker, core = _checked(shared, clock)
     healthy_seen = 0
     for _ in range(3000):
         op = rng.random()
@@ -108,7 +110,7 @@ def test_cb9_every_mutation_clears_the_healthy_permit_first(shared, seed):
                 breaker.record_ignored(permit)
             else:
                 breaker.record_failure(permit, rate_limited=True, retry_after=0)
-        healthy_seen += breaker._healthy_permit is not None
+        healthy_seen += core.healthy_permit is not None
         roll = rng.random()
         if roll < 0.05:
             clock.advance(rng.choice([0.5, 1.0, 2.5]))
@@ -123,20 +125,20 @@ def test_cb9_every_mutation_clears_the_healthy_permit_first(shared, seed):
         elif roll < 0.09:
             breaker.report_rate_limit(0)
     assert healthy_seen > 100, "the workload must reach the healthy state often"
-    assert breaker.violations == []
+    assert core.violations == []
 
 
 def test_cb9_checker_catches_a_mutation_that_skips_invalidate():
-    """Meta-test: a failure path that forgot ``_invalidate()`` is reported by the checker."""
+    """Meta-test: a failure path that forgot ``invalidate()`` is reported by the checker."""
     clock = FakeClock()
-    breaker = _checked(False, clock)
+    breaker, core = _checked(False, clock)
     for _ in range(4):
         breaker.record_success(breaker.acquire())
-    assert breaker._healthy_permit is not None
-    with breaker._lock:  # what a mutating path without _invalidate() would do
-        breaker._consecutive += 1
-        breaker._window.add(True)
-    assert len(breaker.violations) == 2
+    assert core.healthy_permit is not None
+    with core.lock:  # what a mutating path without invalidate() would do
+        core.consecutive += 1
+        core.window.add(True)
+    assert len(core.violations) == 2
 
 
 class Tally:
@@ -146,7 +148,7 @@ class Tally:
         self.steps: list[str] = []
 
 
-class TracingBreaker(CircuitBreaker):
+class TracingCore(BreakerCore):
     tally: Tally
 
     def __getattribute__(self, name: str) -> Any:
@@ -157,7 +159,7 @@ class TracingBreaker(CircuitBreaker):
         return object.__getattribute__(self, name)
 
 
-HOT = {"_fast_permit", "_quiet_permit", "_timed", "_sync_due", "_healthy_permit", "_reject_until", "_cascade", "_mono"}
+HOT = {"fast_permit", "quiet_permit", "timed", "sync_due", "healthy_permit", "reject_until", "cascade", "mono"}
 
 
 class TracingCounter:
@@ -186,8 +188,9 @@ def _traced_wrapper(tally: Tally, clock: FakeClock) -> Any:
     from benchmarks.profiling import ladder
 
     config = build_config("ladder", {}, SettingsSource(environ={}))
-    breaker = TracingBreaker("ladder", config, clock=clock, bus=EventBus())
-    object.__setattr__(breaker, "tally", tally)
+    breaker = CircuitBreaker("ladder", config, clock=clock, bus=EventBus())
+    core = breaker._core = TracingCore("ladder", config, clock, EventBus())
+    object.__setattr__(core, "tally", tally)
     for _ in range(config.sliding_window_size + 1):
         breaker.record_success(breaker.acquire())  # steady state: window full, healthy
     inner_mono = clock.monotonic
@@ -196,8 +199,8 @@ def _traced_wrapper(tally: Tally, clock: FakeClock) -> Any:
         tally.steps.append("monotonic()")
         return inner_mono()
 
-    object.__setattr__(breaker, "_mono", mono)
-    object.__setattr__(breaker, "_cascade", TracingCascade(tally, object.__getattribute__(breaker, "_cascade")))
+    object.__setattr__(core, "mono", mono)
+    object.__setattr__(core, "cascade", TracingCascade(tally, object.__getattribute__(core, "cascade")))
 
     def target() -> int:
         tally.steps.append("call")

@@ -2,8 +2,8 @@
 
 :mod:`baldur_django.contrib.requests` and :mod:`baldur_django.contrib.httpx` are thin
 shells over the decorators' engine: each request goes through a
-:class:`~baldur_django.core.hotpath.Route` built by the same checks ``protect()`` runs
-(:func:`~baldur_django.core.decorators.protect_route`), so admission, recording, the
+:class:`~baldur_django.core.routes.Route` built by the same checks ``protect()`` runs
+(:func:`~baldur_django.core.routes.protect_route`), so admission, recording, the
 classifier (failure statuses, 429 with ``Retry-After``), the retry stage, the fallback,
 forces, the emergency freeze and the metrics are the decorators' own. This module only
 decides which breaker a request belongs to and which of its two routes (with or without
@@ -18,14 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.breaker import CircuitBreaker
+from ..core.breaker import CircuitBreaker, core_of
 from ..core.config import OVERRIDE_NAMES, settings, validate_overrides
-from ..core.decorators import aprotect_route, protect_route
 from ..core.errors import ConfigError
-from ..core.hotpath import Route
 from ..core.names import name_problem, show_name
 from ..core.registry import registry
 from ..core.retry import RetryPolicy
+from ..core.routes import Route, aprotect_route, protect_route
 from ..core.states import CircuitState
 
 __all__ = [
@@ -338,7 +337,7 @@ class Breakers:
             if entry is keep:
                 entries.move_to_end(name)
                 continue
-            view = entry.breaker.view()
+            view = core_of(entry.breaker).view()
             if view.forced is None and view.state is CircuitState.CLOSED:
                 entries.pop(name, None)  # its cached host name stays: a string, capped apart
                 registry.drop_idle(name, entry.breaker)

@@ -22,7 +22,7 @@ Series (every counter also labelled ``service``):
 Nothing runs per call: the breakers keep counts they already need (or one atomic
 increment where nothing existed, the OPEN rejection), and :class:`BaldurCollector` reads
 them from the process's registry when the registry is scraped, with one
-``CircuitBreaker.metric_values()`` per breaker (a few ints, no dict).
+``core.readings.metric_values()`` per breaker (a few ints, no dict).
 
 **Which series are exported.** The state gauge is exported for every breaker of the
 process. A counter series (a ``service`` with one ``outcome``, one ``reason`` or one

@@ -15,8 +15,9 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core import emergency
-from ..core.breaker import METRIC_COUNTS
+from ..core.breaker import core_of
 from ..core.names import show_name
+from ..core.readings import METRIC_COUNTS, metric_values
 from ..core.registry import registry as _breakers
 from ..core.states import CircuitState
 
@@ -68,7 +69,7 @@ WARNINGS = Warnings()
 
 
 # ------------------------------------------------------------------------ readings
-# The label value and family of each count of CircuitBreaker.metric_values(), in its order.
+# The label value and family of each count of readings.metric_values(), in its order.
 COUNT_FAMILY = tuple(CALLS if group == "calls" else BLOCKED for group, _ in METRIC_COUNTS)
 COUNT_LABEL = tuple(key for _, key in METRIC_COUNTS)
 ZEROS: tuple[int, ...] = (0,) * len(METRIC_COUNTS)
@@ -183,7 +184,7 @@ class Tally:
         states = []
         for breaker in _breakers:
             try:
-                state, counts, transitions = breaker.metric_values()
+                state, counts, transitions = metric_values(core_of(breaker))
             except Exception:
                 WARNINGS.warn(
                     "metrics.read_failed service=%s: its series are left out of this reading", show_name(breaker.name)

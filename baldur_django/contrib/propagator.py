@@ -13,9 +13,9 @@ import uuid
 import weakref
 from typing import Any
 
-from ..core.breaker import PEER_APPLIED, PEER_BLOCKED, PEER_LIFTED, PEER_UNCHANGED
 from ..core.config import SettingsSource
 from ..core.config import settings as default_settings
+from ..core.control import PEER_APPLIED, PEER_BLOCKED, PEER_LIFTED, PEER_UNCHANGED
 from ..core.errors import ConfigError
 from ..core.events import Event
 from ..core.log import log_event

@@ -11,27 +11,18 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import hotpath
 from .breaker import CircuitBreaker
 from .config import OVERRIDE_NAMES, SettingsSource, build_config, validate_overrides
 from .errors import ConfigError
-from .hotpath import (
-    Route,
-    acall_wrappers,
-    aprotect,
-    async_wrapper,
-    call_wrappers,
-    install_route_builders,
-    protect,
-    sync_wrapper,
-)
+from .hotpath import aprotect, protect
 from .names import check_name
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
+from .routes import breaker_for, check_fallback, is_async, refuse_async_fallback, refuse_generators
+from .wrappers import async_wrapper, sync_wrapper
 
 __all__ = ["protected", "aprotected", "protect", "aprotect", "circuit_breaker"]
 
@@ -50,17 +41,6 @@ _MARKS = sys.version_info >= (3, 12)
 #: never per call; :mod:`baldur_django.contrib.otel` sets it while ``BALDUR_OTEL_SPANS``
 #: is on (one span per protected call).
 wrap_calls: Callable[[str, Callable[..., Any]], Callable[..., Any]] | None = None
-
-
-def _breaker(service: str, overrides: dict[str, Any]) -> CircuitBreaker:
-    unknown = overrides.keys() - _KNOWN
-    if unknown:
-        raise ConfigError(
-            f"breaker {service!r}: unknown argument(s) {sorted(unknown)}; known: {', '.join(_OVERRIDE_NAMES)}"
-        )
-    given = {k: v for k, v in overrides.items() if v is not None}
-    # no overrides: use (or create) the breaker without claiming a configuration
-    return registry.get(service, given or None)  # type: ignore[return-value]  # create=True: never None
 
 
 def _validate_arguments(service: str, overrides: dict[str, Any]) -> None:
@@ -87,7 +67,7 @@ def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
     try:
         if not overrides:  # circuit_breaker(name): the name is checked, no override to filter
             return registry.get(service)
-        return _breaker(service, overrides)
+        return breaker_for(service, overrides)
     except ConfigError:
         if _fails_on_defaults(service, overrides):
             raise  # the arguments contradict each other (minimum_calls above their own window)
@@ -116,8 +96,8 @@ def _deferred(
 
     def resolve() -> Callable[..., Any]:
         if not built:
-            breaker = _breaker(service, overrides)
-            make = async_wrapper if _is_async(func) else sync_wrapper
+            breaker = breaker_for(service, overrides)
+            make = async_wrapper if is_async(func) else sync_wrapper
             built.append(make(breaker, func, policy, fallback))
             deferred.breaker = breaker  # as _decorate sets it
         return built[0]
@@ -128,59 +108,8 @@ def _deferred(
     def deferred_sync(*args: Any, **kwargs: Any) -> Any:
         return resolve()(*args, **kwargs)
 
-    deferred = deferred_async if _is_async(func) else deferred_sync
+    deferred = deferred_async if is_async(func) else deferred_sync
     return deferred  # type: ignore[no-any-return]  # one of the two functions above
-
-
-def _check_fallback(service: str, fallback: Any) -> None:
-    if fallback is not None and not callable(fallback):
-        raise ConfigError(f"breaker {service!r}: fallback={fallback!r} is not callable")
-
-
-def _refuse_async_fallback(what: str, fallback: Any) -> None:
-    """A synchronous call's fallback must be synchronous: an ``async def`` one would hand
-    the caller its coroutine, never awaited."""
-    if fallback is not None and _is_async(fallback):
-        name = getattr(fallback, "__qualname__", repr(fallback))
-        raise ConfigError(
-            f"{what}: fallback {name!r} is an async def, but the protected call is synchronous and could "
-            "never await it; give a def, or protect an async def (aprotect() / @aprotected)"
-        )
-
-
-def _plain_flags(func: Any) -> int | None:
-    """The code flags of a plain ``def`` or lambda, which inspect would read as well; None
-    for anything else (a partial, a method, a callable object, a marked function), which
-    is then asked of inspect."""
-    if type(func) is types.FunctionType and not (_MARKS and hasattr(func, "_is_coroutine_marker")):
-        return func.__code__.co_flags
-    return None
-
-
-def _refuse_generators(func: Callable[..., Any]) -> None:
-    flags = _plain_flags(func)
-    if flags is not None and not flags & _CODE_GENERATORS:
-        return  # a plain function, not a generator function (what the tests below find)
-    if not callable(func):
-        raise ConfigError(f"{func!r} is not callable")
-    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
-        name = getattr(func, "__qualname__", repr(func))
-        raise ConfigError(
-            f"cannot protect generator function {name!r}: its body runs after the call returns; "
-            "protect the call that produces the data instead"
-        )
-
-
-def _is_async(func: Callable[..., Any]) -> bool:
-    flags = _plain_flags(func)
-    if flags is not None:
-        return bool(flags & inspect.CO_COROUTINE)  # inspect.iscoroutinefunction's test
-    while isinstance(func, functools.partial):
-        func = func.func
-    if inspect.iscoroutinefunction(func):
-        return True
-    call = getattr(func, "__call__", None)  # noqa: B004 - async callable objects
-    return call is not None and not inspect.isfunction(func) and inspect.iscoroutinefunction(call)
 
 
 def _decorate(
@@ -195,12 +124,12 @@ def _decorate(
     """Wrap *func*. *registered*: the breaker the decorator factory registered for the same
     arguments (validated then); used while the registry still holds it, else (a bad
     setting at that time, or the registry forgot it since) everything is done again."""
-    _refuse_generators(func)
-    if force_async and not _is_async(func):
+    refuse_generators(func)
+    if force_async and not is_async(func):
         name = getattr(func, "__qualname__", repr(func))
         raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
-    if not _is_async(func):
-        _refuse_async_fallback(f"breaker {service!r}", fallback)
+    if not is_async(func):
+        refuse_async_fallback(f"breaker {service!r}", fallback)
     if registered is not None and registry.get(service, create=False) is registered:
         breaker: CircuitBreaker | None = registered
     else:
@@ -209,7 +138,7 @@ def _decorate(
         deferred = _deferred(service, func, policy, fallback, overrides)
         functools.update_wrapper(deferred, func)
         return deferred  # type: ignore[return-value]  # same signature as func (update_wrapper)
-    if _is_async(func):
+    if is_async(func):
         wrapper = async_wrapper(breaker, func, policy, fallback)
     else:
         wrapper = sync_wrapper(breaker, func, policy, fallback)
@@ -300,7 +229,7 @@ def _decorator(
     """The decorator of :func:`protected` / :func:`aprotected`: checks *retry*, *fallback* and
     *overrides* now, and registers the breaker now unless a setting is bad."""
     policy = coerce_retry(retry)
-    _check_fallback(service, fallback)
+    check_fallback(service, fallback)
     registered = _register(service, overrides)
 
     def decorate(func: F) -> F:
@@ -334,76 +263,3 @@ def circuit_breaker(service: str, **overrides: Any) -> Callable[[F], F]:
 # ------------------------------------------------------------- protect() / aprotect()
 # protect and aprotect live in hotpath (their per-call fast path reads the breaker's
 # hot-path attributes); a call they cannot match with a stored route comes here first.
-
-# Overrides of these types can be matched by value (equal values of one of these types
-# validate alike); a route with any other (a list of exceptions, a Decimal...) is not
-# stored, so such calls are checked every time.
-_EXACT = frozenset({int, float, tuple, type(None), types.FunctionType})  # a function equals only itself
-
-
-def _stored_route(
-    table: dict[str, Route],
-    service: str,
-    breaker: CircuitBreaker,
-    retry: Any,
-    policy: RetryPolicy | None,
-    overrides: dict[str, Any],
-    build: Callable[[], tuple[Callable[..., Any], Callable[..., Any]]],
-) -> Route:
-    """The route for a call whose every check passed: the stored route's wrappers when its
-    breaker and policy are the same, else new ones; stored when later calls can match it.
-
-    Args:
-        table: the route table of the call style, one without overrides, one with.
-    """
-    route = table.get(service)
-    if route is not None and route.breaker is breaker and route.policy == policy:
-        wrappers = (route.run, route.run_fallback)
-    else:
-        wrappers = build()
-    route = Route(breaker, retry, policy, overrides, wrappers)
-    if type(service) is str and all(kind in _EXACT for kind in route.kinds):
-        table[service] = route  # one assignment: readers see the old route or this one, whole
-        if registry.get(service, create=False) is not breaker:
-            table.pop(service, None)  # registry.clear() ran meanwhile: its breaker is gone
-    return route
-
-
-def protect_route(service: str, call: Callable[[], Any], retry: Any, fallback: Any, overrides: dict[str, Any]) -> Route:
-    """Every check of ``protect()``, in its order, then the route to run *call* through.
-
-    Raises:
-        ConfigError: a coroutine function, a generator function or a non-callable *call*,
-            a non-callable *fallback*, a bad override or a bad *retry*.
-    """
-    if _is_async(call):
-        raise ConfigError(f"protect({service!r}) got a coroutine function; use aprotect() for async calls")
-    _refuse_generators(call)
-    _check_fallback(service, fallback)
-    _refuse_async_fallback(f"protect({service!r})", fallback)
-    breaker = _breaker(service, overrides)
-    policy = coerce_retry(retry)
-    table = hotpath.knob_routes if overrides else hotpath.routes
-    return _stored_route(table, service, breaker, retry, policy, overrides, lambda: call_wrappers(breaker, policy))
-
-
-def aprotect_route(
-    service: str, factory: Callable[[], Any], retry: Any, fallback: Any, overrides: dict[str, Any]
-) -> Route:
-    """Every check of ``aprotect()``, in its order, then the route to await *factory* through.
-
-    Raises:
-        ConfigError: a generator function or a non-callable *factory*, a non-callable
-            *fallback*, a bad override or a bad *retry*.
-    """
-    _refuse_generators(factory)
-    _check_fallback(service, fallback)
-    breaker = _breaker(service, overrides)
-    policy = coerce_retry(retry)
-    table = hotpath.knob_aroutes if overrides else hotpath.aroutes
-    return _stored_route(
-        table, service, breaker, retry, policy, overrides, lambda: acall_wrappers(breaker, policy, service)
-    )
-
-
-install_route_builders(protect_route, aprotect_route)  # protect()/aprotect() build routes on a miss

@@ -51,11 +51,11 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from .breaker import CircuitBreaker, Permit
+from .breaker import CircuitBreaker, Permit, core_of
 from .classify import RATE_LIMITED, SUCCESS, classify_status
 from .config import settings
 from .errors import CircuitOpenError, ConfigError
-from .hotpath import aacquire, asettle
+from .hotpath import asettle
 from .marks import is_marked
 from .registry import registry
 
@@ -201,7 +201,7 @@ async def aadmit(breaker: CircuitBreaker) -> Permit | ShedAnswer | None:
         ConfigError: as :func:`admit`.
     """
     try:
-        return await aacquire(breaker)
+        return await breaker.aacquire()
     except CircuitOpenError as error:
         return refused(error)
 
@@ -287,7 +287,7 @@ async def arecord(breaker: CircuitBreaker, permit: Permit, status: Any, headers:
         str: as :func:`record`.
     """
     if permit.trial:
-        return str(await asettle(breaker, permit, record, breaker, permit, status, headers, request))
+        return str(await asettle(core_of(breaker), permit, record, breaker, permit, status, headers, request))
     return record(breaker, permit, status, headers, request)
 
 
@@ -317,7 +317,7 @@ async def arecord_exception(breaker: CircuitBreaker, permit: Permit, error: Base
     Returns:
         str: as :func:`record_exception`.
     """
-    return str(await asettle(breaker, permit, record_exception, breaker, permit, error))
+    return str(await asettle(core_of(breaker), permit, record_exception, breaker, permit, error))
 
 
 def release(breaker: CircuitBreaker, permit: Permit) -> None:
@@ -332,7 +332,7 @@ def release(breaker: CircuitBreaker, permit: Permit) -> None:
 
 async def arelease(breaker: CircuitBreaker, permit: Permit) -> None:
     """:func:`release` for a coroutine (a trial slot's store write off the loop)."""
-    await asettle(breaker, permit, breaker.record_ignored, permit)
+    await asettle(core_of(breaker), permit, breaker.record_ignored, permit)
 
 
 # -------------------------------------------------------------------- domains
@@ -488,8 +488,9 @@ def serve(
         breaker = _lookup(path)
         if breaker is None:
             return handler(request)
+    core = core_of(breaker)  # the per-request steps go to the breaker's core directly
     try:
-        permit = breaker.acquire()
+        permit = core.acquire()
     except CircuitOpenError as error:
         answer = refused(error)
         if answer is None:
@@ -502,9 +503,9 @@ def serve(
         raise
     status = response.status_code
     if status.__class__ is int and status != 429 and status != 503:
-        config = breaker.config
+        config = core.config
         if status not in config.failure_codes and status not in config.rate_limit_codes:
-            breaker.record_success(permit)
+            core.record_success(permit)
             return response
     record(breaker, permit, status, response.headers, request)
     return response
@@ -537,10 +538,11 @@ async def aserve(
         breaker = _lookup(path)
         if breaker is None:
             return await handler(request)
-    permit = breaker.ready_permit()  # the CLOSED lock-free permit: no coroutine to await
+    core = core_of(breaker)
+    permit = core.ready_permit()  # the CLOSED lock-free permit: no coroutine to await
     if permit is None:
         try:
-            permit = await breaker.aacquire()
+            permit = await core.aacquire()
         except CircuitOpenError as error:
             answer = refused(error)
             if answer is None:
@@ -553,12 +555,12 @@ async def aserve(
         raise
     status = response.status_code
     if permit.trial:  # a shared store's write: off the loop
-        await asettle(breaker, permit, record, breaker, permit, status, response.headers, request)
+        await asettle(core_of(breaker), permit, record, breaker, permit, status, response.headers, request)
         return response
     if status.__class__ is int and status != 429 and status != 503:
-        config = breaker.config
+        config = core.config
         if status not in config.failure_codes and status not in config.rate_limit_codes:
-            breaker.record_success(permit)
+            core.record_success(permit)
             return response
     record(breaker, permit, status, response.headers, request)  # no I/O: a trip's write goes to the executor
     return response

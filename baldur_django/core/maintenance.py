@@ -27,14 +27,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import emergency
+from . import emergency, rules
 from .clock import Clock
 from .config import settings
 from .errors import BaldurError
 from .events import ForceLapsed, StateChanged, bus
 from .log import log_event
 from .registry import force_close_circuit, registry
-from .stores.base import Answer, Record, StateStore, StoreUnavailable
+from .stores.base import Answer, StateStore, StoreUnavailable
 
 __all__ = [
     "RunReport",
@@ -338,15 +338,6 @@ def emergency_check() -> RunReport:
 
 
 # ------------------------------------------------------------------------- watchdog
-def _open_since(record: Record) -> float | None:
-    """When an OPEN record last entered OPEN or was forced open (store clock, Unix s)."""
-    if record.forced == "open":
-        # a force (and a re-force) stamps updated_at; nothing else touches a forced-open record
-        times = [t for t in (record.opened_at, record.updated_at) if t is not None]
-        return max(times) if times else None
-    return record.opened_at
-
-
 def _watchdog(store: StateStore, report: RunReport, lock: FleetLock) -> None:
     stuck_after = float(settings.get("BALDUR_META_WATCHDOG_STUCK_OPEN_SECONDS"))
     for name in sorted(store.names()):
@@ -356,8 +347,8 @@ def _watchdog(store: StateStore, report: RunReport, lock: FleetLock) -> None:
         if record.state != "open":
             continue
         report.open += 1
-        since = _open_since(record)
-        if since is None or answer.now - since < stuck_after:
+        held = rules.stuck_open_for(record, answer.now, stuck_after)
+        if held is None:
             continue
         if emergency.refresh() >= emergency.FREEZE_LEVEL:
             report.skipped = "level 3"
@@ -367,7 +358,7 @@ def _watchdog(store: StateStore, report: RunReport, lock: FleetLock) -> None:
             force_close_circuit(
                 name,
                 ttl_minutes=None,
-                reason=f"meta-watchdog: OPEN for {answer.now - since:.0f} s (stuck)",
+                reason=f"meta-watchdog: OPEN for {held:.0f} s (stuck)",
                 actor=WATCHDOG_ACTOR,
             )
         except BaldurError as exc:

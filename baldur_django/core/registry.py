@@ -22,13 +22,14 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from .breaker import CircuitBreaker
+from .breaker import CircuitBreaker, core_of
 from .clock import SYSTEM_CLOCK, Clock
 from .config import SettingsSource, build_config, settings, validate_overrides
 from .errors import ConfigError
 from .events import bus
 from .log import LoggingListener, log_event
 from .names import check_name, show_name
+from .readings import after_fork, metric_values
 from .states import CircuitState
 from .stores.base import StateStore
 from .sync import StoreGuard
@@ -60,13 +61,14 @@ class Watcher(Protocol):
 def activity(breaker: CircuitBreaker) -> int:
     """A number that grows with every call, rejection and transition of *breaker*: two equal
     readings mean nothing happened in between. Reads the breaker's counts (its lock, no I/O)."""
-    _, counts, _ = breaker.metric_values()
-    return sum(counts) + breaker.generation
+    core = core_of(breaker)
+    _, counts, _ = metric_values(core)
+    return sum(counts) + core.generation
 
 
 def _idle_state(breaker: CircuitBreaker) -> bool:
     """True while *breaker* is CLOSED and unforced as this process holds it (no I/O)."""
-    view = breaker.view(locked=True)
+    view = core_of(breaker).view(locked=True)
     return view.state is CircuitState.CLOSED and view.forced is None
 
 
@@ -400,7 +402,7 @@ def _after_fork_in_child() -> None:
     reported again by every child."""
     for breaker in registry.everyone():
         try:
-            breaker.after_fork()
+            after_fork(core_of(breaker))
         except Exception:  # pragma: no cover - never fail a fork
             logging.getLogger("baldur.metrics").exception("metrics.fork_failed service=%s", show_name(breaker.name))
 

@@ -1,8 +1,8 @@
 """What the retry engine needs from the breaker it retries through, as typing protocols.
 
 :mod:`baldur_django.core.retry` is written against these instead of the breaker class, so
-the two modules do not import each other (not even for type checking). A
-:class:`~baldur_django.core.breaker.CircuitBreaker` and its permits satisfy them as they are.
+the two modules do not import each other (not even for type checking). A breaker's core
+(:class:`~baldur_django.core.calls.BreakerCore`) and its permits satisfy them as they are.
 """
 
 from __future__ import annotations

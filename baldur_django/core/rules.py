@@ -39,6 +39,13 @@ __all__ = [
     "lapse_target",
     "release_target",
     "probe_refusal",
+    "open_refusal",
+    "cascade_rate",
+    "peer_verdict",
+    "PEER_APPLIED",
+    "PEER_UNCHANGED",
+    "PEER_BLOCKED",
+    "PEER_LIFTED",
     "open_duration",
     "next_open",
     "normalise",
@@ -50,6 +57,7 @@ __all__ = [
     "op_clear",
     "op_sweep",
     "prunable",
+    "stuck_open_for",
     "run",
 ]
 
@@ -59,15 +67,23 @@ REOPEN = "reopen"  # a failed (or slow) trial: HALF_OPEN -> OPEN
 GIVE_BACK = "give_back"  # the slot goes back, nothing else (abandoned, or frozen)
 COUNT = "count"  # one more success of the round, not yet enough to close
 
+#: What a peer's propagated decision does to a breaker (:func:`peer_verdict`).
+PEER_APPLIED = "applied"  # the breaker moves to the peer's state
+PEER_UNCHANGED = "unchanged"  # it is in that state already
+PEER_BLOCKED = "blocked"  # an OPEN met a local forced closed (like a trip meeting a force)
+PEER_LIFTED = "lifted"  # a CLOSED is applied over a local forced open (the documented hazard)
+
 
 # ----------------------------------------------------------------------------- verdicts
-def trip_verdict(*, state: str, forced: str | None, frozen: bool) -> str:
+def trip_verdict(*, state: str, forced: str | None, frozen: bool, reopen: bool = False) -> str:
     """Whether an automatic trigger may open the breaker now.
 
     Args:
         state (str): ``"closed"``, ``"open"`` or ``"half_open"``.
         forced (str | None): the force held, if any.
         frozen (bool): Emergency Level 3 holds every automatic decision.
+        reopen (bool): the open is a failed trial's re-open (its round's verdict was
+            :data:`REOPEN`): only Level 3 holds it.
 
     Returns:
         str: ``TRIPPED`` (open it), ``BLOCKED`` (a force refuses it) or ``ALREADY`` (not
@@ -75,6 +91,8 @@ def trip_verdict(*, state: str, forced: str | None, frozen: bool) -> str:
     """
     if frozen:
         return ALREADY
+    if reopen:
+        return TRIPPED
     if forced is not None:
         return BLOCKED
     if state != "closed":
@@ -164,6 +182,56 @@ def probe_refusal(*, state: str, forced: str | None, taken: int, max_calls: int,
     if taken >= max_calls:
         return "half_open_full"
     return None
+
+
+def open_refusal(*, forced: str | None, now: float, until: float, frozen: bool) -> str:
+    """Why an OPEN breaker refuses a call: ``"frozen"`` while Emergency Level 3 holds an
+    automatic open past its recovery timeout (*until*, in the caller's seconds), else
+    ``"open"`` (the open time runs, or a force holds it)."""
+    if now >= until and forced is None and frozen:
+        return "frozen"
+    return "open"
+
+
+def cascade_rate(
+    *,
+    state: str,
+    forced: str | None,
+    calls: int,
+    sightings: int,
+    threshold: int,
+    min_calls: int,
+    min_ratio: float,
+) -> float | None:
+    """Whether the 429 cascade trips an unforced CLOSED breaker: the share of rate-limited
+    answers among the window's *calls*, in percent, when it trips, else None.
+
+    Args:
+        state, forced: the breaker's state value and force (only an unforced CLOSED trips).
+        calls, sightings: attempts and 429 sightings in the cascade window.
+        threshold, min_calls: the fewest sightings and calls that can trip.
+        min_ratio: the share of sightings (percent) that trips.
+    """
+    if forced is not None or state != "closed" or sightings < threshold or calls < min_calls:
+        return None
+    rate = sightings * 100.0 / calls
+    return rate if rate >= min_ratio else None
+
+
+def peer_verdict(*, state: str, forced: str | None, peer: str) -> str:
+    """What a peer worker's propagated ``"open"`` or ``"closed"`` decision does to a breaker
+    in *state* (a state value) holding *forced*: :data:`PEER_APPLIED`,
+    :data:`PEER_UNCHANGED` (already there), :data:`PEER_BLOCKED` (an OPEN meets a forced
+    closed, as a trip does) or :data:`PEER_LIFTED` (a CLOSED over a force, which it lifts).
+    Applied under Emergency Level 3 too: catching up with a decision taken elsewhere is not
+    a new automatic decision."""
+    if peer == "open":
+        if state == "open":
+            return PEER_UNCHANGED
+        return PEER_BLOCKED if forced == "closed" else PEER_APPLIED
+    if state == "closed":
+        return PEER_UNCHANGED
+    return PEER_APPLIED if forced is None else PEER_LIFTED
 
 
 def open_duration(opens: int, recovery_timeout: float, factor: float, cap: float = math.inf) -> float:
@@ -363,6 +431,23 @@ def op_clear(record: Record, now: float) -> str | None:
     record.opened_at = None
     record.open_until = None
     return previous
+
+
+def stuck_open_for(record: Record, now: float, stuck_after: float) -> float | None:
+    """The seconds an OPEN *record* has been open when that is at least *stuck_after*
+    (the watchdog's rule: such a breaker is forced closed), else None. A forced open counts
+    from its last force (a re-force stamps ``updated_at``), an automatic one from its open;
+    times are the store clock's Unix seconds."""
+    if record.state != "open":
+        return None
+    if record.forced == "open":
+        times = [t for t in (record.opened_at, record.updated_at) if t is not None]
+        since = max(times) if times else None
+    else:
+        since = record.opened_at
+    if since is None or now - since < stuck_after:
+        return None
+    return now - since
 
 
 def prunable(record: Record) -> bool:

@@ -13,10 +13,11 @@ import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .breaker import CircuitBreaker, Permit
+from .calls import BreakerCore
 from .classify import RATE_LIMITED, SUCCESS, classify_status, retry_after_of, status_of
 from .errors import awaitable_refused, is_awaitable
 from .nesting import Mark, outer_of, recorded_since, settled_elsewhere
+from .permit import Permit
 from .retry import (
     ATTEMPT,
     Done,
@@ -53,7 +54,7 @@ __all__ = [
 _COROUTINE = types.CoroutineType
 
 
-def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException) -> bool:
+def settle_exception(breaker: BreakerCore, permit: Permit, exc: BaseException) -> bool:
     """Record the outcome of a single attempt that raised; True when it counted as a failure."""
     counted, rate_limited = exception_outcome(breaker.config, exc, breaker.name)
     if not counted:
@@ -66,7 +67,7 @@ def settle_exception(breaker: CircuitBreaker, permit: Permit, exc: BaseException
     return True
 
 
-def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
+def settle_result(breaker: BreakerCore, permit: Permit, result: Any) -> None:
     """Record a returned value: a status on either list is a failure, and so is a value the
     ``result_predicate`` marks; else a success."""
     if type(result) in breaker.plain_types:  # empty while a result_predicate is set
@@ -95,7 +96,7 @@ def settle_result(breaker: CircuitBreaker, permit: Permit, result: Any) -> None:
         breaker.record_failure(permit)
 
 
-def _fail_outer(breaker: CircuitBreaker, outer: tuple[Permit, Mark], exc: BaseException, rate_limited: bool) -> bool:
+def _fail_outer(breaker: BreakerCore, outer: tuple[Permit, Mark], exc: BaseException, rate_limited: bool) -> bool:
     """A nested call failed and its fallback answers: the outer call never got the
     dependency's answer, so its outcome is this failure, recorded once on its permit.
     Returns True when it recorded (False: the outer call's outcome was recorded already)."""
@@ -109,7 +110,7 @@ def _fail_outer(breaker: CircuitBreaker, outer: tuple[Permit, Mark], exc: BaseEx
     return True
 
 
-def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: BaseException, answered: bool) -> bool:
+def settle_raised(breaker: BreakerCore, permit: Permit, mark: Mark, exc: BaseException, answered: bool) -> bool:
     """Record that the call admitted by *permit* (begun at record number *mark*) ended by
     raising *exc*, as :func:`settle_exception` does, unless its outcome is not its own to
     record (:func:`settled_elsewhere`).
@@ -133,9 +134,7 @@ def settle_raised(breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: Base
     return counted
 
 
-async def asettle_raised(
-    breaker: CircuitBreaker, permit: Permit, mark: Mark, exc: BaseException, answered: bool
-) -> bool:
+async def asettle_raised(breaker: BreakerCore, permit: Permit, mark: Mark, exc: BaseException, answered: bool) -> bool:
     """:func:`settle_raised` for a coroutine: the stack is read on the event loop's thread,
     and a shared breaker's trial outcome is written from a worker thread."""
     if recorded_since(breaker, mark):
@@ -154,7 +153,7 @@ async def asettle_raised(
     return counted
 
 
-def settle_returned(breaker: CircuitBreaker, permit: Permit, mark: Mark, result: Any) -> None:
+def settle_returned(breaker: BreakerCore, permit: Permit, mark: Mark, result: Any) -> None:
     """Record the value the call admitted by *permit* returned, as :func:`settle_result`
     does, unless its outcome is not its own to record (:func:`settled_elsewhere`). A
     success on the lock-free healthy lane is counted there without asking."""
@@ -172,7 +171,7 @@ def settle_returned(breaker: CircuitBreaker, permit: Permit, mark: Mark, result:
 
 
 def settle_status(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     status: Any,
     retry_after: Callable[[], Any],
@@ -252,8 +251,18 @@ def _ending(step: Step, fallback: Callable[..., Any] | None) -> tuple[Any, BaseE
     raise TypeError(f"retry plan ended on {step!r}")
 
 
+def _first_settled(breaker: BreakerCore, permit: Permit, result: Any, mark: Mark) -> bool:
+    """True when the first attempt's returned *result* ends the call: a success (recorded
+    here), or a failure response a nested call recorded (no retry, nothing more recorded)."""
+    if type(result) in breaker.plain_types:  # settled()'s first test, inlined: no status to read
+        if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
+            breaker.record_success(permit)
+        return True
+    return settled(breaker, permit, result, mark) or settled_elsewhere(breaker, permit, mark)
+
+
 def run_sync(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     policy: RetryPolicy,
     func: Callable[..., Any],
@@ -285,9 +294,9 @@ def run_sync(
     # first attempt through at once, so it runs inline, and a success ends the sequence
     # here (settled()): no generator is built. The plan starts on a failed attempt, with
     # its outcome, or at once under a cooldown. The clock is read only when it matters: a
-    # cooldown was ever set in this process (_cooldown_until is 0.0 until then) or the
+    # cooldown was ever set in this process (cooldown_until is 0.0 until then) or the
     # budget needs the start time.
-    until = breaker.cooldown_deadline
+    until = breaker.cooldown_until
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if mark is None:
@@ -305,18 +314,14 @@ def run_sync(
                 raise
             first = Raised(exc)
         else:
-            if type(result) in breaker.plain_types:  # settled()'s first test, inlined: no status to read
-                if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
-                    breaker.record_success(permit)
+            if _first_settled(breaker, permit, result, mark):
                 return result
-            if settled(breaker, permit, result, mark) or settled_elsewhere(breaker, permit, mark):
-                return result  # a success, or a failure response of a nested call (no retry, nothing recorded)
             first = Returned(result)
     return continue_sync(breaker, permit, policy, func, args, kwargs, fallback, start, first)
 
 
 def _recorded_end(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     outcome: Outcome,
     fallback: Callable[..., Any] | None,
     args: tuple[Any, ...],
@@ -334,7 +339,7 @@ def _recorded_end(
 
 
 def continue_sync(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     policy: RetryPolicy,
     func: Callable[..., Any],
@@ -375,7 +380,7 @@ def continue_sync(
     return call_fallback(fallback, args, kwargs, error)
 
 
-async def _recording(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
+async def _recording(breaker: BreakerCore, permit: Permit, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)``, which may record *permit*'s outcome: a shared breaker's trial
     outcome is a store write, made from a worker thread so the event loop never waits on
     the store; anything else inline."""
@@ -384,8 +389,20 @@ async def _recording(breaker: CircuitBreaker, permit: Permit, fn: Callable[..., 
     return fn(*args)
 
 
+async def _afirst_settled(breaker: BreakerCore, permit: Permit, result: Any, mark: Mark) -> bool:
+    """:func:`_first_settled` for a coroutine: a shared trial's outcome is recorded off the
+    loop; the nesting stack is read here, on the loop's thread."""
+    if type(result) in breaker.plain_types:  # settled()'s first test, inlined
+        if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
+            await _recording(breaker, permit, breaker.record_success, permit)
+        return True
+    if settled_elsewhere(breaker, permit, mark):
+        return True
+    return bool(await _recording(breaker, permit, settled, breaker, permit, result))
+
+
 async def run_async(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     policy: RetryPolicy,
     factory: Callable[..., Awaitable[Any]],
@@ -397,7 +414,7 @@ async def run_async(
     """The async interpreter of :func:`.retry_plan`: awaits each attempt, waits with
     ``asyncio.sleep`` (or the clock's ``asleep``). Same arguments, return
     value and errors as :func:`run_sync`; a coroutine-function fallback is awaited."""
-    until = breaker.cooldown_deadline  # the happy path: see run_sync
+    until = breaker.cooldown_until  # the happy path: see run_sync
     start = breaker.clock.monotonic() if until or policy.budget_seconds is not None else 0.0
     first: Outcome | None = None
     if mark is None:
@@ -413,20 +430,14 @@ async def run_async(
                 raise
             first = Raised(exc)
         else:
-            if type(result) in breaker.plain_types:  # settled()'s first test, inlined
-                if not breaker.healthy_success(permit) and not settled_elsewhere(breaker, permit, mark):
-                    await _recording(breaker, permit, breaker.record_success, permit)
-                return result
-            if settled_elsewhere(breaker, permit, mark):  # the stack is read here, on the loop's thread
-                return result
-            if await _recording(breaker, permit, settled, breaker, permit, result):
+            if await _afirst_settled(breaker, permit, result, mark):
                 return result
             first = Returned(result)
     return await continue_async(breaker, permit, policy, factory, args, kwargs, fallback, start, first)
 
 
 async def continue_async(
-    breaker: CircuitBreaker,
+    breaker: BreakerCore,
     permit: Permit,
     policy: RetryPolicy,
     factory: Callable[..., Awaitable[Any]],

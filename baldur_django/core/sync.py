@@ -1,4 +1,4 @@
-"""How a breaker meets its store: the strategy a :class:`CircuitBreaker` holds.
+"""How a breaker meets its store: the strategy a breaker's core holds (:class:`~baldur_django.core.sync_target.SyncTarget`).
 
 A breaker takes every decision itself (``breaker.py``); what changes with a shared store
 (database or Redis) is only *when it reads or writes the shared record* and whether it
@@ -20,8 +20,8 @@ hook                          moment
 :class:`LocalSync` does no I/O: every hook answers "decide locally".
 :class:`StoreSync` runs the hook as one store operation through a :class:`StoreGuard`
 and hands the answer to the breaker (``breaker.apply``), which adopts it. The strategy
-reads the breaker only through :meth:`CircuitBreaker.view` and sets only when it consults
-next (:meth:`CircuitBreaker.schedule`): one class's state is changed by its own module. Store I/O happens
+reads the breaker only through :meth:`SyncTarget.view` and sets only when it consults
+next (:meth:`SyncTarget.schedule`): one class's state is changed by its own module. Store I/O happens
 only in the methods above, never under the breaker's state lock, and every method
 that may do I/O says so in its name or docstring. ``registry.set_store()`` swaps the
 strategy a breaker holds (``breaker.use_store``); the breaker object stays the same, so
@@ -52,9 +52,11 @@ from .states import CircuitState
 from .stores.base import BLOCKED, TRIPPED, Answer, StateStore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .breaker import CircuitBreaker, Permit
+    from .permit import Permit
+    from .sync_target import SyncTarget
 
 __all__ = ["StoreGuard", "LocalSync", "StoreSync", "LOCAL"]
+
 
 _NEVER = float("inf")
 #: Seconds a caller waits for another caller's first read of a breaker's shared record
@@ -66,7 +68,7 @@ _OPEN = CircuitState.OPEN
 _HALF_OPEN = CircuitState.HALF_OPEN
 
 
-def _timing(breaker: CircuitBreaker) -> dict[str, float]:
+def _timing(breaker: SyncTarget) -> dict[str, float]:
     """The open timing of *breaker* as the store protocol's keyword arguments (seconds)."""
     recovery_timeout, backoff_factor, recovery_timeout_max = breaker.open_timing()
     return {
@@ -166,7 +168,7 @@ class LocalSync:
         """Orders this breaker's store round trips; nothing to order locally."""
         return contextlib.nullcontext()
 
-    def first_use(self, breaker: CircuitBreaker) -> None:
+    def first_use(self, breaker: SyncTarget) -> None:
         """Never called (:attr:`known` is True)."""
 
     def local_judgement(self) -> bool:
@@ -177,48 +179,46 @@ class LocalSync:
         """False: the half-open allowance is this process's own."""
         return False
 
-    def probe_due(self, breaker: CircuitBreaker, now: float) -> bool:
+    def probe_due(self, breaker: SyncTarget, now: float) -> bool:
         """False: local admission takes local trial slots."""
         return False
 
-    def consult(self, breaker: CircuitBreaker, now: float) -> None:
+    def consult(self, breaker: SyncTarget, now: float) -> None:
         """Nothing to read."""
 
-    def refresh(self, breaker: CircuitBreaker, now: float) -> None:
+    def refresh(self, breaker: SyncTarget, now: float) -> None:
         """Nothing to read before a state read."""
 
     def trip_decided(
-        self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: MutableSequence[Event]
+        self, breaker: SyncTarget, trigger: str, held: list[Event], events: MutableSequence[Event]
     ) -> None:
         """A local trip is final: its events are published at once."""
         events.extend(held)
 
-    def push_trip(self, breaker: CircuitBreaker) -> None:
+    def push_trip(self, breaker: SyncTarget) -> None:
         """Never called: nothing is ever pending locally."""
 
-    def acquire_probe(self, breaker: CircuitBreaker, now: float) -> Permit | None:
+    def acquire_probe(self, breaker: SyncTarget, now: float) -> Permit | None:
         """Never called (``probe_due`` is False)."""
         return None
 
-    def finish_probe(self, breaker: CircuitBreaker, permit: Permit, outcome: str) -> bool:
+    def finish_probe(self, breaker: SyncTarget, permit: Permit, outcome: str) -> bool:
         """False: the breaker settles the trial locally."""
         return False
 
-    def store_force(
-        self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None
-    ) -> None:
+    def store_force(self, breaker: SyncTarget, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> None:
         """None: the force is applied locally."""
         return None
 
-    def store_release(self, breaker: CircuitBreaker) -> None:
+    def store_release(self, breaker: SyncTarget) -> None:
         """None: the release is applied locally."""
         return None
 
-    def store_reset(self, breaker: CircuitBreaker) -> None:
+    def store_reset(self, breaker: SyncTarget) -> None:
         """None: the reset is applied locally."""
         return None
 
-    def after_peer(self, breaker: CircuitBreaker) -> None:
+    def after_peer(self, breaker: SyncTarget) -> None:
         """Nothing to do: a peer's decision adopted locally is the whole state."""
 
     def extra_snapshot(self) -> dict[str, Any]:
@@ -273,14 +273,14 @@ class StoreSync:
         """Hold while a store operation and its adoption must not interleave with another's."""
         return self._io
 
-    def _call(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer | None:
+    def _call(self, breaker: SyncTarget, op: str, **kwargs: Any) -> Answer | None:
         """Store I/O through the guard; an unanswered call marks an outage for this breaker."""
         answer = self.guard.call(breaker.name, op, **kwargs)
         if answer is None:
             self._outage = True
         return answer
 
-    def _rejoined(self, breaker: CircuitBreaker, answer: Answer, was: CircuitState) -> None:
+    def _rejoined(self, breaker: SyncTarget, answer: Answer, was: CircuitState) -> None:
         """After an adoption: the first one since an outage is announced with what was
         adopted (logged as ``circuit_breaker.store_adopted``)."""
         if not self._outage:
@@ -309,7 +309,7 @@ class StoreSync:
         """True while the store answers: the half-open allowance is fleet-wide."""
         return not self.guard.down
 
-    def probe_due(self, breaker: CircuitBreaker, now: float) -> bool:
+    def probe_due(self, breaker: SyncTarget, now: float) -> bool:
         """True when the store must be asked for a probe slot (or to lapse a due force)."""
         if self.guard.down or frozen():  # no probe while Level 3 holds
             return False
@@ -321,10 +321,10 @@ class StoreSync:
         return view.forced == "closed" and now >= view.force_until
 
     # ------------------------------------------------------------- consults
-    def _schedule(self, breaker: CircuitBreaker, deadline: float) -> None:
+    def _schedule(self, breaker: SyncTarget, deadline: float) -> None:
         breaker.schedule(deadline)
 
-    def first_use(self, breaker: CircuitBreaker) -> None:
+    def first_use(self, breaker: SyncTarget) -> None:
         """Store I/O, once per breaker and process: read the shared record before any call is
         admitted, so a process started later obeys the record from its first call.
 
@@ -335,7 +335,7 @@ class StoreSync:
         never while a protected call runs; coroutines reach this from a worker thread.
 
         Args:
-            breaker (CircuitBreaker): the breaker whose record is read.
+            breaker (SyncTarget): the breaker whose record is read.
 
         Returns:
             None. Raises nothing: store trouble becomes local judgement.
@@ -352,7 +352,7 @@ class StoreSync:
         finally:
             self._gate.release()
 
-    def consult(self, breaker: CircuitBreaker, now: float) -> None:
+    def consult(self, breaker: SyncTarget, now: float) -> None:
         """Store I/O: read the shared record (first use, sync interval) and adopt it; a trip
         made during an outage is pushed first."""
         interval = breaker.config.sync_interval
@@ -372,7 +372,7 @@ class StoreSync:
                 if breaker.view().sync_due < now:
                     breaker.schedule(due, refresh=True)
 
-    def _consult(self, breaker: CircuitBreaker, now: float, retry_at: float) -> None:
+    def _consult(self, breaker: SyncTarget, now: float, retry_at: float) -> None:
         if self._unpushed is not None:
             undone = breaker.view(locked=True).state is _CLOSED
             if undone:
@@ -390,7 +390,7 @@ class StoreSync:
                 breaker.apply(answer)
                 self._rejoined(breaker, answer, was)
 
-    def _forgot(self, breaker: CircuitBreaker, answer: Answer, now: float) -> bool:
+    def _forgot(self, breaker: SyncTarget, answer: Answer, now: float) -> bool:
         """The store answered with a CLOSED, unforced record older than the one this
         worker last adopted (a server restarted empty, a failover that lost writes) while
         the worker holds an automatic OPEN or HALF_OPEN (open time running or over). Checked
@@ -411,7 +411,7 @@ class StoreSync:
             self._schedule(breaker, now + (interval if interval > 0 else 1.0))
         return True
 
-    def refresh(self, breaker: CircuitBreaker, now: float) -> None:
+    def refresh(self, breaker: SyncTarget, now: float) -> None:
         """Store I/O before a state read: consult when due or when a force lapse is due, then
         sweep an OPEN record past its recovery timeout (the recovery timeout, on a shared store)."""
         view = breaker.view()
@@ -425,7 +425,7 @@ class StoreSync:
         if due and not self.guard.down and not frozen():
             self._run(breaker, "sweep", frozen=False)
 
-    def _run(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer | None:
+    def _run(self, breaker: SyncTarget, op: str, **kwargs: Any) -> Answer | None:
         """Store I/O: one guarded operation, adopted by the breaker; events delivered."""
         with self._io:
             was = breaker.view().state
@@ -437,7 +437,7 @@ class StoreSync:
 
     # ----------------------------------------------------------------- trips
     def trip_decided(
-        self, breaker: CircuitBreaker, trigger: str, held: list[Event], events: MutableSequence[Event]
+        self, breaker: SyncTarget, trigger: str, held: list[Event], events: MutableSequence[Event]
     ) -> None:
         """A local trigger fired (state lock held): hold its events until the store says
         who decided it; :meth:`push_trip` runs once the lock is released."""
@@ -445,7 +445,7 @@ class StoreSync:
             self.pending = trigger
             self._held = held
 
-    def push_trip(self, breaker: CircuitBreaker) -> None:
+    def push_trip(self, breaker: SyncTarget) -> None:
         """Store I/O after the lock is released: write the pending trip. TRIPPED -> this worker
         publishes; BLOCKED -> ``trip_blocked``; ALREADY -> a peer decided, nothing
         published; no answer -> the local decision stands and is pushed later.
@@ -459,7 +459,7 @@ class StoreSync:
         else:
             loop.run_in_executor(None, self._push_now, breaker)
 
-    def _push_now(self, breaker: CircuitBreaker) -> None:
+    def _push_now(self, breaker: SyncTarget) -> None:
         # The pending trip is taken with the store round trips held (_io): until its write
         # is answered, a consult running in another thread still sees it pending and keeps
         # the local OPEN rather than adopting the older CLOSED record (whose adoption, undone
@@ -473,7 +473,7 @@ class StoreSync:
                     self._unpushed = trigger
                 breaker.publish(held)
 
-    def _write_trip(self, breaker: CircuitBreaker, trigger: str, held: list[Event]) -> bool:
+    def _write_trip(self, breaker: SyncTarget, trigger: str, held: list[Event]) -> bool:
         events: list[Event] = []
         with self._io:
             was = breaker.view().state
@@ -494,7 +494,7 @@ class StoreSync:
         return True
 
     # ---------------------------------------------------------------- probes
-    def acquire_probe(self, breaker: CircuitBreaker, now: float) -> Permit | None:
+    def acquire_probe(self, breaker: SyncTarget, now: float) -> Permit | None:
         """Store I/O: ask the store for one of the fleet's probe slots.
 
         Returns:
@@ -525,7 +525,7 @@ class StoreSync:
                     self.next_probe = now + min(1.0, cfg.probe_lease)
         return permit
 
-    def finish_probe(self, breaker: CircuitBreaker, permit: Permit, outcome: str) -> bool:
+    def finish_probe(self, breaker: SyncTarget, permit: Permit, outcome: str) -> bool:
         """Store I/O: settle a trial ``"success"``, ``"failure"`` or ``"abandon"`` in the shared
         round. Returns False when the breaker must settle it locally (no token, store down)."""
         if permit.token is None or self.guard.down:
@@ -545,7 +545,7 @@ class StoreSync:
         return answer is not None or outcome == "abandon"
 
     # ---------------------------------------------------------------- forces
-    def _operator(self, breaker: CircuitBreaker, op: str, **kwargs: Any) -> Answer:
+    def _operator(self, breaker: SyncTarget, op: str, **kwargs: Any) -> Answer:
         try:
             answer: Answer = getattr(self.guard.store, op)(breaker.name, frozen=frozen(), **kwargs)
         except Exception as exc:  # a force never fails silently
@@ -553,19 +553,17 @@ class StoreSync:
             raise StoreError(f"could not store the {what} of {breaker.name!r}: {describe(exc)}") from exc
         return answer
 
-    def store_force(
-        self, breaker: CircuitBreaker, mode: str, ttl_seconds: float, reason: str, actor: str | None
-    ) -> Answer:
+    def store_force(self, breaker: SyncTarget, mode: str, ttl_seconds: float, reason: str, actor: str | None) -> Answer:
         """Store I/O: write an operator's force. Raises StoreError when the store fails."""
         self.consult(breaker, breaker.clock.monotonic())  # so from_state is the shared state, not a stale local view
         return self._operator(breaker, "force", mode=mode, ttl_seconds=ttl_seconds, reason=reason, actor=actor)
 
-    def store_release(self, breaker: CircuitBreaker) -> Answer:
+    def store_release(self, breaker: SyncTarget) -> Answer:
         """Store I/O: remove a force from the record. Raises StoreError when the store fails."""
         self.consult(breaker, breaker.clock.monotonic())
         return self._operator(breaker, "release")
 
-    def store_reset(self, breaker: CircuitBreaker) -> Answer:
+    def store_reset(self, breaker: SyncTarget) -> Answer:
         """Store I/O: put the shared record back to a fresh CLOSED one (the store's ``clear``),
         so every worker adopts the reset. Raises StoreError when the store fails, as a force does."""
         self.consult(breaker, breaker.clock.monotonic())
@@ -574,7 +572,7 @@ class StoreSync:
             self.pending, self._held, self._unpushed = None, [], None
         return answer
 
-    def after_peer(self, breaker: CircuitBreaker) -> None:
+    def after_peer(self, breaker: SyncTarget) -> None:
         """A peer's decision was adopted from cluster propagation (state lock held).
 
         The shared record stays the authority: the next admission consults it and adopts

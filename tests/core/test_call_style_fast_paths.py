@@ -31,8 +31,9 @@ import pytest
 
 import baldur_django as baldur
 from baldur_django import CircuitOpenError, ConfigError, RetryPolicy
-from baldur_django.core import decorators, hotpath
-from baldur_django.core.breaker import CircuitBreaker
+from baldur_django.core import hotpath, routes
+from baldur_django.core.breaker import CircuitBreaker, core_of
+from baldur_django.core.calls import BreakerCore
 from baldur_django.core.errors import awaitable_refused, is_awaitable
 from baldur_django.core.events import bus
 from baldur_django.core.registry import registry
@@ -47,12 +48,12 @@ LOGGER = "baldur.circuit_breaker"
 # ------------------------------------------------------------- the slow way, as it was
 def protect_without_routes(service, call, *, retry=False, fallback=None, **overrides):
     """``protect`` before issue 12: every check, then a new wrapper around *call*."""
-    if decorators._is_async(call):
+    if routes.is_async(call):
         raise ConfigError(f"protect({service!r}) got a coroutine function; use aprotect() for async calls")
-    decorators._refuse_generators(call)
-    decorators._check_fallback(service, fallback)
-    decorators._refuse_async_fallback(f"protect({service!r})", fallback)
-    breaker = decorators._breaker(service, overrides)
+    routes.refuse_generators(call)
+    routes.check_fallback(service, fallback)
+    routes.refuse_async_fallback(f"protect({service!r})", fallback)
+    breaker = routes.breaker_for(service, overrides)
 
     def attempt():  # a call that hands back an awaitable is refused (FAC-1)
         value = call()
@@ -67,9 +68,9 @@ async def aprotect_without_routes(service, factory, *, retry=False, fallback=Non
     """``aprotect`` before issue 12."""
     import inspect
 
-    decorators._refuse_generators(factory)
-    decorators._check_fallback(service, fallback)
-    breaker = decorators._breaker(service, overrides)
+    routes.refuse_generators(factory)
+    routes.check_fallback(service, fallback)
+    breaker = routes.breaker_for(service, overrides)
 
     async def call():
         value = factory()
@@ -359,8 +360,8 @@ def test_fac1_protect_with_routes_does_what_it_did_without(seed, caplog, monkeyp
 
 def _count_misses(monkeypatch, name: str) -> list[int]:
     misses: list[int] = []
-    real = getattr(decorators, name)
-    monkeypatch.setattr(decorators, name, lambda *args: misses.append(1) or real(*args))
+    real = getattr(hotpath, name)  # what protect()/aprotect() call on a miss
+    monkeypatch.setattr(hotpath, name, lambda *args: misses.append(1) or real(*args))
     return misses
 
 
@@ -393,7 +394,7 @@ def test_fac1_protect_checks_once_then_reuses_the_route(clock, monkeypatch):
     baldur.protect("reuse", lambda: 1, failure_threshold=3)
     route = hotpath.knob_routes["reuse"]
     full_way: list[str] = []
-    monkeypatch.setattr(decorators, "protect_route", lambda *a: full_way.append("slow") or route)
+    monkeypatch.setattr(hotpath, "protect_route", lambda *a: full_way.append("slow") or route)
     for _ in range(5):
         assert baldur.protect("reuse", lambda: 2, failure_threshold=3) == 2
     assert full_way == []
@@ -553,29 +554,30 @@ def _quiet_breaker(service: str, *, unprotected: bool = False, always_healthy: b
 
     *unprotected* swaps in :class:`NoLock` and :class:`YieldingWindow` (meta-tests);
     *always_healthy* makes every success look healthy to the lock-free paths, as if their
-    ``_healthy_permit`` test were gone (meta-tests).
+    ``healthy_permit`` test were gone (meta-tests).
     """
     breaker = registry.get(service, dict(QUIET))
+    core = core_of(breaker)
     if unprotected:
-        breaker._lock = NoLock()  # type: ignore[assignment]
-        breaker._window = YieldingWindow(breaker.config.sliding_window_size)
+        core.lock = NoLock()  # type: ignore[assignment]
+        core.window = YieldingWindow(breaker.config.sliding_window_size)
     if always_healthy:
-        breaker.__class__ = AlwaysHealthy
+        core.__class__ = AlwaysHealthy
     for _ in range(QUIET["sliding_window_size"]):
         breaker.record_success(breaker.acquire())
-    assert breaker._healthy_permit is not None
+    assert core.healthy_permit is not None
     return breaker
 
 
-class AlwaysHealthy(CircuitBreaker):
-    """A breaker whose lock-free success test always passes (meta-tests only)."""
+class AlwaysHealthy(BreakerCore):
+    """A breaker core whose lock-free success test always passes (meta-tests only)."""
 
     @property  # type: ignore[override]
-    def _healthy_permit(self):
-        return self._closed_permit
+    def healthy_permit(self):
+        return self.closed_permit
 
-    @_healthy_permit.setter
-    def _healthy_permit(self, value):
+    @healthy_permit.setter
+    def healthy_permit(self, value):
         pass
 
 
@@ -672,17 +674,17 @@ def test_cb4_inline_open_rejection_never_outlives_open(clock, style):
     assert scenario_no_stale_rejection(breaker, call) == []
 
 
-class ForgetsTheDeadline(CircuitBreaker):
-    """A breaker whose transitions leave the lock-free OPEN deadline behind (meta-tests only)."""
+class ForgetsTheDeadline(BreakerCore):
+    """A breaker core whose transitions leave the lock-free OPEN deadline behind (meta-tests only)."""
 
-    def _invalidate(self) -> None:
-        self._healthy_permit = None  # but not self._reject_until
+    def invalidate(self) -> None:
+        self.healthy_permit = None  # but not self.reject_until
 
 
 def test_meta_stale_rejections_show_without_the_invalidation(clock):
-    """Meta (CB-4, CB-8): if a transition did not clear ``_reject_until`` first, callers of
+    """Meta (CB-4, CB-8): if a transition did not clear ``reject_until`` first, callers of
     the inlined rejection would be refused while CLOSED; the race test sees it."""
     breaker = registry.get("race-stale")
-    breaker.__class__ = ForgetsTheDeadline
+    core_of(breaker).__class__ = ForgetsTheDeadline
     call = baldur.circuit_breaker("race-stale")(ok)
     assert scenario_no_stale_rejection(breaker, call, rounds=5) != []

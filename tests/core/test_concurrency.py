@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 import baldur_django as baldur
-from baldur_django.core.breaker import CircuitBreaker, Permit
+from baldur_django.core.breaker import CircuitBreaker, Permit, core_of
 from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.errors import CircuitOpenError
 from baldur_django.core.events import EventBus
@@ -127,9 +127,9 @@ def make_breaker(*, unprotected: bool = False, window: str = "plain", **override
     bus = EventBus()
     listener = RecordingListener(bus)
     breaker = CircuitBreaker("race", config, clock=clock, bus=bus)
-    breaker._window = WINDOWS[window](config.sliding_window_size)
+    core_of(breaker).window = WINDOWS[window](config.sliding_window_size)
     if unprotected:
-        breaker._lock = NoLock()
+        core_of(breaker).lock = NoLock()
     return Rig(breaker, clock, listener)
 
 
@@ -163,7 +163,7 @@ def run_threads(count: int, target: Callable[[int], None], timeout: float = 30.0
 def cascade_calls(breaker: CircuitBreaker) -> int:
     """Calls counted in the 429-cascade window: the one counter the lock-free healthy path
     touches, so the only place a lost healthy success could show."""
-    return breaker._cascade.totals(breaker._clock.monotonic())[0]
+    return core_of(breaker).cascade.totals(core_of(breaker).clock.monotonic())[0]
 
 
 # ------------------------------------------------------------------------- scenarios
@@ -248,7 +248,7 @@ def scenario_full_window(
         b.record_success(b.acquire())
     if rig.counts() != (0, size, 0):
         problems.append(f"after {size} successes: (consecutive, calls, failures) = {rig.counts()}")
-    if b._healthy_permit is not b.acquire():
+    if core_of(b).healthy_permit is not b.acquire():
         problems.append("a clean full window did not re-enable the healthy path")
     # ...and `size` failures a window full of failures.
     for _ in range(size):
@@ -297,7 +297,7 @@ def scenario_trip_once(
         book["permit"] = b.acquire()  # one CLOSED permit, shared by every caller of the round
         book["round"] = r + 1
 
-    rig.breaker._bus.subscribe(on_event)
+    core_of(rig.breaker).bus.subscribe(on_event)
     barrier = threading.Barrier(threads, action=between_rounds, timeout=30)
 
     def work(i: int) -> None:
@@ -329,7 +329,7 @@ def scenario_half_open_race(rig: Rig, rounds: int = 25, threads: int = 32) -> li
     for r in range(rounds):
         # trip with a fresh CLOSED permit, then let the recovery timeout expire unread
         b.record_failure(b.acquire())
-        assert b._state is baldur.CircuitState.OPEN
+        assert core_of(b).state is baldur.CircuitState.OPEN
         rig.clock.advance(b.config.recovery_timeout)
         seen = len(rig.listener.transitions())
         trials: list[Permit] = []
@@ -453,7 +453,7 @@ def test_cb9_full_window_healthy_path_loses_nothing(window):
     )
     for _ in range(16):  # start full and healthy
         rig.breaker.record_success(rig.breaker.acquire())
-    assert rig.breaker._healthy_permit is not None
+    assert core_of(rig.breaker).healthy_permit is not None
     assert scenario_full_window(rig) == []
 
 
@@ -464,7 +464,7 @@ def test_cb9_window_fills_under_contention_then_goes_lock_free():
     run_threads(16, lambda i: [b.record_success(b.acquire()) for _ in range(500)])
     assert rig.counts() == (0, 200, 0)
     assert cascade_calls(b) == 16 * 500
-    assert b._healthy_permit is b.acquire()
+    assert core_of(b).healthy_permit is b.acquire()
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
@@ -634,7 +634,7 @@ def _ordering_rig() -> tuple[CircuitBreaker, HookedClock, EventBus, threading.Ev
     close_decided = threading.Event()
 
     def hook() -> None:
-        if b._state is baldur.CircuitState.CLOSED:
+        if core_of(b).state is baldur.CircuitState.CLOSED:
             close_decided.set()
 
     clock.hook = hook
@@ -947,7 +947,7 @@ def _async_half_open_round(
         minimum_calls=1,
     )
     b = baldur.get_breaker(service)
-    admit = b.acquire_slow
+    admit = core_of(b).acquire_slow
 
     def spy() -> Permit:
         permit = admit()  # raises CircuitOpenError when refused
@@ -957,7 +957,7 @@ def _async_half_open_round(
                 tally["granted"] += 1
         return permit
 
-    b.acquire_slow = spy
+    core_of(b).acquire_slow = spy
 
     @decorate
     async def call(i: int) -> int:

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from baldur_django.core.breaker import CircuitBreaker
+from baldur_django.core.breaker import CircuitBreaker, core_of
 from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.errors import CircuitOpenError
 from baldur_django.core.events import EventBus
@@ -161,21 +161,21 @@ class BreakerVersusModel(RuleBasedStateMachine):
         """Report the outcome *how* through the public recording paths, and to the model."""
         b = self.breaker
         if how == "return_value":
-            settle_result(b, permit, {"ok": True})
+            settle_result(core_of(b), permit, {"ok": True})
         elif how == "record_success":
             b.record_success(permit)
         elif how.startswith("status_"):
-            settle_result(b, permit, Response(int(how[len("status_") :])))
+            settle_result(core_of(b), permit, Response(int(how[len("status_") :])))
         elif how == "raise_error":
-            assert settle_exception(b, permit, RuntimeError("boom")) is True
+            assert settle_exception(core_of(b), permit, RuntimeError("boom")) is True
         elif how == "record_failure":
             b.record_failure(permit)
         elif how == "raise_ignored":
-            assert settle_exception(b, permit, IgnoredError()) is False
+            assert settle_exception(core_of(b), permit, IgnoredError()) is False
         elif how == "raise_ignored_child":
-            assert settle_exception(b, permit, IgnoredChild()) is False
+            assert settle_exception(core_of(b), permit, IgnoredChild()) is False
         elif how == "raise_keyboard_interrupt":
-            assert settle_exception(b, permit, KeyboardInterrupt()) is False
+            assert settle_exception(core_of(b), permit, KeyboardInterrupt()) is False
         elif how == "record_ignored":
             b.record_ignored(permit)
         else:  # pragma: no cover - a typo in OUTCOMES

@@ -23,10 +23,11 @@ import pytest
 
 import baldur_django as baldur
 from baldur_django.core import hotpath
+from baldur_django.core.breaker import CircuitBreaker
 from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.events import EventBus
 from baldur_django.core.testing import FakeClock
-from tests.test_hot_path import Tally, TracingBreaker, TracingCascade
+from tests.test_hot_path import Tally, TracingCascade, TracingCore
 
 
 def never(exc: BaseException) -> bool:
@@ -138,8 +139,9 @@ def _traced(tally: Tally, clock: FakeClock, overrides: dict[str, Any]) -> tuple[
     from benchmarks.profiling import ladder
 
     config = build_config("ladder-cb18", overrides, SettingsSource(environ={}), clock)
-    breaker = TracingBreaker("ladder-cb18", config, clock=clock, bus=EventBus())
-    object.__setattr__(breaker, "tally", tally)
+    breaker = CircuitBreaker("ladder-cb18", config, clock=clock, bus=EventBus())
+    core = breaker._core = TracingCore("ladder-cb18", config, clock, EventBus())
+    object.__setattr__(core, "tally", tally)
     for _ in range(config.sliding_window_size + 1):
         breaker.record_success(breaker.acquire())
     inner_mono = clock.monotonic
@@ -148,8 +150,8 @@ def _traced(tally: Tally, clock: FakeClock, overrides: dict[str, Any]) -> tuple[
         tally.steps.append("monotonic()")
         return inner_mono()
 
-    object.__setattr__(breaker, "_mono", mono)
-    object.__setattr__(breaker, "_cascade", TracingCascade(tally, object.__getattribute__(breaker, "_cascade")))
+    object.__setattr__(core, "mono", mono)
+    object.__setattr__(core, "cascade", TracingCascade(tally, object.__getattribute__(core, "cascade")))
 
     def traced_target() -> int:
         tally.steps.append("call")

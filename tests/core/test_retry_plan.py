@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from baldur_django.core import runner
-from baldur_django.core.breaker import CircuitBreaker
+from baldur_django.core.breaker import CircuitBreaker, core_of
 from baldur_django.core.config import BreakerConfig
 from baldur_django.core.errors import CircuitOpenError, RateLimitCooldownError
 from baldur_django.core.events import EventBus
@@ -79,12 +79,12 @@ def counts(breaker: CircuitBreaker) -> tuple[int, int, int]:
 
 def cascade(breaker: CircuitBreaker) -> tuple[int, int]:
     """``(calls, sightings)`` in the cascade window (a private reading: RL-5 counts attempts)."""
-    return breaker._cascade.totals(breaker._mono())
+    return core_of(breaker).cascade.totals(core_of(breaker).mono())
 
 
 def start(breaker: CircuitBreaker, policy: RetryPolicy = POLICY, first: Any = None, permit: Any = None):
     permit = breaker.acquire() if permit is None else permit
-    return retry_plan(breaker, permit, policy, breaker._clock.monotonic(), first)
+    return retry_plan(core_of(breaker), permit, policy, core_of(breaker).clock.monotonic(), first)
 
 
 def drive(plan, clock: FakeClock, script: list[Any]) -> list[Any]:
@@ -259,7 +259,7 @@ def test_cb8_no_further_attempt_when_the_breaker_trips_during_a_wait(clock):
 def test_rl6_the_first_attempt_waits_out_the_cooldown(clock):
     """RL-6: a cooldown of 5 s is waited out before the first attempt."""
     breaker = make(clock)
-    breaker.note_attempt(rate_limited=True, retry_after=5)
+    core_of(breaker).note_attempt(rate_limited=True, retry_after=5)
     plan = start(breaker)
     assert next(plan) == Sleep(5.0)
     clock.advance(5.0)
@@ -286,11 +286,11 @@ def test_rl6_the_gate_is_read_again_after_every_wait(clock):
     """RL-6: a cooldown extended during the wait (another caller met a 429 with Retry-After
     10) is waited out too."""
     breaker = make(clock)
-    breaker.note_attempt(rate_limited=True, retry_after=5)
+    core_of(breaker).note_attempt(rate_limited=True, retry_after=5)
     plan = start(breaker)
     assert next(plan) == Sleep(5.0)
     clock.advance(5.0)
-    breaker.note_attempt(rate_limited=True, retry_after=10)
+    core_of(breaker).note_attempt(rate_limited=True, retry_after=10)
     assert next(plan) == Sleep(10.0)
     clock.advance(10.0)
     assert next(plan) is ATTEMPT
@@ -300,7 +300,7 @@ def test_rl6_refused_before_any_attempt_records_nothing(clock):
     """RL-6, FAC-4: a 120-s cooldown outlasts the 60-s allowed wait: the first step is a
     refusal, unchained, and nothing is recorded."""
     breaker = make(clock)
-    breaker.note_attempt(rate_limited=True, retry_after=120)
+    core_of(breaker).note_attempt(rate_limited=True, retry_after=120)
     before = cascade(breaker)
     steps = drive(start(breaker), clock, [])
     assert len(steps) == 1 and isinstance(steps[0], Refuse)
@@ -317,7 +317,7 @@ def test_rl6_refused_trial_gives_its_slot_back(clock):
     breaker.record_failure(breaker.acquire())
     clock.advance(1.0)
     permit = breaker.acquire()
-    breaker.note_attempt(rate_limited=True, retry_after=120)
+    core_of(breaker).note_attempt(rate_limited=True, retry_after=120)
     assert breaker.snapshot()["half_open_trials"] == 1
     steps = drive(start(breaker, permit=permit), clock, [])
     assert isinstance(steps[0], Refuse)
@@ -355,7 +355,7 @@ def test_rl6_the_budget_left_is_the_allowed_wait(clock, cooldown, refused):
     """RL-6: with a 10-s budget, an 8-s cooldown is waited out and a 20-s one refused."""
     policy = RetryPolicy(max_attempts=3, backoff_initial=0.0, jitter=0.0, budget_seconds=10)
     breaker = make(clock)
-    breaker.note_attempt(rate_limited=True, retry_after=cooldown)
+    core_of(breaker).note_attempt(rate_limited=True, retry_after=cooldown)
     first = next(start(breaker, policy))
     if refused:
         assert isinstance(first, Refuse) and first.error.remaining == pytest.approx(20.0)
@@ -367,7 +367,7 @@ def test_rl6_the_budget_left_is_the_allowed_wait(clock, cooldown, refused):
 def test_rl6_max_cooldown_wait_comes_from_the_config(clock, cooldown, refused):
     """RL-6: max_cooldown_wait bounds the wait without a budget (3 s waited, 3.5 s refused)."""
     breaker = make(clock, max_cooldown_wait=3.0)
-    breaker.note_attempt(rate_limited=True, retry_after=cooldown)
+    core_of(breaker).note_attempt(rate_limited=True, retry_after=cooldown)
     step = next(start(breaker))
     if refused:
         assert isinstance(step, Refuse) and step.error.remaining == pytest.approx(3.5)
@@ -379,9 +379,9 @@ def test_op5_dry_run_counts_the_refusal_and_attempts_anyway(clock):
     """OP-5: in dry-run a cooldown that would refuse is counted in dry_run_rejections and the
     attempt goes ahead without waiting."""
     breaker = make(clock, dry_run=True)
-    breaker.note_attempt(rate_limited=True, retry_after=120)
+    core_of(breaker).note_attempt(rate_limited=True, retry_after=120)
     assert drive(start(breaker), clock, [Returned("ok")]) == [ATTEMPT, Done(value="ok")]
-    assert breaker.dry_run_rejections == 1
+    assert core_of(breaker).dry_run_rejections == 1
 
 
 # ------------------------------------------------------------- driving protocol
@@ -473,15 +473,15 @@ def run(style: str, script: list[Any], *, cooldown: float = 0.0, fallback: Any =
     clock = FakeClock()
     breaker = make(clock, ignore_exceptions=(Ignored,))
     if cooldown:
-        breaker.note_attempt(rate_limited=True, retry_after=cooldown)
+        core_of(breaker).note_attempt(rate_limited=True, retry_after=cooldown)
     policy = RetryPolicy(max_attempts=4, **NO_JITTER)
     dependency = Script(script)
     permit = breaker.acquire()
     try:
         if style == "sync":
-            value = runner.run_sync(breaker, permit, policy, dependency, (), {}, fallback)
+            value = runner.run_sync(core_of(breaker), permit, policy, dependency, (), {}, fallback)
         else:
-            value = asyncio.run(runner.run_async(breaker, permit, policy, dependency.acall, (), {}, fallback))
+            value = asyncio.run(runner.run_async(core_of(breaker), permit, policy, dependency.acall, (), {}, fallback))
         result: Any = ("returned", value)
     except RateLimitCooldownError as refusal:
         result = ("refused", refusal.remaining, refusal.__cause__)

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 import baldur_django as baldur
-from baldur_django.core.breaker import CircuitBreaker
+from baldur_django.core.breaker import CircuitBreaker, core_of
 from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.events import EventBus
 from baldur_django.core.testing import FakeClock, RecordingListener
@@ -244,9 +244,9 @@ def test_cb17_admission_stays_lock_free_after_a_failure():
     clock = FakeClock()
     b, _, _ = make(dict(SLOW, minimum_calls=10), clock)
     b.record_failure(b.acquire())
-    assert b._timing_permit is not None
-    with b._lock:  # admission must not need the lock: this would deadlock if it did
-        permit = b.acquire_slow()
+    assert core_of(b).timing_permit is not None
+    with core_of(b).lock:  # admission must not need the lock: this would deadlock if it did
+        permit = core_of(b).acquire_slow()
     assert permit.started is not None and not permit.trial
 
 

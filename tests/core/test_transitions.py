@@ -15,7 +15,7 @@ import pathlib
 import pytest
 
 import baldur_django as baldur
-from baldur_django.core.breaker import CircuitBreaker
+from baldur_django.core.breaker import CircuitBreaker, core_of
 from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.events import EventBus
 from baldur_django.core.log import LoggingListener
@@ -66,7 +66,7 @@ def test_cb20_the_breaker_state_entry_refuses_an_illegal_edge():
     """CB-20: the breaker's one state-entry method checks the edge before changing anything."""
     breaker = CircuitBreaker("edge", build_config("edge", {}, SettingsSource(environ={})), clock=FakeClock())
     with pytest.raises(IllegalTransition):
-        breaker._enter(H, Trigger.RECOVERY_TIMEOUT, None)
+        core_of(breaker).enter(H, Trigger.RECOVERY_TIMEOUT, None)
     assert breaker.state is C
     assert breaker.metrics()["transitions"] == {}
 

@@ -22,8 +22,9 @@ import pytest
 
 import baldur_django as baldur
 from baldur_django.contrib import prometheus, prometheus_readings
-from baldur_django.core import breaker as breaker_module
 from baldur_django.core import hotpath
+from baldur_django.core import wrappers as wrappers_module
+from baldur_django.core.breaker import core_of
 from baldur_django.core.registry import registry
 
 from .conftest import Scraper
@@ -45,25 +46,25 @@ class TracingCounter:
 
 #: The breaker's metric counts kept as plain ints, changed only under its state lock.
 LOCKED_COUNTS = (
-    "_m_failure",
-    "_m_rate_limited",
-    "_m_ignored",
-    "_m_uncounted",
-    "_m_noted",
-    "_blocked_half_open",
-    "_blocked_frozen",
+    "m_failure",
+    "m_rate_limited",
+    "m_ignored",
+    "m_uncounted",
+    "m_noted",
+    "blocked_half_open",
+    "blocked_frozen",
 )
 
 
 def _trace_metric_counters(breaker: Any, log: list[str]) -> dict[str, int]:
     """Trace the lock-free counter; return the locked counts as they are now (see :func:`_stepped`)."""
-    breaker._blocked_open = TracingCounter(log, "blocked open", breaker._blocked_open)
-    return {name: getattr(breaker, name) for name in LOCKED_COUNTS}
+    core_of(breaker).blocked_open = TracingCounter(log, "blocked open", core_of(breaker).blocked_open)
+    return {name: getattr(core_of(breaker), name) for name in LOCKED_COUNTS}
 
 
 def _stepped(breaker: Any, counts: dict[str, int]) -> list[str]:
     """The locked counts that changed since *counts* was taken."""
-    return [name for name in LOCKED_COUNTS if getattr(breaker, name) != counts[name]]
+    return [name for name in LOCKED_COUNTS if getattr(core_of(breaker), name) != counts[name]]
 
 
 def _profile(run: Callable[[], Any]) -> list[tuple[str, str, str]]:
@@ -128,7 +129,7 @@ def test_em7_installing_metrics_leaves_the_closed_fast_lane_untouched(clock, sty
 
     for _ in range(3):
         batch()  # warm up: the window is full of successes, the healthy lane applies
-    assert breaker._healthy_permit is not None
+    assert core_of(breaker).healthy_permit is not None
     before = _profile(batch)
     scraper = Scraper()
     prometheus.install()  # the default registry too, as an application does
@@ -139,8 +140,8 @@ def test_em7_installing_metrics_leaves_the_closed_fast_lane_untouched(clock, sty
     client_dir = os.path.dirname(prometheus_client.__file__)
     ours = (prometheus.__file__, prometheus_readings.__file__)
     touched = [e for e in after if e[1] in ours or e[1].startswith((client_dir, "prometheus_client"))]
-    # the hook did see the calls (the wrappers are built by the breaker's module)
-    assert any(e[1] in (hotpath.__file__, breaker_module.__file__) or e[2] == "protect" for e in after)
+    # the hook did see the calls (the wrappers are built by core/wrappers.py)
+    assert any(e[1] in (hotpath.__file__, wrappers_module.__file__) or e[2] == "protect" for e in after)
     assert touched == []
     assert log == []  # no metric counter stepped on the CLOSED path
     assert _stepped(breaker, counts) == []
@@ -163,4 +164,4 @@ def test_em7_the_tracing_sees_a_metric_counter_when_one_is_stepped(clock):
     with pytest.raises(baldur.CircuitOpenError):
         down()
     assert log == ["blocked open"]
-    assert _stepped(breaker, counts) == ["_m_failure", "_m_noted"]
+    assert _stepped(breaker, counts) == ["m_failure", "m_noted"]

@@ -14,7 +14,9 @@ import baldur_django as baldur
 from baldur_django.contrib import prometheus
 from baldur_django.core import emergency
 from baldur_django.core import registry as registry_module
+from baldur_django.core.breaker import core_of
 from baldur_django.core.events import bus
+from baldur_django.core.readings import metric_values
 from baldur_django.core.registry import registry
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.testing import RecordingListener
@@ -90,7 +92,7 @@ def test_em7_calls_by_outcome_count_final_outcomes_exactly(clock, scraper):
     for _ in range(250):  # the window fills: most of these take the lock-free healthy lane
         call()
     breaker = baldur.get_breaker(service)
-    assert breaker._healthy_permit is not None
+    assert core_of(breaker).healthy_permit is not None
     clock.advance(1.5)  # a new cascade second
     for _ in range(5):
         call()
@@ -130,7 +132,7 @@ def test_em7_dry_run_calls_are_counted_and_never_blocked(clock, scraper, monkeyp
         call(True)
     assert calls(scraper, service) == {"success": 1, "failure": 3, "ignored": None, "rate_limited": None}
     assert blocked(scraper, service) == NOT_EXPORTED  # nothing blocked: no series at all
-    assert baldur.get_breaker(service).dry_run_rejections == 2
+    assert baldur.get_breaker(service).snapshot()["dry_run_rejections"] == 2
 
 
 # ---------------------------------------------------------------------- blocked
@@ -282,11 +284,11 @@ def test_em7_counters_never_go_down_when_readings_fold_out_of_order(scraper):
     order they were taken: a series keeps the highest value seen."""
     breaker = registry.get("em7-order")
     breaker.record_success(breaker.acquire())
-    _, older, _ = breaker.metric_values()
+    _, older, _ = metric_values(core_of(breaker))
     for _ in range(5):
         breaker.record_success(breaker.acquire())
     breaker.record_failure(breaker.acquire())
-    _, newer, _ = breaker.metric_values()
+    _, newer, _ = metric_values(core_of(breaker))
     tally = prometheus._tally
     tally._fold([(breaker, newer, ())])
     tally._fold([(breaker, older, ())])
@@ -492,8 +494,8 @@ def test_em7_a_success_racing_a_trip_is_still_counted(clock, scraper, no_audit):
     breaker = registry.get(service, {"sliding_window_size": 5, "half_open_max_calls": 1})
     for _ in range(8):
         baldur.protect(service, lambda: 1)
-    assert breaker._healthy_permit is not None
-    late = breaker._cascade.counter  # what a healthy-lane success has read, about to step it
+    assert core_of(breaker).healthy_permit is not None
+    late = core_of(breaker).cascade.counter  # what a healthy-lane success has read, about to step it
     breaker.force_open(ttl_minutes=1)  # the trip clears the cascade window
     breaker.release()
     assert baldur.protect(service, lambda: 1) == 1  # the trial closes it; the cascade rolls
@@ -501,5 +503,5 @@ def test_em7_a_success_racing_a_trip_is_still_counted(clock, scraper, no_audit):
     assert calls(scraper, service)["success"] == 10
     clock.advance(2.5)
     baldur.protect(service, lambda: 1)  # a roll a second later folds the cleared counters
-    assert breaker._cascade._gone == []
+    assert core_of(breaker).cascade._gone == []
     assert calls(scraper, service)["success"] == 11

@@ -10,6 +10,7 @@ import httpx
 import requests
 
 import baldur_django as baldur
+from baldur_django.core.breaker import core_of
 
 SYNC_STYLES = ("protected-def", "protect", "circuit_breaker-def")
 ASYNC_STYLES = ("protected-async", "aprotected", "aprotect", "circuit_breaker-async")
@@ -23,7 +24,7 @@ def cascade_totals(breaker) -> tuple[int, int]:
     Reads a private attribute on purpose: RL-5/RL-6/RL-9 make claims about what the
     window counts that no public reading exposes.
     """
-    return breaker._cascade.totals(breaker._mono())
+    return core_of(breaker).cascade.totals(core_of(breaker).mono())
 
 
 def sync_call(kind: str, url: str, session: requests.Session, client: httpx.Client, seen: list) -> Callable[[], Any]:

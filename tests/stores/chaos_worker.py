@@ -62,6 +62,7 @@ def call_target(address: tuple[str, int], request: dict[str, Any]) -> None:
 
 
 def _store_class():
+    from baldur_django.core.breaker import core_of
     from baldur_django.core.stores.redis import RedisStore
 
     class ChaosStore(RedisStore):
@@ -83,7 +84,7 @@ def _store_class():
             record = answer.record
             breaker = self.breakers.get(name)
             if breaker is not None and record.state == "closed" and record.version == 0 and record.forced is None:
-                view = breaker.view()
+                view = core_of(breaker).view()
                 if view.state.value != "closed" and view.forced is None:
                     self.log(k="empty", b=name, op=op, ts=sent, te=time.time(), state=view.state.value)
             return answer

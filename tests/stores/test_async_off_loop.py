@@ -16,6 +16,7 @@ import threading
 import pytest
 
 import baldur_django as baldur
+from baldur_django.core.breaker import core_of
 from baldur_django.core.stores.memory import MemoryStore
 from baldur_django.core.stores.redis import RedisStore, connect
 from tests.hung_store import HANG_LIMIT, TICKS, TickWatch
@@ -49,7 +50,7 @@ def test_st4_tick_watch_sees_a_blocking_consult(fresh_registry, hung_redis):
 
     async def blocking() -> object:
         await asyncio.sleep(0)
-        return breaker.acquire_slow()  # store I/O on the loop's own thread
+        return core_of(breaker).acquire_slow()  # store I/O on the loop's own thread
 
     assert asyncio.run(watch.run(blocking())) is not None
     assert [op for op, _ in watch.during] == ["load"]

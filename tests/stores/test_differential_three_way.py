@@ -6,7 +6,8 @@ The same random sequences drive three appliers of the rules:
 * a process-local :class:`CircuitBreaker` (no store) through its public API only:
   ``acquire``, ``record_success`` / ``record_failure`` / ``record_ignored``,
   ``report_rate_limit``, ``force_open`` / ``force_close`` / ``release`` / ``reset``,
-  ``snapshot``, ``generation``; Level 3 through the emergency level backend (read at once
+  ``snapshot``, and the state generation its core keeps (``core_of(breaker).generation``,
+  read only); Level 3 through the emergency level backend (read at once
   with ``emergency.refresh``); time through a clock whose
   monotonic and wall readings are one number (so the breaker's monotonic deadlines and
   the stores' Unix-time deadlines are the same floats, and a step exactly onto a deadline
@@ -86,7 +87,7 @@ from typing import Any
 import pytest
 
 from baldur_django.core import emergency
-from baldur_django.core.breaker import CircuitBreaker, Permit
+from baldur_django.core.breaker import CircuitBreaker, Permit, core_of
 from baldur_django.core.config import SettingsSource, build_config
 from baldur_django.core.emergency.record import LevelState
 from baldur_django.core.emergency.record import encode as encode_level
@@ -428,7 +429,7 @@ def observe(run: Run, sender: Sender) -> None:
     got = breaker_view(run.breaker.snapshot(), fresh)
     if expected != got:
         raise Divergence(f"store record {expected}\nbreaker        {got}")
-    generation = run.breaker.generation
+    generation = core_of(run.breaker).generation  # the state generation, kept by the breaker's core
     if record.state != run.record_before.state and generation == run.generation:
         raise Divergence(f"the state moved to {record.state} without a new generation of the breaker")
     if generation != run.generation and record.version == run.record_before.version:

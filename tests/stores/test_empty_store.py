@@ -208,12 +208,14 @@ def test_st4_explicit_sync_after_the_open_time_keeps_the_open(emptied, fresh_reg
 
 
 def test_st4_state_read_sweep_of_an_empty_store_keeps_the_open(emptied, fresh_registry, monkeypatch, clock):
-    """ST-4: reading ``state`` after the open time sweeps the record; the empty store's CLOSED
-    answer is not adopted: the state reads OPEN and the next call is refused."""
+    """ST-4: a ``refresh()`` after the open time sweeps the record (reading ``state`` does no
+    store I/O); the empty store's CLOSED answer is not adopted: the state reads OPEN and the
+    next call is refused."""
     name = "empty-sweep"
     dependency = worker(fresh_registry, monkeypatch, emptied, name, sync=0)
     trip(dependency, emptied, name)
     clock.advance(RECOVERY + 0.5)
+    assert dependency.breaker.refresh() is baldur.CircuitState.OPEN
     assert dependency.breaker.state is baldur.CircuitState.OPEN
     assert emptied.state(name) == "open"
     with pytest.raises(baldur.CircuitOpenError):

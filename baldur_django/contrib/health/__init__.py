@@ -137,8 +137,8 @@ def judge(critical: list[str] | tuple[str, ...] | None = None, *, timeout: float
 
 def _own_view(breaker: CircuitBreaker) -> CircuitState:
     """The state this process holds for *breaker*, without store I/O: a breaker that shares
-    a store answers the state it last adopted (asking it would consult the store)."""
-    return breaker.view().state if breaker.shared else breaker.state
+    a store answers the state it last adopted (reading ``state`` never consults the store)."""
+    return breaker.state
 
 
 def _may_see_details(request: HttpRequest) -> bool:
