@@ -10,11 +10,7 @@ before and after.
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import os
-import sys
-from collections.abc import Callable
 from typing import Any
 
 import prometheus_client
@@ -26,6 +22,7 @@ from baldur_django.core import hotpath
 from baldur_django.core import wrappers as wrappers_module
 from baldur_django.core.breaker import core_of
 from baldur_django.core.registry import registry
+from tests.closed_lane import profile, warm_batch
 
 from .conftest import Scraper
 
@@ -67,28 +64,6 @@ def _stepped(breaker: Any, counts: dict[str, int]) -> list[str]:
     return [name for name in LOCKED_COUNTS if getattr(core_of(breaker), name) != counts[name]]
 
 
-def _profile(run: Callable[[], Any]) -> list[tuple[str, str, str]]:
-    """Every function entered (Python and C) by this thread while *run* runs."""
-    events: list[tuple[str, str, str]] = []
-
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            code = frame.f_code
-            events.append((event, code.co_filename, code.co_name))
-        elif event == "c_call":
-            events.append((event, getattr(arg, "__module__", None) or "", arg.__qualname__))
-
-    gc.collect()
-    gc.disable()  # a collection would run finalizers (Python functions) in the middle of the calls
-    sys.setprofile(hook)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-        gc.enable()
-    return events
-
-
 @pytest.mark.parametrize("style", ["decorated", "protect", "async"])
 def test_em7_installing_metrics_leaves_the_closed_fast_lane_untouched(clock, style):
     """EM-7: steady-state CLOSED successes enter exactly the same functions before and after
@@ -97,45 +72,14 @@ def test_em7_installing_metrics_leaves_the_closed_fast_lane_untouched(clock, sty
     service = f"em7-hot-{style}"
     log: list[str] = []
 
-    def ok() -> int:
-        return 1
-
-    async def aok() -> int:
-        return 1
-
     breaker = registry.get(service)
     counts = _trace_metric_counters(breaker, log)
-    if style == "decorated":
-        wrapped = baldur.circuit_breaker(service)(ok)
-
-        def batch() -> None:
-            for _ in range(50):
-                wrapped()
-    elif style == "protect":
-
-        def batch() -> None:
-            for _ in range(50):
-                baldur.protect(service, ok)
-    else:
-        awrapped = baldur.circuit_breaker(service)(aok)
-        loop = asyncio.new_event_loop()
-
-        async def many() -> None:
-            for _ in range(50):
-                await awrapped()
-
-        def batch() -> None:
-            loop.run_until_complete(many())
-
-    for _ in range(3):
-        batch()  # warm up: the window is full of successes, the healthy lane applies
-    assert core_of(breaker).healthy_permit is not None
-    before = _profile(batch)
+    batch, close = warm_batch(service, style)
+    before = profile(batch)
     scraper = Scraper()
     prometheus.install()  # the default registry too, as an application does
-    after = _profile(batch)
-    if style == "async":
-        loop.close()
+    after = profile(batch)
+    close()
     assert after == before
     client_dir = os.path.dirname(prometheus_client.__file__)
     ours = (prometheus.__file__, prometheus_readings.__file__)

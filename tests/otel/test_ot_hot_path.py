@@ -8,19 +8,15 @@ and after it, with an SDK configured and the calls made inside a recording span.
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import opentelemetry
 import pytest
 
-import baldur_django as baldur
 from baldur_django.contrib import otel
 from baldur_django.core import hotpath
 from baldur_django.core import wrappers as wrappers_module
-from baldur_django.core.breaker import core_of
-from baldur_django.core.registry import registry
-from tests.metrics.test_em7_hot_path import _profile
+from tests.closed_lane import profile, warm_batch
 
 
 @pytest.mark.parametrize("style", ["decorated", "protect", "async"])
@@ -31,44 +27,12 @@ def test_ot2_installing_otel_leaves_the_closed_fast_lane_untouched(clock, teleme
     otel.uninstall()
     service = f"ot2-hot-{style}"
 
-    def ok() -> int:
-        return 1
-
-    async def aok() -> int:
-        return 1
-
-    breaker = registry.get(service)
-    if style == "decorated":
-        wrapped = baldur.circuit_breaker(service)(ok)
-
-        def batch() -> None:
-            for _ in range(50):
-                wrapped()
-    elif style == "protect":
-
-        def batch() -> None:
-            for _ in range(50):
-                baldur.protect(service, ok)
-    else:
-        awrapped = baldur.circuit_breaker(service)(aok)
-        loop = asyncio.new_event_loop()
-
-        async def many() -> None:
-            for _ in range(50):
-                await awrapped()
-
-        def batch() -> None:
-            loop.run_until_complete(many())
-
-    for _ in range(3):
-        batch()  # warm up: the window is full of successes, the healthy lane applies
-    assert core_of(breaker).healthy_permit is not None
-    before = _profile(batch)
+    batch, close = warm_batch(service, style)
+    before = profile(batch)
     otel.install(telemetry.meters, telemetry.tracers, spans=False)
     with telemetry.tracer.start_as_current_span("request"):
-        after = _profile(batch)
-    if style == "async":
-        loop.close()
+        after = profile(batch)
+    close()
     assert after == before
     api_dir = os.path.dirname(opentelemetry.__path__[0])
     touched = [e for e in after if e[1] == otel.__file__ or e[1].startswith(api_dir + os.sep + "opentelemetry")]
