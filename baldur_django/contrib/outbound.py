@@ -23,7 +23,7 @@ from ..core.config import OVERRIDE_NAMES, settings, validate_overrides
 from ..core.errors import ConfigError
 from ..core.names import name_problem, show_name
 from ..core.registry import registry
-from ..core.retry import RetryPolicy
+from ..core.retry import RetryPolicy, coerce_retry
 from ..core.routes import Route, aprotect_route, protect_route
 from ..core.states import CircuitState
 
@@ -190,14 +190,14 @@ async def _aprobe() -> None:
 
 
 def _policy_of(owner: str, retry: Any) -> RetryPolicy | None:
-    """The retry policy an adapter's *retry* argument names: None/False none, True the default."""
-    if retry is None or retry is False:
-        return None
-    if retry is True:
-        return RetryPolicy()
-    if isinstance(retry, RetryPolicy):
-        return retry
-    raise ConfigError(f"{owner}(retry={retry!r}): expected a baldur_django.RetryPolicy (or True, or None)")
+    """The retry policy an adapter's *retry* argument names (as the decorators read it: None/False
+    none, True the default); a bad one is a ConfigError naming the adapter."""
+    try:
+        return coerce_retry(retry)
+    except ConfigError:
+        raise ConfigError(
+            f"{owner}(retry={retry!r}): expected a baldur_django.RetryPolicy (or True, or None)"
+        ) from None
 
 
 class Breakers:
