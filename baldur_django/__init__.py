@@ -8,7 +8,16 @@ reads environment variables until the Django app
 
 from .core.breaker import CircuitBreaker
 from .core.decorators import aprotect, aprotected, circuit_breaker, protect, protected
-from .core.errors import BaldurError, CallRefusedError, CircuitOpenError, ConfigError, RateLimitCooldownError
+from .core.errors import (
+    BaldurError,
+    BulkheadFullError,
+    CallRefusedError,
+    CircuitOpenError,
+    ConfigError,
+    DeadlineExceededError,
+    RateLimitCooldownError,
+    ThrottledError,
+)
 from .core.marks import mark_rate_limited
 from .core.registry import force_close_circuit, force_open_circuit, get_breaker, record_rate_limit, release_circuit
 from .core.retry import RetryPolicy
@@ -36,5 +45,8 @@ __all__ = [
     "CallRefusedError",
     "CircuitOpenError",
     "RateLimitCooldownError",
+    "BulkheadFullError",
+    "ThrottledError",
+    "DeadlineExceededError",
     "__version__",
 ]

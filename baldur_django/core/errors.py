@@ -13,6 +13,9 @@ __all__ = [
     "CallRefusedError",
     "CircuitOpenError",
     "RateLimitCooldownError",
+    "BulkheadFullError",
+    "ThrottledError",
+    "DeadlineExceededError",
     "StoreError",
     "new_open_error",
     "is_awaitable",
@@ -119,16 +122,73 @@ class RateLimitCooldownError(CallRefusedError):
             shares.
     """
 
-    reason = "cooldown"
-
-    def __init__(self, service: str, remaining: float) -> None:
+    def __init__(self, service: str, remaining: float, reason: str = "cooldown") -> None:
         self.service = service
         self.remaining = remaining
         self.retry_after = remaining
-        super().__init__(f"service {service!r} is cooling down after a 429; {remaining:.3f}s remaining")
+        self.reason = reason
+        why = "asked for quiet with Retry-After" if reason == "retry_after" else "is cooling down after a 429"
+        super().__init__(f"service {service!r} {why}; {remaining:.3f}s remaining")
 
-    def __reduce__(self) -> tuple[type[RateLimitCooldownError], tuple[str, float]]:
-        return (type(self), (self.service, self.remaining))
+    def __reduce__(self) -> tuple[type[RateLimitCooldownError], tuple[str, float, str]]:
+        return (type(self), (self.service, self.remaining, self.reason))
+
+
+class _StageRefusal(CallRefusedError):
+    """A refusal by one of the load-aware stages; its ``reason`` is fixed by the subclass."""
+
+    reason = ""
+    _what = ""
+
+    def __init__(self, service: str, retry_after: float | None = None) -> None:
+        self.service = service
+        self.retry_after = retry_after
+        hint = "" if retry_after is None else f"; retry in {retry_after:.3f}s"
+        super().__init__(f"call to {service!r} refused: {self._what}{hint}")
+
+    def __reduce__(self) -> tuple[type[_StageRefusal], tuple[str, float | None]]:
+        return (type(self), (self.service, self.retry_after))
+
+
+class BulkheadFullError(_StageRefusal):
+    """Every bulkhead slot of the service stayed taken for the whole allowed wait.
+
+    Attributes:
+        service (str): the breaker's name.
+        reason (str): ``"bulkhead_full"``.
+        retry_after (float | None): None (a slot may free up at any moment).
+    """
+
+    reason = "bulkhead_full"
+    _what = "too many calls in flight"
+
+
+class ThrottledError(_StageRefusal):
+    """Adaptive throttling refused the call: the service has been rejecting most requests,
+    so this client sheds some of its own load before sending.
+
+    Attributes:
+        service (str): the breaker's name.
+        reason (str): ``"throttled"``.
+        retry_after (float | None): None.
+    """
+
+    reason = "throttled"
+    _what = "adaptive throttling is shedding load"
+
+
+class DeadlineExceededError(_StageRefusal):
+    """The call's deadline had passed before an attempt could start: nothing was sent, and
+    it is not counted as the dependency's failure.
+
+    Attributes:
+        service (str): the breaker's name.
+        reason (str): ``"deadline"``.
+        retry_after (float | None): None.
+    """
+
+    reason = "deadline"
+    _what = "its deadline has passed"
 
 
 _COROUTINE = types.CoroutineType

@@ -39,3 +39,30 @@ def test_cooldown_refusal_has_retry_after_equal_to_remaining():
     assert error.retry_after == error.remaining == 7.25 and error.reason == "cooldown"
     copy = pickle.loads(pickle.dumps(error))
     assert (copy.service, copy.retry_after, copy.reason) == ("payments", 7.25, "cooldown")
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        (baldur.BulkheadFullError, "bulkhead_full"),
+        (baldur.ThrottledError, "throttled"),
+        (baldur.DeadlineExceededError, "deadline"),
+    ],
+)
+def test_stage_refusals_are_call_refused_errors_with_their_reason(kind, reason):
+    """Section 0 (outbound stages): each stage's refusal subclasses CallRefusedError, carries its reason,
+    names the service in its message and survives pickling."""
+    error = kind("payments", 2.5)
+    assert isinstance(error, baldur.CallRefusedError) and kind.__name__ in baldur.__all__
+    assert (error.service, error.reason, error.retry_after) == ("payments", reason, 2.5)
+    assert "payments" in str(error)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), copy.service, copy.reason, copy.retry_after) == (kind, "payments", reason, 2.5)
+
+
+def test_retry_after_gate_refusal_has_its_own_reason():
+    """RS-3: the Retry-After gate refuses with RateLimitCooldownError, reason "retry_after", retry_after = seconds left."""
+    error = baldur.RateLimitCooldownError("payments", 12.0, reason="retry_after")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.reason, copy.retry_after, copy.remaining) == ("retry_after", 12.0, 12.0)
+    assert "Retry-After" in str(error)
