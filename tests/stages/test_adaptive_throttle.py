@@ -22,7 +22,7 @@ from baldur_django.core.stages import throttle as throttle_module
 from baldur_django.core.stages.throttle import AdaptiveThrottle
 from baldur_django.core.testing import FakeClock
 
-from .helpers import fast_switching, run_threads, unlocked  # noqa: F401 - fixture
+from .budget_helpers import fast_switching, run_threads, unlocked  # noqa: F401 - fixture
 
 CALLS = 10_000
 TOLERANCE = 0.03  # percentage points, as a fraction
@@ -199,7 +199,8 @@ def thread_run(throttle: AdaptiveThrottle, threads: int = 16) -> tuple[float, in
     return sum(e for e, _ in results), sum(r for _, r in results), sum(accepts)
 
 
-def test_rs10_threads_refusal_rate_and_exact_counts(fast_switching):
+@pytest.mark.usefixtures("fast_switching")
+def test_rs10_threads_refusal_rate_and_exact_counts():
     """RS-10, threads: 16 threads, 10,000 calls, seeded: the refusal rate matches the formula
     within 3 points, and every request and accept is counted exactly once."""
     throttle, _ = make(k=2.0, window=60, seed=11)
@@ -208,7 +209,8 @@ def test_rs10_threads_refusal_rate_and_exact_counts(fast_switching):
     assert throttle.counts() == (CALLS, accepts)
 
 
-def test_rs10_meta_the_thread_test_catches_a_missing_lock(fast_switching, monkeypatch):
+@pytest.mark.usefixtures("fast_switching")
+def test_rs10_meta_the_thread_test_catches_a_missing_lock(monkeypatch):
     """RS-10 meta-test: the thread run with a lock that protects nothing loses counts."""
     for _ in range(20):
         with unlocked(throttle_module, monkeypatch):

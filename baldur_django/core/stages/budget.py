@@ -40,6 +40,7 @@ __all__ = [
     "Exhaustion",
     "checked_number",
     "count_of",
+    "room",
 ]
 
 #: Span of the budget's window, seconds (a whole number: one bucket per second).
@@ -49,7 +50,7 @@ EXHAUSTED_EVENT = "circuit_breaker.retry_budget_exhausted"
 
 _floor = math.floor
 _NEVER = -(1 << 62)  # "no second seen yet": further back than any window reaches
-_SLACK = 1e-9  # 0.1 * 30 is 3.0000000000000004: the exact boundary is inside the budget
+_SLACK = 1e-9  # 0.29 * 100 is 28.999999999999996: the exact boundary is inside the budget
 
 
 def checked_number(knob: str, value: Any, *, minimum: float, above: bool = False) -> float:
@@ -73,6 +74,13 @@ def checked_number(knob: str, value: Any, *, minimum: float, above: bool = False
         bound = f"greater than {minimum:g}" if above else f"at least {minimum:g}"
         raise ConfigError(f"{knob}={value!r}: expected a number {bound}")
     return float(value)
+
+
+def room(ratio: float, floor: float, calls: int, retries: int) -> float:
+    """Retries a window of *calls* calls and *retries* retries still allows: ``ratio * calls
+    + floor - retries``, a hair more so that the exact boundary counts as inside (``0.29 * 100``
+    is ``28.999999999999996``). One more retry fits when it is at least 1."""
+    return ratio * calls + floor - retries + _SLACK
 
 
 def count_of(counter: itertools.count[int]) -> int:
@@ -258,7 +266,7 @@ class RetryBudget:
         with self._lock:
             counts.advance(now)
             calls = counts.window_calls()
-            if counts.spent + 1 <= self.ratio * calls + self.floor + _SLACK:
+            if room(self.ratio, self.floor, calls, counts.spent) >= 1:
                 counts.add_retry()
                 return True
             due = self._exhaustion.note(now)
