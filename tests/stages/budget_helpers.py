@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from baldur_django.core.stages.budget import CallCounts
-from baldur_django.core.stages.throttle import RequestCounts
 from baldur_django.core.testing import FakeClock
 
 
@@ -66,30 +65,8 @@ class YieldingCounts(CallCounts):
     spent = property(_get_spent, _set_spent)  # type: ignore[assignment]
 
 
-class YieldingRequestCounts(RequestCounts):
-    """RequestCounts whose ``requests`` and ``accepts`` go through Python getters and setters
-    (see :class:`YieldingCounts`): ``requests += 1`` becomes read, (switch), write."""
-
-    __slots__ = ("_requests_total", "_accepts_total")
-
-    def _get_requests(self) -> int:
-        return self._requests_total
-
-    def _set_requests(self, value: int) -> None:
-        self._requests_total = value
-
-    def _get_accepts(self) -> int:
-        return self._accepts_total
-
-    def _set_accepts(self, value: int) -> None:
-        self._accepts_total = value
-
-    requests = property(_get_requests, _set_requests)  # type: ignore[assignment]
-    accepts = property(_get_accepts, _set_accepts)  # type: ignore[assignment]
-
-
 #: the counting class of each stage module, and its yielding stand-in for the meta-tests
-YIELDING = {"CallCounts": YieldingCounts, "RequestCounts": YieldingRequestCounts}
+YIELDING = {"CallCounts": YieldingCounts}
 
 
 @contextmanager

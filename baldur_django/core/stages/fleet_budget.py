@@ -10,9 +10,12 @@ fleet counts (a hash whose fields are ``c<second>`` and ``r<second>``, seconds o
 silence) and answers the fleet's totals over the window. Until the next flush the process
 decides from those totals plus its own counts since.
 
-The bound: a process does not see the retries other processes make between two of its
-flushes, so in the worst case every process spends what it saw left. The fleet's retries
-stay within the budget plus the retries the fleet makes in one flush interval.
+The bound: a process does not see the retries the other processes made since their last
+flush (at most one flush interval's worth), nor those made since its own last read (at most
+one more interval), so in the worst case every process spends what it saw left. The fleet's
+retries stay within the budget plus the retries the other processes make in those flush
+intervals: one interval's traffic when the processes flush at about the same moments, two
+at worst.
 
 Before its first answer, when the last answer is older than :data:`STALE_SECONDS` (the
 flusher was held up, or the process was idle), and while Redis does not answer, a process
