@@ -35,6 +35,8 @@ from tests.stores.redis_tools import Counter, RedisServer, counting_client, free
 
 from .budget_helpers import fast_switching, run_threads, unlocked  # noqa: F401 - fixture
 
+pytestmark = [pytest.mark.redis]
+
 DB = 7
 URL = f"redis://127.0.0.1:6379/{DB}"
 CALLS = 10_000
@@ -128,6 +130,20 @@ def test_rs5_fleet_overshoot_is_what_a_process_had_not_seen(redis_prefix):
     assert not a.try_retry() and not b.try_retry()
     assert a.left() == b.left() == 0.0
     assert a.exhausted == 2 and b.exhausted == 2
+
+
+def test_rs5_fleet_budget_on_a_redis_cluster(redis_cluster):
+    """RS-5 fleet on a Redis Cluster (BALDUR_REDIS_CLUSTER): the service's counts are one key,
+    so the script runs on its slot's master; two workers' calls add up there."""
+    client = connect(redis_cluster.url, socket_timeout=2.0, cluster=True)
+    prefix = f"t-budget-{uuid.uuid4().hex[:12]}"
+    a, b = budget(prefix, client=client), budget(prefix, client=client)
+    for _ in range(250):
+        a.note_call()
+        b.note_call()
+    assert a.flush() and b.flush() and a.flush()
+    assert a.using_fleet() and a.left() == pytest.approx(50.0)
+    client.close()
 
 
 def test_rs5_the_fleet_window_is_the_store_s_ten_seconds(redis_prefix):
