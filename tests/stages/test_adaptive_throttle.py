@@ -231,12 +231,15 @@ def test_rs10_threads_refusal_rate_and_counts():
 
 @pytest.mark.usefixtures("fast_switching")
 def test_rs10_meta_the_thread_test_catches_a_missing_lock(monkeypatch):
-    """RS-10 meta-test: with a lock that protects nothing, two threads close the same second
-    and the counts of one of the new seconds are lost."""
+    """RS-10 meta-test: with a lock that protects nothing, two threads close the same second:
+    the counts of one of the new seconds are lost, or a second leaves the totals twice."""
     for _ in range(20):
         with unlocked(throttle_module, monkeypatch):
             throttle, clock = threaded_throttle()
-        _, _, accepts = thread_run(throttle, clock)
+        try:
+            _, _, accepts = thread_run(throttle, clock)
+        except ZeroDivisionError:
+            return  # the window's totals went below zero: caught as well
         if not counted_right(throttle, accepts):
             return
     pytest.fail("without the lock every count was right: the thread test would not notice a missing lock")
