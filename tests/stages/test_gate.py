@@ -118,7 +118,19 @@ def test_rs3_raised_answers_close_the_gate_as_rl1_detects_them(gate, outcome, se
         None,
         {"status_code": 429},
     ],
-    ids=["429-bare", "503-bare", "500", "200", "garbage", "negative", "past-date", "500-error", "plain-exc", "none", "dict"],
+    ids=[
+        "429-bare",
+        "503-bare",
+        "500",
+        "200",
+        "garbage",
+        "negative",
+        "past-date",
+        "500-error",
+        "plain-exc",
+        "none",
+        "dict",
+    ],
 )
 def test_rs3_answers_that_ask_for_nothing_leave_the_gate_open(gate, outcome):
     assert gate.observe(outcome) is None
@@ -203,14 +215,14 @@ def test_rs3_max_seconds_must_be_a_positive_number(fake, value):
 
 
 def test_rs3_rate_limit_codes_must_be_integers(fake):
-    with pytest.raises(ConfigError, match="rate_limit_codes.*'429'"):
+    with pytest.raises(ConfigError, match=r"rate_limit_codes.*'429'"):
         RetryAfterGate("payments", fake, CAP, rate_limit_codes=frozenset({"429"}))
 
 
 def test_rs3_close_rejects_what_is_not_a_number(gate):
-    with pytest.raises(ConfigError, match="seconds.*nan"):
+    with pytest.raises(ConfigError, match=r"seconds.*nan"):
         gate.close_for(math.nan)
-    with pytest.raises(ConfigError, match="until.*'x'"):
+    with pytest.raises(ConfigError, match=r"until.*'x'"):
         gate.close_until("x")
     assert gate.remaining() == 0.0
 
