@@ -212,3 +212,20 @@ def test_rs3_redis_unreachable_the_local_gate_works_and_the_write_is_dropped(cap
             gate.check()
     finally:
         dead.close()
+
+
+def test_rs3_redis_cluster_writes_and_reads_gates_in_many_slots(redis_cluster):
+    """On a Redis Cluster each gate key lives in its breaker's slot; the write is one script
+    on one key and the read of many services one pipeline (one batch per master)."""
+    cluster = connect(redis_cluster.url, socket_timeout=2.0, cluster=True)
+    try:
+        store = RedisGateStore(cluster, f"t-{uuid.uuid4().hex[:12]}")
+        names = [f"svc-{i}" for i in range(12)]
+        for i, name in enumerate(names[:6]):
+            assert store.close_gate(name, 30.0 + i) == pytest.approx(30.0 + i, abs=0.05)
+        assert store.close_gate("svc-0", 1.0) == pytest.approx(30.0, abs=0.05)  # the later end wins
+        left = store.gates_left(names)
+        assert set(left) == set(names[:6])
+        assert left["svc-5"] == pytest.approx(35.0, abs=0.5)
+    finally:
+        cluster.close()
