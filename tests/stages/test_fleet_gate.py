@@ -166,3 +166,20 @@ def test_rs3_an_unreachable_store_drops_the_write_with_one_log_line(fake, caplog
 def test_rs3_gate_ends_raises_store_unavailable_for_the_caller_to_judge(fake):
     with pytest.raises(StoreUnavailable):
         gate_ends(DownStore(), ["payments"], fake)
+
+
+def test_rs3_each_write_the_store_took_is_announced_for_propagation(store, fake):
+    heard: list[tuple[str, float]] = []
+    gate = FleetGate(RetryAfterGate("payments", fake, CAP), store, announce=lambda s, left: heard.append((s, left)))
+    gate.check()
+    gate.observe(answer(200))
+    assert heard == []
+    gate.observe(answer(429, "30"))
+    fake.advance(10)
+    gate.observe(answer(429, "5"))  # announced with the stored, later end
+    assert heard == [("payments", 30.0), ("payments", pytest.approx(20.0))]
+    dropped = FleetGate(
+        RetryAfterGate("payments", fake, CAP), DownStore(), announce=lambda s, left: heard.append((s, left))
+    )
+    dropped.observe(answer(429, "30"))
+    assert len(heard) == 2  # a dropped write is not announced

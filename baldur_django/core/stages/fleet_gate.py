@@ -5,7 +5,9 @@ A worker that meets an answer asking for quiet closes its own gate
 answer (never per call). Other workers learn of it when they next read the store - a
 breaker's consult of its shared record, or a propagation listener - with
 :func:`gate_ends`, one round trip for any number of services, and close their own gates
-until then. The per-call check stays the local, lock-free one: no store I/O on a call.
+until then; a write can also be announced (``FleetGate(..., announce=)``) for a
+propagation channel to pass on at once. The per-call check stays the local, lock-free
+one: no store I/O on a call.
 
 The store side is a tiny protocol, :class:`GateStore`, with two implementations:
 
@@ -175,13 +177,20 @@ class FleetGate:
     Args:
         gate: this process's gate of the service.
         store: the shared gate store.
+        announce: called as ``announce(service, seconds_left)`` after each write the store
+            took (seconds left of the stored end), so that a propagation channel can tell
+            the other workers at once; None: they learn at their next read. It must not
+            block (a queue's ``put_nowait``); its exceptions are not caught.
     """
 
-    __slots__ = ("gate", "store", "service", "_lock", "_warned")
+    __slots__ = ("gate", "store", "service", "announce", "_lock", "_warned")
 
-    def __init__(self, gate: RetryAfterGate, store: GateStore) -> None:
+    def __init__(
+        self, gate: RetryAfterGate, store: GateStore, *, announce: Callable[[str, float], None] | None = None
+    ) -> None:
         self.gate = gate
         self.store = store
+        self.announce = announce
         self.service = gate.service
         self._lock = threading.Lock()
         self._warned = False
@@ -249,6 +258,8 @@ class FleetGate:
         self._warned = False
         if left > seconds:
             self.gate.close_for(left)
+        if self.announce is not None:
+            self.announce(self.service, left)
         return True
 
     def _dropped(self, seconds: float, exc: StoreUnavailable) -> None:
