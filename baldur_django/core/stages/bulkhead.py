@@ -174,7 +174,7 @@ class Bulkhead:
             BulkheadFullError: no slot came free within the wait.
         """
         with self._lock:
-            if self._count < self.limit and not self._waiters:
+            if self._count < self.limit:  # never true while anyone waits: see _hand_on
                 self._count += 1
                 return _Ticket(self)
             wait = allowed_wait(self.max_wait, timeout)
@@ -200,7 +200,7 @@ class Bulkhead:
             asyncio.CancelledError: the task was cancelled while it waited; it holds no slot.
         """
         with self._lock:
-            if self._count < self.limit and not self._waiters:
+            if self._count < self.limit:  # never true while anyone waits: see _hand_on
                 self._count += 1
                 return _Ticket(self)
             wait = allowed_wait(self.max_wait, timeout)
@@ -231,7 +231,8 @@ class Bulkhead:
 
     def _hand_on(self) -> None:
         """Pass one taken slot on: to the longest waiter, or back to the free ones. Called
-        without the lock."""
+        without the lock. A slot is freed only when nobody waits, so the count is below the
+        limit only while the queue is empty: a newcomer never takes a slot before a waiter."""
         while True:
             with self._lock:
                 if not self._waiters:
