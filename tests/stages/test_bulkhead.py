@@ -297,9 +297,16 @@ def test_rs4_a_task_cancelled_after_it_was_handed_a_slot_passes_the_slot_on():
 
 @pytest.mark.parametrize(
     ("limit", "max_wait", "named"),
-    [(0, 0.0, "limit=0"), (True, 0.0, "limit=True"), ("3", 0.0, "limit='3'"), (2.5, 0.0, "limit=2.5")]
-    + [(1, -1.0, "max_wait=-1.0"), (1, float("nan"), "max_wait=nan"), (1, float("inf"), "max_wait=inf")]
-    + [(1, "1", "max_wait='1'")],
+    [
+        (0, 0.0, "limit=0"),
+        (True, 0.0, "limit=True"),
+        ("3", 0.0, "limit='3'"),
+        (2.5, 0.0, "limit=2.5"),
+        (1, -1.0, "max_wait=-1.0"),
+        (1, float("nan"), "max_wait=nan"),
+        (1, float("inf"), "max_wait=inf"),
+        (1, "1", "max_wait='1'"),
+    ],
 )
 def test_rs8_bad_arguments_raise_config_error_naming_them(limit, max_wait, named):
     """RS-4, RS-8: a bad limit or max_wait is a ConfigError naming the argument and value."""
