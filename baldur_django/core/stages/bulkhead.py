@@ -6,14 +6,16 @@ longest waiter (no newcomer takes it first), so no waiter starves. A thread wait
 of its own; a task awaits a future that the releasing thread resolves through its loop's
 ``call_soon_threadsafe``, so the event loop never blocks.
 
-The count's lock is held only to read and change the count and the queue of waiters, never
-while the caller's function runs.
+A call that finds a free slot and nobody waiting takes no lock at all (see the comment above
+:class:`Bulkhead`); the lock guards the queue of waiters only, and is never held while the
+caller's function runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import queue
 import threading
 from collections import deque
 from typing import Any
@@ -64,19 +66,6 @@ def allowed_wait(max_wait: float, timeout: float | None) -> float:
     return max_wait if timeout is None else min(max_wait, timeout)
 
 
-class _Ticket:
-    """One slot taken by :meth:`Bulkhead.enter`; ``held`` turns False when it is given back."""
-
-    __slots__ = ("owner", "held")
-
-    def __init__(self, owner: Bulkhead) -> None:
-        self.owner = owner
-        self.held = True
-
-    def __repr__(self) -> str:
-        return f"<bulkhead ticket {self.owner.service!r} held={self.held}>"
-
-
 class _ThreadWaiter:
     """A waiting thread: it blocks on its own lock, which the slot's giver releases."""
 
@@ -120,6 +109,29 @@ class _TaskWaiter:
 _Waiter = _ThreadWaiter | _TaskWaiter
 
 
+# Why the path without the lock is sound. The free slots are tokens in a SimpleQueue, whose
+# ``get_nowait`` and ``put`` are each one atomic step, so the queue alone keeps the number in
+# flight at ``limit`` or below: nothing is counted, a token is either in the queue or held.
+# The lock guards only the queue of waiters, and two rules make the hand-off safe:
+# - A waiter joins the queue and then, under the same lock, slots are handed out (``_grant``)
+#   from the front. A caller giving a slot back puts its token in the free queue first and
+#   only then looks for waiters, handing out under the lock when it sees one. Whichever of
+#   the two steps comes last sees the other, so a token never sits free while a waiter
+#   sleeps (no lost wake-up).
+# - A caller takes a token without the lock only when it sees nobody waiting. Once a waiter
+#   is queued every newcomer queues behind it, and handing out always starts at the front,
+#   so the token freed while someone waits goes to the longest waiter (first come, first
+#   served). A newcomer that looked before the waiter queued was there first.
+# A ticket is a one-item list holding its bulkhead; giving it back removes that item with
+# one atomic ``list.remove``, so a second give-back (from any thread) finds it empty.
+
+_SLOT = True  # the token of a free slot; every slot's is the same, the ticket tells calls apart
+
+
+def _refusal(bulkhead: Bulkhead, ticket: object) -> ConfigError:
+    return ConfigError(f"ticket={ticket!r}: not a ticket of the bulkhead of {bulkhead.service!r}")
+
+
 class Bulkhead:
     """At most *limit* calls of a service in flight in this process.
 
@@ -138,7 +150,7 @@ class Bulkhead:
     cancellation); a second :meth:`leave` of the same ticket changes nothing.
     """
 
-    __slots__ = ("service", "limit", "max_wait", "clock", "_lock", "_count", "_waiters")
+    __slots__ = ("service", "limit", "max_wait", "clock", "_lock", "_free", "_take", "_give", "_waiters")
 
     def __init__(self, service: str, limit: int, max_wait: float, clock: Clock) -> None:
         self.service = service
@@ -146,15 +158,20 @@ class Bulkhead:
         self.max_wait = check_wait(max_wait)
         self.clock = clock
         self._lock = threading.Lock()
-        self._count = 0  # slots taken, counting those handed to a waiter that has not woken yet
+        self._free: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        for _ in range(self.limit):
+            self._free.put(_SLOT)
+        self._take = self._free.get_nowait
+        self._give = self._free.put
         self._waiters: deque[_Waiter] = deque()
 
     def __repr__(self) -> str:
-        return f"<Bulkhead {self.service!r} {self._count}/{self.limit} waiting={len(self._waiters)}>"
+        return f"<Bulkhead {self.service!r} {self.in_flight()}/{self.limit} waiting={len(self._waiters)}>"
 
     def in_flight(self) -> int:
-        """The number of slots taken now (0 to ``limit``)."""
-        return self._count
+        """The number of slots taken now (0 to ``limit``), counting those handed to a
+        waiter that has not resumed yet."""
+        return self.limit - self._free.qsize()
 
     def waiting(self) -> int:
         """The number of calls waiting for a slot now."""
@@ -173,17 +190,18 @@ class Bulkhead:
         Raises:
             BulkheadFullError: no slot came free within the wait.
         """
-        with self._lock:
-            if self._count < self.limit:  # never true while anyone waits: see _hand_on
-                self._count += 1
-                return _Ticket(self)
-            wait = allowed_wait(self.max_wait, timeout)
-            waiter = _ThreadWaiter() if wait > 0 else None
-            if waiter is not None:
-                self._waiters.append(waiter)
-        if waiter is None:
-            raise BulkheadFullError(self.service)
-        return self._wait_in_thread(waiter, wait)
+        if not self._waiters:
+            try:
+                self._take()
+            except queue.Empty:
+                pass
+            else:
+                return [self]
+        wait = allowed_wait(self.max_wait, timeout)
+        waiter = self._queue_up(wait, None)
+        if type(waiter) is _ThreadWaiter:
+            return self._wait_in_thread(waiter, wait)
+        return waiter
 
     async def aenter(self, *, timeout: float | None = None) -> object:
         """Take a slot, waiting without blocking the event loop while every slot is taken.
@@ -199,17 +217,18 @@ class Bulkhead:
             BulkheadFullError: no slot came free within the wait.
             asyncio.CancelledError: the task was cancelled while it waited; it holds no slot.
         """
-        with self._lock:
-            if self._count < self.limit:  # never true while anyone waits: see _hand_on
-                self._count += 1
-                return _Ticket(self)
-            wait = allowed_wait(self.max_wait, timeout)
-            waiter = _TaskWaiter(asyncio.get_running_loop()) if wait > 0 else None
-            if waiter is not None:
-                self._waiters.append(waiter)
-        if waiter is None:
-            raise BulkheadFullError(self.service)
-        return await self._wait_in_task(waiter, wait)
+        if not self._waiters:
+            try:
+                self._take()
+            except queue.Empty:
+                pass
+            else:
+                return [self]
+        wait = allowed_wait(self.max_wait, timeout)
+        waiter = self._queue_up(wait, asyncio.get_running_loop())
+        if type(waiter) is _TaskWaiter:
+            return await self._wait_in_task(waiter, wait)
+        return waiter
 
     def leave(self, ticket: object) -> None:
         """Give the slot of *ticket* back (to the longest waiter, if any). Idempotent: a
@@ -218,32 +237,65 @@ class Bulkhead:
         Raises:
             ConfigError: *ticket* is not one of this bulkhead's tickets.
         """
-        if type(ticket) is not _Ticket or ticket.owner is not self:
-            raise ConfigError(f"ticket={ticket!r}: not a ticket of the bulkhead of {self.service!r}")
-        with self._lock:
-            if not ticket.held:
-                return
-            ticket.held = False
-            if not self._waiters:
-                self._count -= 1
-                return
-        self._hand_on()
+        if type(ticket) is not list:
+            raise _refusal(self, ticket)
+        try:
+            ticket.remove(self)
+        except ValueError:
+            if ticket:  # another bulkhead's ticket, or not a ticket at all
+                raise _refusal(self, ticket) from None
+            return  # given back already
+        self._give(_SLOT)
+        if self._waiters:
+            self._grant()
 
-    def _hand_on(self) -> None:
-        """Pass one taken slot on: to the longest waiter, or back to the free ones. Called
-        without the lock. A slot is freed only when nobody waits, so the count is below the
-        limit only while the queue is empty: a newcomer never takes a slot before a waiter."""
-        while True:
-            with self._lock:
-                if not self._waiters:
-                    self._count -= 1
-                    return
-                waiter = self._waiters.popleft()
-                waiter.state = _GRANTED
-            if waiter.wake():
+    def _queue_up(self, wait: float, loop: asyncio.AbstractEventLoop | None) -> object:
+        """Under the lock: a free slot's ticket when nobody waits, else a new waiter at the
+        back of the queue (a thread's when *loop* is None, else a task's on *loop*).
+
+        Raises:
+            BulkheadFullError: every slot is taken (or promised to a waiter) and *wait* is 0.
+        """
+        with self._lock:
+            if not self._waiters:
+                try:
+                    self._take()
+                except queue.Empty:
+                    pass
+                else:
+                    return [self]
+            if wait <= 0:
+                raise BulkheadFullError(self.service)
+            waiter: _Waiter = _ThreadWaiter() if loop is None else _TaskWaiter(loop)
+            self._waiters.append(waiter)
+            self._grant_locked()
+        return waiter
+
+    def _pass_on(self) -> None:
+        """Put a held slot back among the free ones, then hand it out if anyone waits (the
+        order :meth:`leave` keeps too: put first, look second)."""
+        self._give(_SLOT)
+        if self._waiters:
+            self._grant()
+
+    def _grant(self) -> None:
+        with self._lock:
+            self._grant_locked()
+
+    def _grant_locked(self) -> None:
+        """Hand free slots to the waiters, longest waiter first, while both last. Called
+        with the lock held."""
+        waiters = self._waiters
+        while waiters:
+            try:
+                self._take()
+            except queue.Empty:
                 return
-            with self._lock:  # its loop is closed: it will never run again, so the slot moves on
+            waiter = waiters.popleft()
+            waiter.state = _GRANTED
+            if not waiter.wake():  # its loop is closed: it will never run again
                 waiter.state = _GONE
+                self._give(_SLOT)
 
     def _settle(self, waiter: _Waiter, keep: bool) -> bool:
         """End a wait: True when the waiter holds a slot and *keep* is true; a slot it holds
@@ -257,7 +309,7 @@ class Bulkhead:
             return False
         if keep:
             return True
-        self._hand_on()
+        self._pass_on()
         return False
 
     def _wait_in_thread(self, waiter: _ThreadWaiter, wait: float) -> object:
@@ -272,7 +324,7 @@ class Bulkhead:
             self._settle(waiter, keep=False)
             raise
         if self._settle(waiter, keep=True):
-            return _Ticket(self)
+            return [self]
         raise BulkheadFullError(self.service)
 
     async def _wait_in_task(self, waiter: _TaskWaiter, wait: float) -> object:
@@ -289,5 +341,5 @@ class Bulkhead:
             self._settle(waiter, keep=False)
             raise
         if self._settle(waiter, keep=True):
-            return _Ticket(self)
+            return [self]
         raise BulkheadFullError(self.service)
