@@ -33,6 +33,10 @@ class Meter:
     calls: int = 0
     refused: int = 0
     errors: list[BaseException] = field(default_factory=list)
+    stop_on_trouble: bool = False  # a meta-test's broken bulkhead: stop at the first refusal or error
+
+    def troubled(self) -> bool:
+        return self.stop_on_trouble and bool(self.refused or self.errors)
 
     def arrive(self) -> None:
         with self.lock:
@@ -67,6 +71,8 @@ def fast_switching() -> Iterator[None]:
 def call_in_thread(bulkhead, meter: Meter, calls: int, timeout: float | None = None) -> None:
     """*calls* protected calls in this thread; the call itself gives up the GIL once."""
     for _ in range(calls):
+        if meter.troubled():
+            return
         try:
             ticket = bulkhead.enter(timeout=timeout)
         except BulkheadFullError:
@@ -89,6 +95,8 @@ def call_in_thread(bulkhead, meter: Meter, calls: int, timeout: float | None = N
 async def call_in_task(bulkhead, meter: Meter, calls: int, timeout: float | None = None) -> None:
     """*calls* protected calls in this task; the call itself yields to the loop once."""
     for _ in range(calls):
+        if meter.troubled():
+            return
         try:
             ticket = await bulkhead.aenter(timeout=timeout)
         except BulkheadFullError:
@@ -108,9 +116,9 @@ async def call_in_task(bulkhead, meter: Meter, calls: int, timeout: float | None
                 meter.error(exc)
 
 
-def run_threads(bulkhead, threads: int, calls: int, timeout: float | None = None) -> Meter:
+def run_threads(bulkhead, threads: int, calls: int, timeout: float | None = None, meter: Meter | None = None) -> Meter:
     """*threads* threads, started together at a barrier, each making *calls* calls."""
-    meter = Meter()
+    meter = meter or Meter()
     barrier = threading.Barrier(threads)
 
     def body() -> None:

@@ -8,6 +8,7 @@ wait when the test advances it.
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
 
@@ -322,3 +323,149 @@ def test_rs4_leave_refuses_a_ticket_that_is_not_its_own():
         with pytest.raises(ConfigError, match="ticket="):
             one.leave(wrong)
     assert other.in_flight() == 1
+
+
+# The steps a give-back takes without the lock, pinned one interleaving at a time: the test
+# swaps the bulkhead's token give-back (``_give``, the ``put`` of a free token) for one that
+# lets another caller act just before or just after the token lands among the free ones.
+
+
+class JumpingBulkhead(Bulkhead):
+    """Broken on purpose (meta-test): takes a free token without looking for waiters."""
+
+    __slots__ = ()
+
+    async def aenter(self, *, timeout: float | None = None) -> object:
+        try:
+            self._take()
+        except queue.Empty:
+            return await super().aenter(timeout=timeout)
+        return [self]
+
+    def enter(self, *, timeout: float | None = None) -> object:
+        try:
+            self._take()
+        except queue.Empty:
+            return super().enter(timeout=timeout)
+        return [self]
+
+
+class PutOnlyBulkhead(Bulkhead):
+    """Broken on purpose (meta-test): a give-back that puts the token back and never looks
+    for waiters."""
+
+    __slots__ = ()
+
+    def leave(self, ticket: object) -> None:
+        assert isinstance(ticket, list)
+        ticket.remove(self)
+        self._give(True)
+
+
+class LookFirstBulkhead(Bulkhead):
+    """Broken on purpose (meta-test): a give-back that looks for waiters first and puts the
+    token back after, without looking again."""
+
+    __slots__ = ()
+
+    def leave(self, ticket: object) -> None:
+        assert isinstance(ticket, list)
+        ticket.remove(self)
+        anyone = self.waiting() > 0
+        self._give(True)
+        if anyone:
+            self._grant()
+
+
+def check_a_waiter_queued_just_before_the_give_back_is_served(kind: type[Bulkhead], monkeypatch) -> None:
+    """A thread queues up while a give-back is under way, just before the token lands among
+    the free ones: when ``leave`` returns, the slot is the waiter's (no lost wake-up)."""
+    clock = FakeClock()
+    bulkhead = kind("pay", 1, 30.0, clock)
+    ticket = bulkhead.enter()
+    waiter = Waiter(bulkhead)
+    give = bulkhead._give
+
+    def queue_a_waiter_then_give(token: bool) -> None:
+        waiter.start()
+        until(lambda: bulkhead.waiting() == 1, "the thread to wait")
+        give(token)
+
+    monkeypatch.setattr(bulkhead, "_give", queue_a_waiter_then_give)
+    try:
+        bulkhead.leave(ticket)
+        assert bulkhead.waiting() == 0, "leave returned with the slot free and a thread asleep"
+        waiter.join(JOIN)
+        assert waiter.error is None and waiter.ticket is not None
+    finally:
+        clock.advance(30.0)  # a broken bulkhead's sleeper: its wait ends, refused
+        waiter.join(JOIN)
+
+
+def check_a_newcomer_never_takes_the_slot_freed_for_a_waiter(kind: type[Bulkhead], monkeypatch) -> None:
+    """Newcomers (a thread, then a task) arrive just after a freed token lands among the free
+    ones while a thread waits: each is refused (none jumps the queue), and the slot is the
+    waiter's."""
+    clock = FakeClock()
+    bulkhead = kind("pay", 1, 30.0, clock)
+    ticket = bulkhead.enter()
+    waiter = Waiter(bulkhead)
+    waiter.start()
+    until(lambda: bulkhead.waiting() == 1, "the thread to wait")
+    give = bulkhead._give
+    newcomers: list[object] = []
+
+    def give_then_newcomers(token: bool) -> None:
+        give(token)
+        for enter in (bulkhead.enter, lambda timeout: asyncio.run(bulkhead.aenter(timeout=timeout))):
+            try:
+                newcomers.append(enter(timeout=0))
+            except BulkheadFullError:
+                newcomers.append("refused")
+
+    monkeypatch.setattr(bulkhead, "_give", give_then_newcomers)
+    try:
+        bulkhead.leave(ticket)
+        assert newcomers == ["refused", "refused"], "a newcomer took the slot freed for the waiting thread"
+        waiter.join(JOIN)
+        assert waiter.error is None and waiter.ticket is not None
+    finally:
+        clock.advance(30.0)
+        waiter.join(JOIN)
+
+
+def test_rs4_a_thread_that_queues_while_a_slot_is_given_back_is_not_left_asleep(monkeypatch):
+    """RS-4, RS-10: the lost wake-up: a thread queues up between a give-back's start and its
+    token landing among the free ones; the give-back still hands it the slot."""
+    check_a_waiter_queued_just_before_the_give_back_is_served(Bulkhead, monkeypatch)
+
+
+def test_rs4_a_newcomer_never_takes_a_slot_freed_while_someone_waits(monkeypatch):
+    """RS-4: first come, first served at the instant a slot is freed: a newcomer that finds
+    the token free while a thread waits is refused, and the waiter gets the slot."""
+    check_a_newcomer_never_takes_the_slot_freed_for_a_waiter(Bulkhead, monkeypatch)
+
+
+@pytest.mark.parametrize("broken", [PutOnlyBulkhead, LookFirstBulkhead])
+def test_rs10_meta_a_give_back_that_does_not_look_for_waiters_after_its_put_is_caught(broken, monkeypatch):
+    """RS-10 (meta): a give-back that never looks for waiters, or looks before it puts the
+    token back, leaves the waiter asleep next to a free slot; the lost wake-up test says so."""
+    with pytest.raises(AssertionError, match="a thread asleep"):
+        check_a_waiter_queued_just_before_the_give_back_is_served(broken, monkeypatch)
+
+
+class JumpingTaskBulkhead(JumpingBulkhead):
+    """Broken on purpose (meta-test): only the task's take ignores the waiters."""
+
+    __slots__ = ()
+
+    def enter(self, *, timeout: float | None = None) -> object:
+        return Bulkhead.enter(self, timeout=timeout)
+
+
+@pytest.mark.parametrize("broken", [JumpingBulkhead, JumpingTaskBulkhead])
+def test_rs10_meta_a_fast_path_that_ignores_waiters_is_caught(broken, monkeypatch):
+    """RS-10 (meta): a lock-free take (a thread's or a task's) that does not first look for
+    waiters lets a newcomer jump the queue; the first-come-first-served test says so."""
+    with pytest.raises(AssertionError, match="took the slot"):
+        check_a_newcomer_never_takes_the_slot_freed_for_a_waiter(broken, monkeypatch)

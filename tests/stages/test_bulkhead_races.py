@@ -2,12 +2,15 @@
 threads (16, ``sys.setswitchinterval(1e-6)``, a start barrier), asyncio tasks (200) and
 both at once on one count.
 
-On CPython 3.11 with the GIL, ``if count < limit: count += 1`` contains no thread switch
-point, so a missing lock could not show there. The tests therefore also run a "yielding"
-bulkhead whose ``limit`` is a property that gives up the GIL (``time.sleep(0)``), so
-another thread may run between the read of the count and its write. With the real
-lock both kinds hold the limit; with the lock swapped for a no-op context the yielding
-kind admits more than N (the meta-test), so these tests can see the race they guard.
+The free slots are tokens in a ``queue.SimpleQueue``, taken and given back in one C call
+each, so with the GIL few thread switches fall inside the bulkhead's own steps. The tests
+therefore also run a "yielding" bulkhead whose every take and give-back of a token gives up
+the GIL (``time.sleep(0)``) before and after, so another thread may run between looking at
+the queue of waiters and touching the free tokens, as a free-threaded interpreter allows.
+With the real lock both kinds hold the limit and lose no slot; the meta-test at the end
+removes the lock and sees the same test fail, so it can see the race the lock prevents.
+The order of the steps without the lock (who looks at the waiters when) is pinned by the
+step-by-step tests in test_bulkhead.py, which stop the bulkhead between two of its steps.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 
 from baldur_django.core.clock import SYSTEM_CLOCK
 from baldur_django.core.stages.bulkhead import Bulkhead
-from tests.stages.race_tools import JOIN_SECONDS, Meter, fast_switching, run_tasks, run_threads
+from tests.stages.race_tools import JOIN_SECONDS, Meter, call_in_thread, fast_switching, run_tasks, run_threads
 
 LIMIT = 3
 THREADS = 16
@@ -28,19 +31,27 @@ TASKS = 200
 
 
 class YieldingBulkhead(Bulkhead):
-    """A bulkhead whose ``limit`` is read through a property that gives up the GIL: a thread
-    switch between reading the count and writing it, as a free-threaded interpreter allows."""
+    """A bulkhead whose token steps give up the GIL before and after: a thread switch
+    between any two of its steps, as a free-threaded interpreter allows."""
 
-    __slots__ = ("slots",)
+    __slots__ = ()
 
-    @property  # type: ignore[override]
-    def limit(self) -> int:
-        time.sleep(0)
-        return self.slots
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        take, give = self._take, self._give
 
-    @limit.setter
-    def limit(self, value: int) -> None:
-        self.slots = value
+        def yielding_take() -> bool:
+            time.sleep(0)
+            token = take()
+            time.sleep(0)
+            return token
+
+        def yielding_give(token: bool) -> None:
+            time.sleep(0)
+            give(token)
+            time.sleep(0)
+
+        self._take, self._give = yielding_take, yielding_give
 
 
 KINDS = {"plain": Bulkhead, "yielding": YieldingBulkhead}
@@ -57,18 +68,24 @@ def assert_held(bulkhead: Bulkhead, meter: Meter, total: int) -> None:
     assert bulkhead.in_flight() == 0 and bulkhead.waiting() == 0, bulkhead
 
 
+def check_sixteen_threads(bulkhead: Bulkhead, waits: bool, meter: Meter, timeout: float | None = None) -> None:
+    """16 threads, 200 calls each: the limit holds and every slot comes back; with a wait
+    the limit is reached (the callers really contend) and nobody is refused."""
+    run_threads(bulkhead, THREADS, 200, timeout, meter)
+    assert_held(bulkhead, meter, THREADS * 200)
+    if waits:
+        assert meter.refused == 0, f"{meter.refused} calls were refused though each could wait"
+        assert meter.most == LIMIT
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("max_wait", [0.0, 60.0])
 def test_rs10_sixteen_threads_never_exceed_the_limit(kind, max_wait):
     """RS-4, RS-10: 16 threads started together, switching every microsecond, call through a
     bulkhead of 3; at most 3 are ever inside the call, and every slot comes back. With a
-    wait the limit is reached (the callers really contend) and nobody is refused; without
-    one, refusals make up the difference."""
-    bulkhead = make(kind, max_wait)
-    meter = run_threads(bulkhead, THREADS, 200)
-    assert_held(bulkhead, meter, THREADS * 200)
-    if max_wait:
-        assert meter.most == LIMIT and meter.refused == 0
+    wait the limit is reached (the callers really contend) and nobody is refused (no waiter
+    sleeps through a slot given back); without one, refusals make up the difference."""
+    check_sixteen_threads(make(kind, max_wait), max_wait > 0, Meter())
 
 
 @pytest.mark.parametrize("max_wait", [0.0, 60.0])
@@ -92,8 +109,6 @@ def test_rs10_threads_and_tasks_on_two_loops_share_one_count(kind):
     barrier = threading.Barrier(16)
 
     def thread_body() -> None:
-        from tests.stages.race_tools import call_in_thread
-
         barrier.wait()
         call_in_thread(bulkhead, meter, 100)
 
@@ -113,19 +128,29 @@ def test_rs10_threads_and_tasks_on_two_loops_share_one_count(kind):
     assert meter.refused == 0
 
 
-def test_rs10_meta_without_the_lock_the_thread_race_test_fails(monkeypatch):
-    """RS-10 (meta): with its lock swapped for a no-op context, the yielding bulkhead lets
-    more than 3 of 16 threads in at once (or loses a slot or fails), which the race test
-    above reports; so that test does see the race the lock prevents. Several rounds are
-    allowed, since a race is a matter of chance; the real lock never fails one."""
-    seen = []
-    for _ in range(10):
-        bulkhead = make("yielding", 0.0)
-        monkeypatch.setattr(bulkhead, "_lock", contextlib.nullcontext())
-        meter = run_threads(bulkhead, THREADS, 200)
+def see_it_fail(bulkhead_for_round, rounds: int = 5) -> list[str]:
+    """Run the 16-thread test with a wait on broken bulkheads, *rounds* times at most, and
+    keep what it reported. Each call may wait 1 s (not 60): a waiter left asleep next to a
+    free slot, or a slot lost, shows as a refusal; the threads stop at the first trouble."""
+    seen: list[str] = []
+    for _ in range(rounds):
         try:
-            assert_held(bulkhead, meter, THREADS * 200)
+            check_sixteen_threads(bulkhead_for_round(), True, Meter(stop_on_trouble=True), timeout=1.0)
         except AssertionError as exc:
             seen.append(str(exc))
             break
-    assert seen, "without its lock the bulkhead still held the limit in every round"
+    return seen
+
+
+def test_rs10_meta_without_the_lock_the_thread_race_test_fails(monkeypatch):
+    """RS-10 (meta): with the lock over the queue of waiters swapped for a no-op context, the
+    yielding bulkhead hands one waiter two slots, loses a slot or fails, which the 16-thread
+    test above reports; so that test does see the race the lock prevents. Several rounds are
+    allowed, since a race is a matter of chance; the real lock never fails one."""
+
+    def unlocked() -> Bulkhead:
+        bulkhead = make("yielding", 60.0)
+        monkeypatch.setattr(bulkhead, "_lock", contextlib.nullcontext())
+        return bulkhead
+
+    assert see_it_fail(unlocked), "without its lock the bulkhead still passed in every round"
