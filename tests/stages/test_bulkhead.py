@@ -83,6 +83,21 @@ def test_rs4_leave_is_idempotent_per_ticket():
         bulkhead.enter()
 
 
+def test_rs4_a_stale_ticket_given_back_again_never_frees_the_next_holders_slot():
+    """RS-4: a ticket given back twice, the second time after its slot was taken again by
+    another call, changes nothing: the new holder keeps its slot and the limit holds."""
+    bulkhead = Bulkhead("pay", 1, 0.0, FakeClock())
+    first = bulkhead.enter()
+    bulkhead.leave(first)
+    second = bulkhead.enter()
+    bulkhead.leave(first)
+    assert bulkhead.in_flight() == 1
+    with pytest.raises(BulkheadFullError):
+        bulkhead.enter()
+    bulkhead.leave(second)
+    assert bulkhead.in_flight() == 0
+
+
 def test_rs4_a_waiting_thread_takes_the_slot_given_back():
     """RS-4: with max_wait, a call past N waits; a slot given back goes to it."""
     bulkhead, tickets = full(1, 30.0)

@@ -122,8 +122,10 @@ _Waiter = _ThreadWaiter | _TaskWaiter
 #   is queued every newcomer queues behind it, and handing out always starts at the front,
 #   so the token freed while someone waits goes to the longest waiter (first come, first
 #   served). A newcomer that looked before the waiter queued was there first.
-# A ticket is a one-item list holding its bulkhead; giving it back removes that item with
-# one atomic ``list.remove``, so a second give-back (from any thread) finds it empty.
+# A ticket is a new one-item list holding its bulkhead (the cheapest fresh object; the token
+# itself cannot be the ticket, as a second give-back after the token was taken again would
+# free the new holder's slot). Giving it back removes that item with one atomic
+# ``list.remove``, so a second give-back, from any thread, finds it empty and does nothing.
 
 _SLOT = True  # the token of a free slot; every slot's is the same, the ticket tells calls apart
 
