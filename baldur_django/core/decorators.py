@@ -63,12 +63,14 @@ def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
     """Validate the arguments (raises) and register the breaker now; None when a *setting*
     is bad: the decorated function then resolves its breaker at its first call and
     raises the ConfigError there, while ``manage.py check`` reports the setting with its id."""
-    _validate_arguments(service, overrides)
+    if overrides:
+        _validate_arguments(service, overrides)
     try:
-        if not overrides:  # circuit_breaker(name): the name is checked, no override to filter
+        if not overrides:  # circuit_breaker(name): the breaker's constructor checks a new name
             return registry.get(service)
         return breaker_for(service, overrides)
     except ConfigError:
+        check_name(service)  # a bad name is the decorator's own mistake: raised now, never deferred
         if _fails_on_defaults(service, overrides):
             raise  # the arguments contradict each other (minimum_calls above their own window)
         return None
