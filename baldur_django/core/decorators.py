@@ -127,10 +127,11 @@ def _decorate(
     arguments (validated then); used while the registry still holds it, else (a bad
     setting at that time, or the registry forgot it since) everything is done again."""
     refuse_generators(func)
-    if force_async and not is_async(func):
+    asynchronous = is_async(func)
+    if force_async and not asynchronous:
         name = getattr(func, "__qualname__", repr(func))
         raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
-    if not is_async(func):
+    if not asynchronous:
         refuse_async_fallback(f"breaker {service!r}", fallback)
     if registered is not None and registry.get(service, create=False) is registered:
         breaker: CircuitBreaker | None = registered
@@ -140,7 +141,7 @@ def _decorate(
         deferred = _deferred(service, func, policy, fallback, overrides)
         functools.update_wrapper(deferred, func)
         return deferred  # type: ignore[return-value]  # same signature as func (update_wrapper)
-    if is_async(func):
+    if asynchronous:
         wrapper = async_wrapper(breaker, func, policy, fallback)
     else:
         wrapper = sync_wrapper(breaker, func, policy, fallback)
