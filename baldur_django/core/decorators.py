@@ -131,9 +131,9 @@ def _decorate(
     if force_async and not asynchronous:
         name = getattr(func, "__qualname__", repr(func))
         raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
-    if not asynchronous:
+    if not asynchronous and fallback is not None:
         refuse_async_fallback(f"breaker {service!r}", fallback)
-    if registered is not None and registry.get(service, create=False) is registered:
+    if registered is not None and registry.holds(service, registered):
         breaker: CircuitBreaker | None = registered
     else:
         breaker = _register(service, overrides)

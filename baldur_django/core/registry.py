@@ -195,7 +195,8 @@ class Registry:
         if self.guard is not None:
             breaker.use_store(self.guard)
         self._breakers[name] = breaker
-        self._overrides[name] = checked
+        if checked is not None:  # an absent entry reads None
+            self._overrides[name] = checked
         self._seen[name] = (0, moment)  # a new breaker has done nothing yet
         return breaker
 
@@ -296,6 +297,19 @@ class Registry:
             for watcher in list(self.watchers):
                 watcher.let_go(gone)
         return gone
+
+    def holds(self, name: str, breaker: CircuitBreaker) -> bool:
+        """True while *breaker* is the one registered as *name* (a dictionary read: no
+        lock, nothing put back or created).
+
+        Args:
+            name (str): the breaker's name.
+            breaker (CircuitBreaker): the object to look for.
+
+        Returns:
+            bool: False also when the breaker left (a sweep let it go) or was forgotten.
+        """
+        return self._breakers.get(name) is breaker
 
     def drop_idle(self, name: str, breaker: CircuitBreaker) -> bool:
         """Drop *breaker* now if it is the one registered as *name* and CLOSED and unforced
