@@ -15,8 +15,8 @@ import pytest
 
 import baldur_django as baldur
 from baldur_django.core.breaker import CircuitBreaker
-from baldur_django.core.config import settings as baldur_settings
 from baldur_django.core.config import BreakerConfig
+from baldur_django.core.config import settings as baldur_settings
 from baldur_django.core.errors import ConfigError
 from baldur_django.core.events import ForceLapsed, StateChanged, bus
 from baldur_django.core.names import MAX_NAME_LENGTH, check_name, name_problem, show_name
