@@ -11,7 +11,7 @@ and hint and exits with status 1.
 
 from __future__ import annotations
 
-import sys
+import inspect
 from collections.abc import Callable, Iterable
 from types import FrameType
 
@@ -25,7 +25,7 @@ _MANAGEMENT = ("django", "core", "management")
 
 
 def _called_by_management_command() -> bool:
-    frame: FrameType | None = sys._getframe(1)
+    frame: FrameType | None = inspect.currentframe()  # this function's own frame first: not Django's
     while frame is not None:
         parts = frame.f_code.co_filename.replace("\\", "/").split("/")
         if tuple(parts[-4:-1]) == _MANAGEMENT:

@@ -63,12 +63,14 @@ def _register(service: str, overrides: dict[str, Any]) -> CircuitBreaker | None:
     """Validate the arguments (raises) and register the breaker now; None when a *setting*
     is bad: the decorated function then resolves its breaker at its first call and
     raises the ConfigError there, while ``manage.py check`` reports the setting with its id."""
-    _validate_arguments(service, overrides)
+    if overrides:
+        _validate_arguments(service, overrides)
     try:
-        if not overrides:  # circuit_breaker(name): the name is checked, no override to filter
+        if not overrides:  # circuit_breaker(name): the breaker's constructor checks a new name
             return registry.get(service)
         return breaker_for(service, overrides)
     except ConfigError:
+        check_name(service)  # a bad name is the decorator's own mistake: raised now, never deferred
         if _fails_on_defaults(service, overrides):
             raise  # the arguments contradict each other (minimum_calls above their own window)
         return None
@@ -125,12 +127,13 @@ def _decorate(
     arguments (validated then); used while the registry still holds it, else (a bad
     setting at that time, or the registry forgot it since) everything is done again."""
     refuse_generators(func)
-    if force_async and not is_async(func):
+    asynchronous = is_async(func)
+    if force_async and not asynchronous:
         name = getattr(func, "__qualname__", repr(func))
         raise ConfigError(f"aprotected({service!r}) needs an async def; {name!r} is not one")
-    if not is_async(func):
+    if not asynchronous and fallback is not None:
         refuse_async_fallback(f"breaker {service!r}", fallback)
-    if registered is not None and registry.get(service, create=False) is registered:
+    if registered is not None and registry.holds(service, registered):
         breaker: CircuitBreaker | None = registered
     else:
         breaker = _register(service, overrides)
@@ -138,7 +141,7 @@ def _decorate(
         deferred = _deferred(service, func, policy, fallback, overrides)
         functools.update_wrapper(deferred, func)
         return deferred  # type: ignore[return-value]  # same signature as func (update_wrapper)
-    if is_async(func):
+    if asynchronous:
         wrapper = async_wrapper(breaker, func, policy, fallback)
     else:
         wrapper = sync_wrapper(breaker, func, policy, fallback)

@@ -68,6 +68,11 @@ def check_name(name: Any, what: str = "breaker name") -> str:
             characters, contains a control character, or starts or ends with whitespace;
             the message says which (and quotes at most the first 60 characters).
     """
+    # the common case in one expression: a printable str of an allowed length that
+    # strip() leaves unchanged (it then returns the very same object); anything else is
+    # judged in full by name_problem(), which also accepts what this test cannot
+    if type(name) is str and 0 < len(name) <= MAX_NAME_LENGTH and name.isprintable() and name.strip() is name:
+        return name
     problem = name_problem(name)
     if problem is not None:
         raise ConfigError(f"{what} {show_name(name, limit=_SHOWN)}: {problem}")

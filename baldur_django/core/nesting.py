@@ -25,9 +25,9 @@ call made in another thread or task (a thread pool, ``asyncio.gather``) is its o
 from __future__ import annotations
 
 import contextvars
-import sys
+import inspect
 from collections.abc import Awaitable, Callable
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any, cast
 
 __all__ = [
@@ -185,7 +185,9 @@ def outer_call(breaker: Any, permit: Any) -> tuple[Any, Mark] | None:
     """
     entries = _ENTRIES
     generation = permit.generation
-    frame = sys._getframe(1)
+    # this function's own frame first (its code is never registered); None where the
+    # interpreter keeps no frames, and then no outer call is found
+    frame: FrameType | None = inspect.currentframe()
     found = 0
     outermost: tuple[Any, Mark] | None = None
     while frame is not None:
@@ -201,7 +203,7 @@ def outer_call(breaker: Any, permit: Any) -> tuple[Any, Mark] | None:
             ):
                 found += 1
                 outermost = (theirs, local["mark"])
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return outermost if found > 1 else None
 
 

@@ -16,6 +16,7 @@ sweep that sees it used, puts the same object back.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import weakref
@@ -100,6 +101,8 @@ class Registry:
         self._left: weakref.WeakValueDictionary[str, CircuitBreaker] = weakref.WeakValueDictionary()
         self._left_overrides: dict[str, tuple[dict[str, Any] | None, int]] = {}
         self._swept_at = clock.monotonic()
+        # (settings source, its version, seconds between sweeps) as last read by _sweep_due()
+        self._sweep_gap: tuple[SettingsSource | None, int, float] = (None, -1, 0.0)
         #: Objects told which breakers left (:class:`Watcher`), held weakly.
         self.watchers: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -130,33 +133,38 @@ class Registry:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"breaker name {name!r}: must be a non-empty string")
         breaker = self._breakers.get(name)
-        if breaker is None and name in self._left:
+        if breaker is None and name in self._left_overrides:  # a plain dict: cheaper than asking _left
             breaker = self._return(name)
         if breaker is not None and overrides is None:
             return breaker
         if breaker is None and not create:
             return None
-        if breaker is None:
+        # A new name is checked once, by the breaker's constructor, before anything is
+        # registered; a mistake found first in the overrides or the store settings is
+        # reported after the name's own, as if the name had been checked first.
+        try:
+            checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)
+            if not self.store_configured:
+                self._store_from_settings()
+        except ConfigError:
             check_name(name)
-        checked = validate_overrides(name, overrides) if overrides else ({} if overrides is not None else None)
-        if not self.store_configured:
-            self._store_from_settings()
+            raise
         return self._register(name, checked)
 
     def _register(self, name: str, checked: dict[str, Any] | None) -> CircuitBreaker:
         """The breaker *name*, registered now if new (or put back if it left), with its
         checked overrides met."""
-        created = False
+        made_at = None
         with self._lock:
             breaker = self._breakers.get(name)
-            if breaker is None:
+            if breaker is None and name in self._left_overrides:
                 breaker = self._return(name)
             if breaker is None:
-                breaker = self._create(name, checked)
-                created = True
+                made_at = self.clock.monotonic()
+                breaker = self._create(name, checked, made_at)
             elif checked is not None:
                 self._meet_overrides(name, breaker, checked)
-        if created:
+        if made_at is not None and self._sweep_due(made_at):
             try:
                 self.sweep()  # at most once per sweep interval: creations are what make a registry grow
             except ConfigError:  # a bad idle setting: the system checks report it; creating goes on
@@ -167,6 +175,8 @@ class Registry:
         """Put back breaker *name* that a sweep let go while something still holds it (the
         same object, with its state and counts); None when it is gone."""
         with self._lock:
+            if name not in self._left_overrides:  # every name in _left has its entry there
+                return self._breakers.get(name)
             breaker = self._left.pop(name, None)
             overrides, _ = self._left_overrides.pop(name, (None, 0))
             if breaker is None or name in self._breakers:
@@ -176,15 +186,18 @@ class Registry:
             self._seen[name] = (None, self.clock.monotonic())
         return breaker
 
-    def _create(self, name: str, checked: dict[str, Any] | None) -> CircuitBreaker:
-        """Build and register breaker *name* with its checked overrides (lock held)."""
+    def _create(self, name: str, checked: dict[str, Any] | None, moment: float) -> CircuitBreaker:
+        """Build and register breaker *name* with its checked overrides (lock held); *moment*
+        is the monotonic time now. The breaker's constructor refuses a bad name (ConfigError)
+        before anything is registered."""
         config = build_config(name, checked or {}, self.source, self.clock)
         breaker = CircuitBreaker(name, config, clock=self.clock, bus=bus)
         if self.guard is not None:
             breaker.use_store(self.guard)
         self._breakers[name] = breaker
-        self._overrides[name] = checked
-        self._seen[name] = (0, self.clock.monotonic())  # a new breaker has done nothing yet
+        if checked is not None:  # an absent entry reads None
+            self._overrides[name] = checked
+        self._seen[name] = (0, moment)  # a new breaker has done nothing yet
         return breaker
 
     def _meet_overrides(self, name: str, breaker: CircuitBreaker, checked: dict[str, Any]) -> None:
@@ -237,6 +250,23 @@ class Registry:
         gone = self._let_go(idle_now)
         return sorted(gone)
 
+    def _sweep_due(self, moment: float) -> bool:
+        """False when :meth:`sweep` (not *now*) would certainly do nothing at *moment*, so a
+        creation need not call it: the sweep interval, from the idle setting, is read once
+        per settings version (every settings change makes a new one). True also when the
+        setting is bad, so that :meth:`sweep` raises it."""
+        source = self.source
+        held, version, every = self._sweep_gap
+        if held is not source or version != source.version:
+            version = source.version  # read before the value, as build_config() does
+            try:
+                idle = float(source.get("BALDUR_REGISTRY_IDLE_SECONDS") or 0.0)
+            except ConfigError:
+                return True
+            every = min(idle / 60.0, SWEEP_EVERY) if idle > 0 else math.inf
+            self._sweep_gap = (source, version, every)
+        return not 0 <= moment - self._swept_at < every
+
     def _take_back_used(self) -> None:
         """Put back every breaker that left and was used since (a decorated function's)."""
         for name, breaker in list(self._left.items()):
@@ -267,6 +297,19 @@ class Registry:
             for watcher in list(self.watchers):
                 watcher.let_go(gone)
         return gone
+
+    def holds(self, name: str, breaker: CircuitBreaker) -> bool:
+        """True while *breaker* is the one registered as *name* (a dictionary read: no
+        lock, nothing put back or created).
+
+        Args:
+            name (str): the breaker's name.
+            breaker (CircuitBreaker): the object to look for.
+
+        Returns:
+            bool: False also when the breaker left (a sweep let it go) or was forgotten.
+        """
+        return self._breakers.get(name) is breaker
 
     def drop_idle(self, name: str, breaker: CircuitBreaker) -> bool:
         """Drop *breaker* now if it is the one registered as *name* and CLOSED and unforced

@@ -16,6 +16,7 @@ import pytest
 import baldur_django as baldur
 from baldur_django.core.breaker import CircuitBreaker
 from baldur_django.core.config import BreakerConfig
+from baldur_django.core.config import settings as baldur_settings
 from baldur_django.core.errors import ConfigError
 from baldur_django.core.events import ForceLapsed, StateChanged, bus
 from baldur_django.core.names import MAX_NAME_LENGTH, check_name, name_problem, show_name
@@ -59,6 +60,36 @@ def test_cb12_a_misleading_name_is_refused_by_every_way_in(name):
         assert BAD_NAMES[name] in message
         assert len(message) < 300
         assert "\n" not in message and "\r" not in message
+    assert len(registry) == 0
+
+
+@pytest.mark.parametrize("name", ["upstream\n", "upstream ", "", 42])
+def test_cb12_a_bad_name_is_refused_at_decoration_even_while_a_setting_is_bad(monkeypatch, name):
+    """CB-12, CFG-3: a decorator defers a bad *setting* to the first call, but never a bad
+    name: with the threshold setting unparsable, ``circuit_breaker(bad name)`` and
+    ``protected(bad name)`` still raise the name's ConfigError at decoration, while a good
+    name is deferred as before."""
+    monkeypatch.setenv("BALDUR_CB_FAILURE_THRESHOLD", "many")
+    baldur_settings.reset()
+    problem = name_problem(name)
+    assert problem is not None
+    for way in (baldur.circuit_breaker, baldur.protected):
+        with pytest.raises(ConfigError) as info:
+            way(name)
+        assert problem in str(info.value)
+    deferred = baldur.circuit_breaker("upstream")(lambda: 1)
+    with pytest.raises(ConfigError, match="BALDUR_CB_FAILURE_THRESHOLD"):
+        deferred()
+    assert len(registry) == 0
+
+
+def test_cb12_the_name_is_reported_before_a_bad_override():
+    """CB-12: a new breaker asked for with a bad name and a bad override gets the name's
+    ConfigError, as when the name was checked first; nothing is registered."""
+    with pytest.raises(ConfigError, match="control character"):
+        registry.get("upstream\n", {"failure_threshold": -1})
+    with pytest.raises(ConfigError, match="failure_threshold"):
+        registry.get("upstream", {"failure_threshold": -1})
     assert len(registry) == 0
 
 
