@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 
 __all__ = ["CountWindow", "TimeWindow", "SecondBuckets"]
 
@@ -294,7 +295,11 @@ def _count_of(counter: itertools.count[int]) -> int:
     return int(repr(counter)[6:-1])
 
 
-_NO_BUCKET = float("-inf")  # bucket_end while no second has been rolled to yet
+_NO_BUCKET = float("-inf")  # bucket_end after a clear, until the next roll
+# bucket_end of a window that has never rolled: before any negative monotonic time, like
+# _NO_BUCKET, but told apart from it because nothing can have stepped its placeholder
+# counter (the lock-free healthy lane opens only after a locked call has rolled)
+_NEVER_ROLLED = -sys.float_info.max
 _Bucket = tuple[float, "itertools.count[int]", int]  # (end, calls, sightings) of a past second
 
 
@@ -316,7 +321,7 @@ class SecondBuckets:
 
     def __init__(self, span: float) -> None:
         self.span = span
-        self.bucket_end = float("-inf")  # monotonic second at which the newest bucket ends
+        self.bucket_end = _NEVER_ROLLED  # monotonic second at which the newest bucket ends
         self.counter = itertools.count()
         self.sightings = 0
         self.retired = 0  # calls of the buckets that left the window or were cleared
@@ -341,9 +346,10 @@ class SecondBuckets:
 
     def _roll(self, now: float) -> None:
         old = self._old
-        if self.bucket_end != _NO_BUCKET or _count_of(self.counter):
-            # (the placeholder before the first roll, or after a clear, is kept only if a
-            # healthy-lane step raced the clear into it: its count must reach total())
+        end = self.bucket_end
+        if end != _NEVER_ROLLED and (end != _NO_BUCKET or _count_of(self.counter)):
+            # (the placeholder after a clear is kept only if a healthy-lane step raced the
+            # clear into it: its count must reach total())
             bucket = (self.bucket_end, self.counter, self.sightings)
             if isinstance(old, list):
                 old.append(bucket)
