@@ -1,0 +1,1 @@
+MORE: dict = {}
