@@ -8,7 +8,8 @@
 * ``hosts?start=S&count=N``: N GETs of ``/quote``, host ``127.x.y.z`` number S.. S+N-1,
   through one per-host ``BreakerAdapter()`` (the upstream listens on 0.0.0.0);
 * ``warm?count=N&prefix=P``: N breakers ``P<i>`` made and called once (a no-op call);
-* ``names?via=decorator|protect|adapter&name=...``: whether that entry point takes *name*.
+* ``names`` (POST ``via=decorator|protect|adapter``, ``name``): whether that entry point takes
+  *name*, and the name of the breaker it used (a host's is made safe by the adapter).
 
 Every answer carries ``X-Pid`` (the worker's process id).
 """
@@ -27,6 +28,8 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
+from requests.adapters import BaseAdapter
+from requests.models import PreparedRequest, Response
 
 from baldur_django import CircuitOpenError, circuit_breaker, protect
 from baldur_django.contrib import health, prometheus
@@ -106,33 +109,50 @@ def warm(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"breakers": len(registry.names()), "pid": os.getpid()})
 
 
-def _try_decorator(name: str) -> None:
+def _try_decorator(name: str) -> str:
     circuit_breaker(name)(lambda: None)()
+    return name
 
 
-def _try_protect(name: str) -> None:
+def _try_protect(name: str) -> str:
     protect(name, lambda: None)
+    return name
 
 
-def _try_adapter(name: str) -> None:
-    session = requests.Session()
-    session.mount("http://", BreakerAdapter())
-    session.get(f"http://{name}/quote", timeout=1)
+class _Answering(BaseAdapter):
+    """A transport that answers 200 at once: the name check is all that is tried."""
+
+    def send(self, request: PreparedRequest, *args: Any, **kwargs: Any) -> Response:
+        response = Response()
+        response.status_code, response.request, response.url = 200, request, request.url or ""
+        return response
+
+    def close(self) -> None:
+        pass
+
+
+def _try_adapter(name: str) -> str:
+    prepared = requests.Request("GET", "http://placeholder/quote").prepare()
+    prepared.url = f"http://{name}/quote"  # past requests' own URL checks: the adapter decides
+    adapter = BreakerAdapter(adapter=_Answering())
+    adapter.send(prepared, timeout=1)
+    return adapter.breaker_name(prepared)
 
 
 _ENTRY_POINTS = {"decorator": _try_decorator, "protect": _try_protect, "adapter": _try_adapter}
 
 
+@csrf_exempt
 def names(request: HttpRequest) -> JsonResponse:
-    name = request.GET.get("name", "")
+    """POST ``via``, ``name``: whether that entry point takes *name*, and the breaker it made."""
+    name = request.POST.get("name", "")
     try:
-        _ENTRY_POINTS[request.GET.get("via", "protect")](name)
+        used = _ENTRY_POINTS[request.POST.get("via", "protect")](name)
     except ConfigError as exc:
         return JsonResponse({"refused": True, "error": type(exc).__name__, "message": str(exc)})
     except Exception as exc:
         return JsonResponse({"refused": False, "error": type(exc).__name__, "message": str(exc)[:300]})
-    known = name in registry.names()
-    return JsonResponse({"refused": False, "error": None, "registered": known})
+    return JsonResponse({"refused": False, "breaker": used, "registered": used in registry.names()})
 
 
 def ping(request: HttpRequest) -> HttpResponse:
