@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SCENARIO",
         help="run the incident rehearsal instead (benchmarks/incident.py: real servers, a Redis of its own; "
-        "scenarios level, hung-store, hosts, empty-store, trial-kill, names; default all)",
+        "scenarios level, hung-store, hosts, hosts-uncapped, empty-store, trial-kill, names; default all)",
     )
     return parser
 

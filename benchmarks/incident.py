@@ -11,7 +11,8 @@ workers or uvicorn with 2):
 * ``hung-store``: the health view's latency at 3,000 breakers per worker, on a healthy
   Redis and on one stopped with SIGSTOP;
 * ``hosts``: 10,000 hosts through a per-host ``BreakerAdapter()``, then idle: RSS, Redis
-  keys, ``/metrics`` and the admin list, before and after the (shortened) idle time;
+  keys, ``/metrics`` and the admin list, before and after the (shortened) idle time, twice;
+  ``hosts-uncapped`` once with the adapter's cap raised to 20,000;
 * ``empty-store``: Redis killed while three breakers are OPEN, an empty one started 2.3 s
   before their open time ends; calls that reached the dead upstream, in 10 runs;
 * ``trial-kill``: trials hanging on the upstream, every worker SIGKILLed, the upstream
@@ -333,13 +334,17 @@ def _idle(server: Server, seconds: float, scrape_every: float) -> None:
             _metrics(server, rounds=3 * len(server.pids))
 
 
-def scenario_hosts(quick: bool, idle: float = 60.0, scrape_every: float = 5.0) -> dict[str, Any]:
-    """10,000 hosts through a per-host adapter, then *idle* seconds without a call; twice."""
-    hosts, rounds = (2000, 1) if quick else (10_000, 2)
+def scenario_hosts(
+    quick: bool, idle: float = 60.0, scrape_every: float = 5.0, max_hosts: int = 1000, rounds: int = 2
+) -> dict[str, Any]:
+    """10,000 hosts through a per-host adapter (at most *max_hosts* kept per worker), then
+    *idle* seconds without a call; *rounds* times."""
+    hosts, rounds = (2000, 1) if quick else (10_000, rounds)
     idle = 20.0 if quick else idle
     result: dict[str, Any] = {"idle_seconds": idle, "scrape_every_s": scrape_every, "hosts_per_round": hosts}
-    result["rounds"] = []
-    with environment({"INCIDENT_IDLE_SECONDS": str(idle)}) as (site, server):
+    result |= {"max_hosts": max_hosts, "rounds": []}
+    knobs = {"INCIDENT_IDLE_SECONDS": str(idle), "INCIDENT_MAX_HOSTS": str(max_hosts)}
+    with environment(knobs) as (site, server):
         result["before"] = _snapshot(site, server)
         for number in range(rounds):
             driven = _drive_hosts(server, number * hosts, hosts)
@@ -353,7 +358,7 @@ def scenario_hosts(quick: bool, idle: float = 60.0, scrape_every: float = 5.0) -
         and last["redis_keys"] <= before["redis_keys"] + 1  # the registry set itself
         and last["metrics"]["largest_kb"] < 1.5 * before["metrics"]["largest_kb"] + 1
         and last["admin_ms"] < 3 * before["admin_ms"] + 50
-        and all(max(r["after_hosts"]["breakers_per_worker"]) <= 1000 for r in result["rounds"])
+        and all(max(r["after_hosts"]["breakers_per_worker"]) <= max_hosts for r in result["rounds"])
     )
     return result
 
@@ -364,6 +369,7 @@ SCENARIOS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "level": scenario_level,
     "hung-store": scenario_hung_store,
     "hosts": scenario_hosts,
+    "hosts-uncapped": lambda quick: scenario_hosts(quick, max_hosts=20_000, rounds=1),
 }
 
 

@@ -43,5 +43,5 @@ def test_incident_cli_names_every_scenario_and_refuses_an_unknown_one(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["no-such-scenario"])
     assert exited.value.code == 2
-    assert set(SCENARIOS) == {"level", "hung-store", "hosts", "empty-store", "trial-kill", "names"}
+    assert set(SCENARIOS) == {"level", "hung-store", "hosts", "hosts-uncapped", "empty-store", "trial-kill", "names"}
     assert "unknown scenario" in capsys.readouterr().err

@@ -4,7 +4,7 @@
 ``INCIDENT_UPSTREAM``: the fake upstream's base URL; ``INCIDENT_DB``: the SQLite file;
 ``INCIDENT_LOG``: the file breaker log lines go to (default stderr);
 ``INCIDENT_CRITICAL``: comma-separated critical services of the health view;
-``INCIDENT_IDLE_SECONDS``, ``INCIDENT_SYNC_SECONDS``, ``INCIDENT_EMERGENCY_CACHE_SECONDS``:
+``INCIDENT_IDLE_SECONDS``, ``INCIDENT_MAX_HOSTS``, ``INCIDENT_SYNC_SECONDS``, ``INCIDENT_EMERGENCY_CACHE_SECONDS``:
 the matching ``BALDUR_*`` settings; ``INCIDENT_RECOVERY``, ``INCIDENT_THRESHOLD``,
 ``INCIDENT_TRIALS``: the breakers' recovery timeout (seconds), failure threshold and
 half-open trials.
@@ -72,6 +72,7 @@ BALDUR_EMERGENCY_BACKEND = "redis"
 BALDUR_EMERGENCY_CACHE_SECONDS = float(_env("INCIDENT_EMERGENCY_CACHE_SECONDS", "30"))
 BALDUR_CB_SYNC_INTERVAL_SECONDS = float(_env("INCIDENT_SYNC_SECONDS", "5"))
 BALDUR_REGISTRY_IDLE_SECONDS = float(_env("INCIDENT_IDLE_SECONDS", "3600"))
+BALDUR_ADAPTER_MAX_HOSTS = int(_env("INCIDENT_MAX_HOSTS", "1000"))
 BALDUR_HEALTH_CRITICAL_SERVICES = [name for name in _env("INCIDENT_CRITICAL", "").split(",") if name]
 BALDUR_HEALTH_DETAILS = _env("INCIDENT_HEALTH_DETAILS", "") == "1"
 BALDUR_STORE_WARNING_INTERVAL_SECONDS = 1
