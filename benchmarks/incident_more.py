@@ -72,8 +72,17 @@ def empty_store_run(recovery: float, before_end: float = 2.3, pause: float = 0.0
         after = site.upstream.stats()["charge_requests"] - during
         for poller in load.values():
             poller.stop()
-        calls = [a for p in load.values() for a in p.since(killed)]
+        calls = [(s, a) for s, p in load.items() for a in p.since(killed)]
         log = Path(site.log).read_text(errors="replace")
+        reached = [  # answers of calls that reached the (failing) upstream within the window
+            {"service": s, "pid": a.pid, "sent_after_open_end_s": round(a.sent - open_until, 2)}
+            for s, a in calls
+            if a.status == 502 and a.sent < clean_until
+        ]
+        kept = ""
+        if during:  # keep the breaker log of a run that let calls through
+            kept = f"{site.log}.kept"
+            Path(kept).write_text(log)
     return {
         "recovery_s": recovery,
         "killed_before_open_end_s": round(open_until - killed, 2),
@@ -82,6 +91,8 @@ def empty_store_run(recovery: float, before_end: float = 2.3, pause: float = 0.0
         "calls_made": len(calls),
         "calls_reaching_upstream": during,
         "trial_calls_after_window": after,
+        "reached": reached[:20],
+        "log_kept": kept,
         "adopted_closed_was_open": len(re.findall(r"store_adopted.*state=closed.*was=open", log)),
         "store_adopted_lines": log.count("store_adopted"),
         "store_adopted_sample": next((line for line in log.splitlines() if "store_adopted" in line), "")[-160:],
