@@ -150,6 +150,17 @@ def _count(items: Any) -> dict[str, int]:
     return counts
 
 
+def _level_verdict(changes: list[dict[str, Any]], workers: int) -> bool:
+    """Every worker showed each change within 1 s; no 503; every answer showing a level was degraded."""
+    return all(
+        c["workers_fresh"] == workers
+        and c["slowest_worker_fresh_s"] < 1.0
+        and not c["level_not_degraded"]
+        and not any(key.startswith("503") for key in c["statuses"])
+        for c in changes
+    )
+
+
 def run_level(kind: str, workers: int, settle: float = 3.0) -> dict[str, Any]:
     """Level 3 then 0 on a healthy fleet: the health view's answers on every worker."""
     critical = "svc-a,svc-b,svc-c"
@@ -188,13 +199,7 @@ def run_level(kind: str, workers: int, settle: float = 3.0) -> dict[str, Any]:
             "protected_calls_under_level_3": _count(a.status for a in level3),
             "loadavg": loadavg(),
         }
-    result["pass"] = all(
-        c["workers_fresh"] == workers
-        and c["slowest_worker_fresh_s"] < 1.0
-        and not c["level_not_degraded"]
-        and not any(key.startswith("503") for key in c["statuses"])
-        for c in changes_found
-    )
+    result["pass"] = _level_verdict(changes_found, workers)
     return result
 
 
