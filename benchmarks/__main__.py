@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--runs N] [--cpu-time] [--json FILE] [--stores] [--scale [--counts N,M]] [--memory] [--inbound] [--propagation] [--metrics] [--predicates] [--http]``."""
+"""Command line: ``python -m benchmarks [--quick] [--profile] [--only closed,open] [--rounds N] [--runs N] [--cpu-time] [--json FILE] [--stores] [--scale [--counts N,M]] [--memory] [--inbound] [--propagation] [--metrics] [--predicates] [--http] [--incident [SCENARIO ...]]``."""
 
 from __future__ import annotations
 
@@ -103,11 +103,24 @@ def _parser() -> argparse.ArgumentParser:
         help="run the outbound HTTP clients benchmark instead (benchmarks/http.py: the requests adapter and "
         "the httpx transports against a local server)",
     )
+    # --- incident rehearsal hook (benchmarks/incident.py) ---
+    parser.add_argument(
+        "--incident",
+        nargs="*",
+        default=None,
+        metavar="SCENARIO",
+        help="run the incident rehearsal instead (benchmarks/incident.py: real servers, a Redis of its own; "
+        "scenarios level, hung-store, hosts, hosts-uncapped, empty-store, trial-kill, names; default all)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.incident is not None:  # --- incident rehearsal hook ---
+        from .incident import main as incident_main
+
+        return incident_main(args.incident, quick=args.quick, json_file=args.json)
     if args.predicates:  # --- predicates benchmark hook ---
         from .predicates import main as predicates_main
 

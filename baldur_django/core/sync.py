@@ -310,8 +310,15 @@ class StoreSync:
         return not self.guard.down
 
     def probe_due(self, breaker: SyncTarget, now: float) -> bool:
-        """True when the store must be asked for a probe slot (or to lapse a due force)."""
-        if self.guard.down or frozen():  # no probe while Level 3 holds
+        """True when the store must be asked for a probe slot (or to lapse a due force).
+
+        While the store is down, only for an OPEN, unforced breaker whose open time is over:
+        one attempt before the worker's own trial (the store may be back, and empty), not
+        one per call (the breaker goes half-open on its own if nothing answers)."""
+        if self.guard.down:
+            view = breaker.view()
+            return view.state is _OPEN and view.forced is None and now >= view.open_until and not frozen()
+        if frozen():  # no probe while Level 3 holds
             return False
         view = breaker.view()
         if view.state is _HALF_OPEN:

@@ -221,3 +221,30 @@ def test_st4_state_read_sweep_of_an_empty_store_keeps_the_open(emptied, fresh_re
     with pytest.raises(baldur.CircuitOpenError):
         dependency()
     assert dependency.calls == ["call"]
+
+
+def test_st4_store_back_empty_before_the_open_time_ends_with_no_consult_since_the_outage(
+    fresh_registry, monkeypatch, clock
+):
+    """ST-4 (issue 27, rehearsal at a 30 s recovery): the worker trips, the store goes down
+    and the worker's consult finds it down (it judges alone); the store comes back empty
+    2.25 s before the open time ends, and no consult is due before it ends. The call made
+    when the open time is over reaches the store, not the dependency: the open is written back."""
+    from tests.stores.test_outage_reopen import SwitchedStore
+
+    store = SwitchedStore(clock)
+    dependency = worker(fresh_registry, monkeypatch, Emptied(store, store.wipe, lambda n: "?"), "empty-alone", sync=5)
+    with pytest.raises(DependencyDown):
+        dependency()  # the trip, written to the store
+    store.down = True
+    clock.advance(5.5)  # the consult is due: the store does not answer, the worker judges alone
+    with pytest.raises(baldur.CircuitOpenError):
+        dependency()
+    clock.advance(RECOVERY - 2.25 - 5.5)
+    store.wipe()  # back, empty, 2.25 s before the open time ends
+    store.down = False
+    clock.advance(2.25 + 0.1)  # the open time is over; the next consult is due 0.4 s later
+    with pytest.raises(baldur.CircuitOpenError):
+        dependency()
+    assert dependency.calls == ["call"]
+    assert store.inner.raw("empty-alone").state == "open"

@@ -1,0 +1,8 @@
+"""The incident site's ASGI application (uvicorn)."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.incident_site.settings")
+application = get_asgi_application()

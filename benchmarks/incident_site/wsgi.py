@@ -1,0 +1,8 @@
+"""The incident site's WSGI application (gunicorn)."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.incident_site.settings")
+application = get_wsgi_application()
