@@ -59,12 +59,28 @@ class Watcher(Protocol):
         """Drop what is kept for the breakers in *gone* (name -> the breaker that left)."""
 
 
-def activity(breaker: CircuitBreaker) -> int:
-    """A number that grows with every call, rejection and transition of *breaker*: two equal
-    readings mean nothing happened in between. Reads the breaker's counts (its lock, no I/O)."""
+def activity(breaker: CircuitBreaker) -> tuple[int, int]:
+    """``(calls, others)``: two numbers that grow with every call, and with every rejection
+    and transition, of *breaker*; two equal readings mean nothing happened in between.
+    Reads the breaker's counts (its lock, no I/O)."""
     core = core_of(breaker)
     _, counts, _ = metric_values(core)
-    return sum(counts) + core.generation
+    return sum(counts[:4]), sum(counts[4:]) + core.generation
+
+
+def _last_active(
+    breaker: CircuitBreaker, seen: tuple[Any, float] | None, reading: tuple[int, int], moment: float
+) -> float:
+    """When *breaker* was last active, as a sweep at monotonic *moment* that finds *reading*
+    different from *seen* can tell without a clock read on the call path. A change made of
+    calls alone ended before the end of the cascade's newest second (every call is counted
+    there, at most a second before that end), so the idle time counts from there, not from
+    this sweep, however long nothing looked; any other change (a rejection, a transition)
+    counts from *moment*."""
+    if seen is None or not isinstance(seen[0], tuple) or seen[0][1] != reading[1]:
+        return moment
+    end = core_of(breaker).cascade.bucket_end
+    return max(seen[1], min(moment, end))
 
 
 def _idle_state(breaker: CircuitBreaker) -> bool:
@@ -95,11 +111,11 @@ class Registry:
         self._lock = threading.RLock()
         # Idle tracking, read only by sweep(): name -> (activity reading, monotonic time it
         # last changed); None as the reading means "not read yet".
-        self._seen: dict[str, tuple[int | None, float]] = {}
+        self._seen: dict[str, tuple[tuple[int, int] | None, float]] = {}
         # Breakers a sweep let go that something still holds (a weak reference each, gone
         # with the breaker), their overrides, and their activity when they left.
         self._left: weakref.WeakValueDictionary[str, CircuitBreaker] = weakref.WeakValueDictionary()
-        self._left_overrides: dict[str, tuple[dict[str, Any] | None, int]] = {}
+        self._left_overrides: dict[str, tuple[dict[str, Any] | None, tuple[int, int] | None]] = {}
         self._swept_at = clock.monotonic()
         # (settings source, its version, seconds between sweeps) as last read by _sweep_due()
         self._sweep_gap: tuple[SettingsSource | None, int, float] = (None, -1, 0.0)
@@ -197,7 +213,7 @@ class Registry:
         self._breakers[name] = breaker
         if checked is not None:  # an absent entry reads None
             self._overrides[name] = checked
-        self._seen[name] = (0, moment)  # a new breaker has done nothing yet
+        self._seen[name] = ((0, 0), moment)  # a new breaker has done nothing yet
         return breaker
 
     def _meet_overrides(self, name: str, breaker: CircuitBreaker, checked: dict[str, Any]) -> None:
@@ -239,13 +255,16 @@ class Registry:
             return []
         self._swept_at = moment
         self._take_back_used()
-        idle_now: list[tuple[str, CircuitBreaker, int]] = []
+        idle_now: list[tuple[str, CircuitBreaker, tuple[int, int]]] = []
         for name, breaker in list(self._breakers.items()):
             reading = activity(breaker)
             seen = self._seen.get(name)
             if seen is None or seen[0] != reading:
-                self._seen[name] = (reading, moment)
-            elif moment - seen[1] >= idle and _idle_state(breaker):
+                since = _last_active(breaker, seen, reading, moment)
+                self._seen[name] = (reading, since)
+            else:
+                since = seen[1]
+            if moment - since >= idle and _idle_state(breaker):
                 idle_now.append((name, breaker, reading))
         gone = self._let_go(idle_now)
         return sorted(gone)
@@ -270,14 +289,14 @@ class Registry:
     def _take_back_used(self) -> None:
         """Put back every breaker that left and was used since (a decorated function's)."""
         for name, breaker in list(self._left.items()):
-            _, reading = self._left_overrides.get(name, (None, 0))
+            _, reading = self._left_overrides.get(name, (None, None))
             if activity(breaker) != reading:
                 self._return(name)
         with self._lock:  # overrides of breakers that are gone for good
             for name in [name for name in self._left_overrides if name not in self._left]:
                 del self._left_overrides[name]
 
-    def _let_go(self, idle: list[tuple[str, CircuitBreaker, int]]) -> dict[str, CircuitBreaker]:
+    def _let_go(self, idle: list[tuple[str, CircuitBreaker, tuple[int, int]]]) -> dict[str, CircuitBreaker]:
         """Drop the breakers in *idle* that are still registered and still idle, then tell
         the watchers (outside the lock)."""
         gone: dict[str, CircuitBreaker] = {}

@@ -125,23 +125,38 @@ def test_cb12_a_used_breaker_stays_while_idle_ones_leave(clock, fresh_registry, 
     assert fresh_registry.names() == ["h0.example"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation found: a breaker's idle time starts at the first look that sees its last use, "
-    "so with no look between the crawl and the end of the idle time the hosts stay a second idle time",
-)
 def test_cb12_with_no_look_after_the_crawl_the_hosts_leave_at_the_first_look_past_their_idle_time(
     clock, fresh_registry, idle_settings
 ):
     """CB-12 (issue 27, found by the incident rehearsal): hosts crawled, then nothing looks
     for idle breakers (no breaker made, no scrape) until the idle time and two sweep
     intervals have passed; the first look then lets every one go, as docs/incident.md
-    promised. It keeps the ones used after the previous look: their idle time only starts
-    at the first look that sees them (at most twice the idle time in all)."""
+    promises: a breaker's idle time counts from its last call (to within a second), not
+    from the first look that sees that call."""
     adapter = BreakerAdapter(adapter=FakeTransport())
     crawl(adapter, 5)
     clock.advance(IDLE + 2 * 60.0 + 1)
     fresh_registry.sweep()
+    assert fresh_registry.names() == []
+
+
+def test_cb12_a_call_just_before_an_unwatched_stretch_keeps_its_host(clock, fresh_registry, idle_settings):
+    """CB-12: the idle time counts from a host's last call even when no look saw that call: a
+    host called 10 s before the look stays, the hosts called an idle time ago leave; a
+    minute later nothing more has left, and the kept host leaves once its own idle time
+    has passed."""
+    adapter = BreakerAdapter(adapter=FakeTransport())
+    crawl(adapter, 3)
+    clock.advance(IDLE + 60.0)
+    crawl(adapter, 1)  # h0 again: its own creation-free call, no look since the crawl
+    clock.advance(10.0)
+    fresh_registry.sweep(now=True)
+    assert fresh_registry.names() == ["h0.example"]
+    clock.advance(60.0)
+    fresh_registry.sweep(now=True)
+    assert fresh_registry.names() == ["h0.example"]
+    clock.advance(IDLE)
+    fresh_registry.sweep(now=True)
     assert fresh_registry.names() == []
 
 
