@@ -45,6 +45,7 @@ class BaldurDjangoConfig(AppConfig):
                 no management command is running.
         """
         from . import checks, conf, services, signals, startup
+        from . import stage_checks  # noqa: F401 - registers the stage checks
         from .contrib import propagation, slack
         from .core.events import bus
 

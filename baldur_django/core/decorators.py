@@ -169,6 +169,16 @@ def protected(
     recovery_timeout_max: float | None = None,
     slow_call_duration: float | None = None,
     slow_call_rate_threshold: float | None = None,
+    deadline: float | None = None,
+    honor_retry_after: bool | None = None,
+    max_concurrent_calls: int | None = None,
+    max_wait: float | None = None,
+    bulkhead_scope: str | None = None,
+    retry_budget_ratio: float | None = None,
+    retry_budget_min_per_second: float | None = None,
+    retry_budget_scope: str | None = None,
+    adaptive_throttling_k: float | None = None,
+    adaptive_throttling_window: float | None = None,
 ) -> Callable[[F], F]:
     """Decorate a ``def`` or ``async def`` with breaker, retry and fallback.
 
@@ -197,6 +207,15 @@ def protected(
         recovery_timeout_max: per-call override: cap of the backed-off open duration, seconds.
         slow_call_duration: per-call override: seconds from which a call is slow, 0 = off.
         slow_call_rate_threshold: per-call override: slow percentage that opens.
+        deadline: seconds the whole protected call may take: every attempt, retry wait and
+            cooldown wait (an ``async def`` attempt still running then is cancelled and
+            counts as a failure); an attempt that would start after it is refused with
+            DeadlineExceededError. None: only an enclosing ``baldur.deadline()`` or the
+            request's deadline applies.
+        honor_retry_after, max_concurrent_calls, max_wait, bulkhead_scope, retry_budget_ratio,
+            retry_budget_min_per_second, retry_budget_scope, adaptive_throttling_k,
+            adaptive_throttling_window: the outbound stages' per-call overrides (see
+            docs/outbound-stages.md); validated now, acted on as each stage is built.
 
     Returns:
         A decorator; the wrapped function returns what the call (or fallback) returns.
@@ -205,7 +224,8 @@ def protected(
         ConfigError: at decoration time for a bad override, a generator function, a non-callable
             fallback, or an ``async def`` fallback for a ``def`` (at call time, a sync fallback that returns
             an awaitable). A bad ``BALDUR_*`` setting is raised by each call, never at decoration (import) time.
-        CircuitOpenError, RateLimitCooldownError: at call time when no fallback applies.
+        CircuitOpenError, RateLimitCooldownError, DeadlineExceededError: at call time when no
+            fallback applies.
     """
     # the per-call overrides: every parameter but the first three, in their order
     overrides = {name: value for name, value in locals().items() if name in _KNOWN}
