@@ -34,6 +34,7 @@ from .runner import (
     settle_returned,
     settled_elsewhere,
 )
+from .stages.deadline import current as current_deadline
 from .states import Reason
 
 __all__ = [
@@ -56,6 +57,9 @@ _run_sync = cast("Callable[..., Any]", run_sync)
 _run_async = cast("Callable[..., Awaitable[Any]]", run_async)
 _continue_sync = cast("Callable[..., Any]", continue_sync)
 _continue_async = cast("Callable[..., Awaitable[Any]]", continue_async)
+
+#: The ``armed`` list of a wrapper that never runs the staged way: always empty.
+_NEVER: list[bool] = []
 
 #: reads the breaker core of a wrapper's frame from its locals (the closure's ``core``)
 _core_of = operator.itemgetter("core")
@@ -121,6 +125,8 @@ def build_wrapper(
     policy: RetryPolicy | None,
     trial_policy: RetryPolicy | None,
     fallback: Any,
+    armed: list[bool] | None = None,
+    scoped: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None,
 ) -> Callable[..., Any]:
     """The wrapper of a ``def`` protected by this breaker (built here because it reads the
     hot-path fields lock-free; see :mod:`baldur_django.core.hotpath`): one attribute read
@@ -132,6 +138,9 @@ def build_wrapper(
         trial_policy: *policy* made one attempt, for trials.
         fallback: called with the call's arguments when the breaker rejects or the call
             fails, or None.
+        armed, scoped: while the list *armed* is non-empty (a deadline was ever set, see
+            :mod:`.stages.deadline`) and a deadline is current, the call is
+            ``scoped(args, kwargs)`` instead (the staged way); None: never.
 
     Returns:
         A function with *func*'s signature.
@@ -143,8 +152,11 @@ def build_wrapper(
     cascade = core.cascade
     monotonic = core.mono
     budgeted = policy is not None and policy.budget_seconds is not None
+    armed = _NEVER if armed is None else armed
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if armed and current_deadline() is not None:  # a deadline around the call: staged
+            return scoped(args, kwargs)  # type: ignore[misc]  # set whenever armed can fill
         # admitted on the healthy lane, the call runs unmarked: its mark is the record
         # number alone (see core/nesting.py); any other call is admitted below
         permit = core.quiet_permit
@@ -233,6 +245,8 @@ def build_awrapper(
     policy: RetryPolicy | None,
     trial_policy: RetryPolicy | None,
     fallback: Any,
+    armed: list[bool] | None = None,
+    scoped: Callable[[tuple[Any, ...], dict[str, Any]], Awaitable[Any]] | None = None,
 ) -> Callable[..., Awaitable[Any]]:
     """The wrapper of an ``async def``: the same steps as :meth:`build_wrapper`, awaiting
     the call; a shared breaker's slow paths (store I/O) run in a worker thread.
@@ -243,8 +257,11 @@ def build_awrapper(
     cascade = core.cascade  # the cells kept, as in build_wrapper
     monotonic = core.mono
     budgeted = policy is not None and policy.budget_seconds is not None
+    armed = _NEVER if armed is None else armed
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if armed and current_deadline() is not None:  # as in build_wrapper
+            return await scoped(args, kwargs)  # type: ignore[misc]
         permit = core.quiet_permit  # as in build_wrapper
         if permit is None or (core.timed and monotonic() >= core.sync_due):
             until = core.reject_until
@@ -327,21 +344,23 @@ def build_awrapper(
     return wrapper
 
 
-def build_inline(core: BreakerCore) -> Callable[[Callable[[], Any]], Any]:
+def build_inline(core: BreakerCore, armed: list[bool] | None = None) -> Callable[[Callable[[], Any]], Any]:
     """``inline(call)``: :func:`~baldur_django.core.hotpath.protect`'s plain CLOSED path
     (no retry stage, no fallback) for a process-local breaker, reading the hot-path fields
     lock-free as the wrappers do. Returns the call's value, or ``SLOW`` when the
     plain path does not apply (the caller runs its full wrapper), or ``REFUSED``
     when *call* turned out to be a coroutine or generator function (nothing recorded,
-    the caller's full way raises the ConfigError).
+    the caller's full way raises the ConfigError). While *armed* is non-empty and a
+    deadline is current, every call answers ``SLOW`` (the full wrapper runs it staged).
     """
     slow = SLOW  # returned by every call of a shared breaker: kept as a cell
     cascade = core.cascade  # the other cells kept, as in build_wrapper
     monotonic = core.mono
+    armed = _NEVER if armed is None else armed
 
     def inline(call: Callable[[], Any]) -> Any:
         permit = core.quiet_permit
-        if permit is None or core.timed:
+        if permit is None or core.timed or (armed and current_deadline() is not None):
             return slow  # off the healthy lane the full wrapper marks the call (core/nesting.py)
         mark = core.seq  # as in build_wrapper
         try:
@@ -371,6 +390,7 @@ def build_inline(core: BreakerCore) -> Callable[[Callable[[], Any]], Any]:
 
 def build_ainline(
     core: BreakerCore,
+    armed: list[bool] | None = None,
 ) -> tuple[
     Callable[[], tuple[Permit, int] | None],
     Callable[[Permit, int, Any], None],
@@ -383,14 +403,16 @@ def build_ainline(
     ``admit()`` returns ``(permit, mark)`` when the plain path applies, else None (the
     caller runs its full wrapper); ``succeeded(permit, mark, result)`` and
     ``failed(permit, mark, exc)`` record the outcome, the healthy lane lock-free, and
-    nothing when a nested call through this breaker settled the call already.
+    nothing when a nested call through this breaker settled the call already; *armed*
+    as for :func:`build_inline`.
     """
     cascade = core.cascade  # the cells kept, as in build_wrapper
     monotonic = core.mono
+    armed = _NEVER if armed is None else armed
 
     def admit() -> tuple[Permit, int] | None:
         permit = core.quiet_permit
-        if permit is None or core.timed:
+        if permit is None or core.timed or (armed and current_deadline() is not None):
             return None  # as in build_inline
         return permit, core.seq
 

@@ -710,7 +710,7 @@ def test_cfg1_every_table_about_knobs_is_derived_from_the_rows():
         "result_predicate",
     }
     assert {"BALDUR_META_WATCHDOG_SLACK_WEBHOOK_URL"} == SECRETS
-    assert RESERVED == tuple(row.name for row in rows if row.reserved)
+    assert tuple(row.name for row in rows if row.reserved) == RESERVED
     assert len({row.key for row in rows if row.key}) == len(OVERRIDE_KEYS)  # no key used twice
 
 
