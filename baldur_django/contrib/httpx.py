@@ -28,7 +28,8 @@ import httpx
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
 from ..core.lease import enter_call_bound, leave_call_bound
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
+from ..core.stages.deadline import leave
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, clipped_timeout, timeout_bound
 
 __all__ = [
     "BreakerTransport",
@@ -180,15 +181,23 @@ class BreakerTransport(httpx.BaseTransport):
         def attempt() -> httpx.Response:
             while previous:  # a failure response the retry stage replaces: release it
                 previous.pop().close()
+            timeout = request.extensions.get("timeout")
+            clipped = clipped_timeout(timeout)  # never past the deadline, if any
+            if clipped is not timeout:
+                request.extensions["timeout"] = clipped
             try:
                 response = transport.handle_request(request)
             except _CLIENT_ERRORS as exc:
                 raise NotAnOutcome(exc) from None
+            finally:
+                if clipped is not timeout:
+                    request.extensions["timeout"] = timeout
             previous.append(response)
             return response
 
         fallback = breakers.fallback
         bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
+        sequence = breakers.bound_sequence(route, request.extensions.get("timeout"))  # retries end within it
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -202,6 +211,8 @@ class BreakerTransport(httpx.BaseTransport):
             raise refusal from exc.__cause__
         finally:
             leave_call_bound(bound)
+            if sequence is not None:
+                leave(sequence)
         raise error
 
     def close(self) -> None:
@@ -290,15 +301,23 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
         async def attempt() -> httpx.Response:
             while previous:
                 await previous.pop().aclose()
+            timeout = request.extensions.get("timeout")
+            clipped = clipped_timeout(timeout)  # never past the deadline, if any
+            if clipped is not timeout:
+                request.extensions["timeout"] = clipped
             try:
                 response = await transport.handle_async_request(request)
             except _CLIENT_ERRORS as exc:
                 raise NotAnOutcome(exc) from None
+            finally:
+                if clipped is not timeout:
+                    request.extensions["timeout"] = timeout
             previous.append(response)
             return response
 
         fallback = breakers.fallback
         bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
+        sequence = breakers.bound_sequence(route, request.extensions.get("timeout"))  # retries end within it
         try:
             if fallback is None:
                 return await route.run(attempt)  # type: ignore[no-any-return]
@@ -312,6 +331,8 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
             raise refusal from exc.__cause__
         finally:
             leave_call_bound(bound)
+            if sequence is not None:
+                leave(sequence)
         raise error
 
     async def aclose(self) -> None:

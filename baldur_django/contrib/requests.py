@@ -32,7 +32,8 @@ from requests.models import PreparedRequest, Response
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
 from ..core.lease import enter_call_bound, leave_call_bound
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
+from ..core.stages.deadline import leave
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, clipped_timeout, timeout_bound
 
 __all__ = [
     "BreakerAdapter",
@@ -230,6 +231,8 @@ class BreakerAdapter(BaseAdapter):
             stream: passed to the wrapped adapter unchanged, like the next four.
             timeout: seconds (or a ``(connect, read)`` pair), or None; also bounds the
                 lease of a half-open trial in a shared store (their sum plus a second).
+                Each attempt gets at most the time a deadline leaves; with no deadline, a
+                retry sequence ends within the timeout (the read timeout of a pair).
             verify: TLS verification (bool or a CA bundle path).
             cert: the client certificate, or None.
             proxies: scheme -> proxy URL, or None.
@@ -252,6 +255,7 @@ class BreakerAdapter(BaseAdapter):
         attempt = _attempts(self._adapter, request, options)
         fallback = breakers.fallback
         bound = enter_call_bound(timeout_bound(timeout))  # a trial's lease follows the timeout
+        sequence = breakers.bound_sequence(route, timeout)  # retries never outlast the timeout
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -272,6 +276,8 @@ class BreakerAdapter(BaseAdapter):
             ) from refusal.__cause__
         finally:
             leave_call_bound(bound)
+            if sequence is not None:
+                leave(sequence)
         raise error
 
     def close(self) -> None:
@@ -299,8 +305,13 @@ def _attempts(adapter: BaseAdapter, request: PreparedRequest, options: dict[str,
         # pooled connection is released, and nobody else will ever read it
         while previous:
             previous.pop().close()
+        timeout = options["timeout"]
+        clipped = clipped_timeout(timeout)  # never past the deadline, if any
         try:
-            response = adapter.send(request, **options)
+            if clipped is timeout:
+                response = adapter.send(request, **options)
+            else:
+                response = adapter.send(request, **{**options, "timeout": clipped})
         except _CLIENT_ERRORS as exc:
             raise NotAnOutcome(exc) from None
         previous.append(response)

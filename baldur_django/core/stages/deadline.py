@@ -22,7 +22,19 @@ from typing import Any
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigError
 
-__all__ = ["Deadline", "ARMED", "current", "time_left", "enter", "leave", "deadline", "check_seconds"]
+__all__ = [
+    "Deadline",
+    "ARMED",
+    "current",
+    "time_left",
+    "enter",
+    "enter_at",
+    "leave",
+    "deadline",
+    "check_seconds",
+    "header_seconds",
+    "request_seconds",
+]
 
 
 class Deadline:
@@ -143,3 +155,25 @@ class deadline:  # noqa: N801 - a context manager named like a function, as cont
     def left(self) -> float | None:
         """Seconds the deadline in force leaves now (None outside any deadline)."""
         return time_left()
+
+
+def header_seconds(raw: Any) -> float | None:
+    """The seconds a deadline header's value gives: a positive, finite number (``"2.5"``),
+    else None (the value is ignored)."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("latin-1")
+    if not isinstance(raw, str):
+        return None
+    try:
+        seconds = float(raw.strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def request_seconds(setting: float | None, header: float | None) -> float | None:
+    """A request's deadline in seconds: the header's value capped by the setting when both
+    are given, else whichever is, else None (no deadline)."""
+    if header is None:
+        return setting
+    return header if setting is None else min(header, setting)
