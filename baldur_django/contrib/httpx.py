@@ -27,9 +27,7 @@ from typing import Any
 import httpx
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from ..core.lease import enter_call_bound, leave_call_bound
-from ..core.stages.deadline import leave
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, clipped_timeout, timeout_bound
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, clipped_timeout
 
 __all__ = [
     "BreakerTransport",
@@ -169,6 +167,7 @@ class BreakerTransport(httpx.BaseTransport):
         Raises:
             CircuitOpenTransportError: the breaker refused (no fallback); nothing was sent.
             RateLimitCooldownTransportError: a cooldown outlasted the retry stage's wait.
+            DeadlineExceededError: the deadline passed before an attempt; nothing was sent.
             ConfigError: no breaker can be named for the request; nothing was sent.
             httpx.TransportError: the wrapped transport's own error, unchanged.
         """
@@ -196,8 +195,7 @@ class BreakerTransport(httpx.BaseTransport):
             return response
 
         fallback = breakers.fallback
-        bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
-        sequence = breakers.bound_sequence(route, request.extensions.get("timeout"))  # retries end within it
+        bounds = breakers.enter_bounds(route, request.extensions.get("timeout"))  # a trial's lease, the retries
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -210,9 +208,7 @@ class BreakerTransport(httpx.BaseTransport):
                 raise
             raise refusal from exc.__cause__
         finally:
-            leave_call_bound(bound)
-            if sequence is not None:
-                leave(sequence)
+            breakers.leave_bounds(bounds)
         raise error
 
     def close(self) -> None:
@@ -316,8 +312,7 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
             return response
 
         fallback = breakers.fallback
-        bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
-        sequence = breakers.bound_sequence(route, request.extensions.get("timeout"))  # retries end within it
+        bounds = breakers.enter_bounds(route, request.extensions.get("timeout"))  # a trial's lease, the retries
         try:
             if fallback is None:
                 return await route.run(attempt)  # type: ignore[no-any-return]
@@ -330,9 +325,7 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
                 raise
             raise refusal from exc.__cause__
         finally:
-            leave_call_bound(bound)
-            if sequence is not None:
-                leave(sequence)
+            breakers.leave_bounds(bounds)
         raise error
 
     async def aclose(self) -> None:

@@ -21,11 +21,12 @@ from typing import Any
 from ..core.breaker import CircuitBreaker, core_of
 from ..core.config import OVERRIDE_NAMES, settings, validate_overrides
 from ..core.errors import ConfigError
+from ..core.lease import enter_call_bound, leave_call_bound
 from ..core.names import name_problem, show_name
 from ..core.registry import registry
 from ..core.retry import RetryPolicy, coerce_retry
 from ..core.routes import Route, aprotect_route, protect_route
-from ..core.stages.deadline import current, enter, time_left
+from ..core.stages.deadline import current, enter, leave, time_left
 from ..core.states import CircuitState
 
 __all__ = [
@@ -414,6 +415,18 @@ class Breakers:
         if seconds is None:
             return None
         return enter(seconds, core_of(route.breaker).clock)
+
+    def enter_bounds(self, route: Route, timeout: Any) -> tuple[Any, Any]:
+        """What a request's *timeout* bounds, entered: a half-open trial's lease in a shared
+        store (:func:`~baldur_django.core.lease.enter_call_bound`) and, with no deadline in
+        force, its retry sequence (:meth:`bound_sequence`). Pair with :meth:`leave_bounds`."""
+        return enter_call_bound(timeout_bound(timeout)), self.bound_sequence(route, timeout)
+
+    @staticmethod
+    def leave_bounds(bounds: tuple[Any, Any]) -> None:
+        """Undo :meth:`enter_bounds`."""
+        leave_call_bound(bounds[0])
+        leave(bounds[1])
 
     def route(self, entry: _Entry, method: str | None, replayable: bool) -> Route:
         """The route of one request: with the retry stage only for a method the policy

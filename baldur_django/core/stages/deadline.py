@@ -112,9 +112,10 @@ def enter_at(new: Deadline) -> Token[Deadline | None]:
     return _current.set(new)
 
 
-def leave(token: Token[Deadline | None]) -> None:
-    """Restore the deadline in force before the matching :func:`enter`."""
-    _current.reset(token)
+def leave(token: Token[Deadline | None] | None) -> None:
+    """Restore the deadline in force before the matching :func:`enter` (None: nothing to do)."""
+    if token is not None:
+        _current.reset(token)
 
 
 class deadline:  # noqa: N801 - a context manager named like a function, as contextlib's are

@@ -179,8 +179,7 @@ def stage_wrapper(
                 raise carried.refusal from None
             return call_fallback(fallback, args, kwargs, carried.refusal)
         finally:
-            if token is not None:
-                leave(token)  # type: ignore[arg-type]  # a Token here
+            leave(token)  # type: ignore[arg-type]  # a Token or None here
 
     return staged
 
@@ -210,8 +209,7 @@ def astage_wrapper(
                 raise carried.refusal from None
             return await acall_fallback(fallback, args, kwargs, carried.refusal)
         finally:
-            if token is not None:
-                leave(token)  # type: ignore[arg-type]  # a Token here
+            leave(token)  # type: ignore[arg-type]  # a Token or None here
 
     return staged
 
