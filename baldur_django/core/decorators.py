@@ -208,15 +208,17 @@ def protected(
         recovery_timeout_max: per-call override: cap of the backed-off open duration, seconds.
         slow_call_duration: per-call override: seconds from which a call is slow, 0 = off.
         slow_call_rate_threshold: per-call override: slow percentage that opens.
-        deadline: seconds the whole protected call may take: every attempt, retry wait and
-            cooldown wait (an ``async def`` attempt still running then is cancelled and
-            counts as a failure); an attempt that would start after it is refused with
-            DeadlineExceededError. None: only an enclosing ``baldur.deadline()`` or the
-            request's deadline applies.
-        honor_retry_after, max_concurrent_calls, max_wait, bulkhead_scope, retry_budget_ratio,
-            retry_budget_min_per_second, retry_budget_scope, adaptive_throttling_k,
-            adaptive_throttling_window: the outbound stages' per-call overrides (see
-            docs/outbound-stages.md); validated now, acted on as each stage is built.
+        deadline: per-call: seconds the whole call may take (attempts and waits); an attempt due after it
+            is refused with DeadlineExceededError, an async one running at it cancelled (a failure).
+        honor_retry_after: per-call override: the Retry-After gate (see docs/outbound-stages.md).
+        max_concurrent_calls: per-call override: the bulkhead's limit of calls in flight.
+        max_wait: per-call override: seconds a call may wait for a bulkhead slot.
+        bulkhead_scope: per-call override: ``"worker"`` or ``"fleet"``.
+        retry_budget_ratio: per-call override: retries as a share of the calls.
+        retry_budget_min_per_second: per-call override: retries per second on top of the ratio.
+        retry_budget_scope: per-call override: ``"worker"`` or ``"fleet"``.
+        adaptive_throttling_k: per-call override: adaptive throttling's K.
+        adaptive_throttling_window: per-call override: seconds adaptive throttling counts over.
 
     Returns:
         A decorator; the wrapped function returns what the call (or fallback) returns.
