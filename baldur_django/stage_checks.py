@@ -19,7 +19,6 @@ from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import django_lookup
 from .core.config import SettingsSource
-from .core.errors import ConfigError
 from .core.knobs import KNOBS, RESERVED
 
 __all__ = ["StageCodes", "check_stages"]
@@ -48,10 +47,11 @@ _RESERVED_KEYS = {KNOBS[name].key: name for name in RESERVED if KNOBS[name].key}
 
 
 def _read(source: SettingsSource, name: str) -> Any:
-    """The knob's value, or None when it is bad (its own check reports that)."""
+    """The knob's value, or None when it is bad (its own check reports that; a validator
+    that fails unexpectedly is reported there too, so it is never raised here)."""
     try:
         return source.get(name)
-    except ConfigError:
+    except Exception:
         return None
 
 

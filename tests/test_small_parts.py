@@ -42,10 +42,10 @@ _BUILDER = "builds the inlined hot-path wrapper below it: its lines are the wrap
 
 #: Functions over a limit, by (path under the package, qualified name).
 FUNCTIONS_ALLOWED = {
-    # (RS-2: two lines and one test more each, for a deadline set around a call)
-    ("core/wrappers.py", "build_wrapper"): Allowance(_BUILDER, lines=117),
+    # (RS-2: two lines and two branches more each, for a deadline set around a call)
+    ("core/wrappers.py", "build_wrapper"): Allowance(_BUILDER, lines=115),
     ("core/wrappers.py", "build_wrapper.wrapper"): Allowance(_WRAPPER, lines=79, complexity=43),
-    ("core/wrappers.py", "build_awrapper"): Allowance(_BUILDER, lines=102),
+    ("core/wrappers.py", "build_awrapper"): Allowance(_BUILDER, lines=99),
     ("core/wrappers.py", "build_awrapper.wrapper"): Allowance(_WRAPPER, lines=79, complexity=45),
     # the public decorator's signature: one keyword argument per per-call knob (RS-8 added ten)
     ("core/decorators.py", "protected"): Allowance("one keyword argument per per-call knob", lines=82),

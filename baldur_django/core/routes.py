@@ -30,7 +30,6 @@ from .config import OVERRIDE_NAMES
 from .errors import ConfigError, awaitable_refused, is_awaitable
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
-from .stages.deadline import ARMED
 from .stages.pipeline import aprotected_wrapper, build_pipeline, protected_wrapper
 from .wrappers import SLOW, build_ainline, build_inline
 
@@ -213,8 +212,8 @@ class Route:
         # so both are built
         self.inline = policy is None and build_pipeline(breaker.config, breaker.name) is None
         core = self.core = core_of(breaker)
-        self.fast = build_inline(core, ARMED) if self.inline else _full_way
-        self.afast = build_ainline(core, ARMED) if self.inline else _AFULL_WAY
+        self.fast = build_inline(core) if self.inline else _full_way
+        self.afast = build_ainline(core) if self.inline else _AFULL_WAY
 
 
 class _NoRoute:

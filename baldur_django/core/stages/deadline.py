@@ -43,13 +43,16 @@ class Deadline:
     Args:
         at (float): the instant, in the monotonic seconds of *clock*.
         clock (Clock): the clock *at* is read on.
+        owner: the breaker core whose staged call entered it (its own wrapper then runs
+            the call as usual), or None.
     """
 
-    __slots__ = ("at", "clock")
+    __slots__ = ("at", "clock", "owner")
 
-    def __init__(self, at: float, clock: Clock) -> None:
+    def __init__(self, at: float, clock: Clock, owner: object = None) -> None:
         self.at = at
         self.clock = clock
+        self.owner = owner
 
     def left(self) -> float:
         """Seconds left until the deadline (negative once it has passed)."""
@@ -103,12 +106,10 @@ def enter(seconds: float, clock: Clock = SYSTEM_CLOCK) -> Token[Deadline | None]
 
 
 def enter_at(new: Deadline) -> Token[Deadline | None]:
-    """Make *new* the current deadline, unless the one in force is earlier. Pair with :func:`leave`."""
+    """Make *new* the current deadline, as it is (the caller chose it, the earliest one).
+    Pair with :func:`leave`."""
     if not ARMED:
         ARMED.append(True)
-    found = _current.get()
-    if found is not None and found.left() <= new.left():
-        new = found
     return _current.set(new)
 
 

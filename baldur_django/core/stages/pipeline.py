@@ -41,12 +41,15 @@ at that time (:func:`build_pipeline`); without any stage knob it is None and the
 wrapper runs exactly as before. A deadline set by :func:`~.deadline.deadline` or the
 request middleware reaches the calls of breakers without a pipeline too: their wrapper
 tests :data:`~.deadline.ARMED` (empty until a deadline was ever set) and, while a deadline
-is current, runs the call the staged way.
+is current, runs the call through :func:`run_staged` (the deadline stage around a wrapper
+of the same call, built on the first such call). A deadline a staged call entered is
+marked with its breaker, so the breaker's own wrapper inside runs the call as usual.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import Token
 from typing import Any
@@ -57,8 +60,8 @@ from ..config import BreakerConfig
 from ..errors import CallRefusedError, DeadlineExceededError
 from ..retry import RetryPolicy
 from ..runner import acall_fallback, call_fallback
-from ..wrappers import build_awrapper, build_wrapper, trial_policy
-from .deadline import ARMED, Deadline, current, enter_at, leave
+from ..wrappers import STAGED, build_awrapper, build_wrapper, trial_policy
+from .deadline import Deadline, current, enter_at, leave
 
 __all__ = [
     "Pipeline",
@@ -68,6 +71,8 @@ __all__ = [
     "astage_wrapper",
     "protected_wrapper",
     "aprotected_wrapper",
+    "run_staged",
+    "arun_staged",
 ]
 
 
@@ -115,13 +120,15 @@ class Pipeline:
         found = current()
         if self.deadline is not None:
             clock = core.clock
-            own = Deadline(clock.monotonic() + self.deadline, clock)
+            own = Deadline(clock.monotonic() + self.deadline, clock, core)
             if found is None or own.left() < found.left():
                 found = own
         if found is None:
             return None
         if found.left() <= 0:
             return DeadlineExceededError(self.service)
+        if found.owner is not core:  # marked: the breaker's own wrapper below runs the call
+            found = Deadline(found.at, found.clock, core)
         return enter_at(found)
 
     def attempt(self, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -154,7 +161,7 @@ def build_pipeline(config: BreakerConfig, service: str) -> Pipeline | None:
 
 
 def stage_wrapper(
-    breaker: CircuitBreaker, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any, pipeline: Pipeline
+    core: BreakerCore, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any, pipeline: Pipeline
 ) -> Callable[..., Any]:
     """The wrapper of a ``def`` protected by a breaker with stages: the deadline outside the
     breaker's own wrapper, the per-attempt stages inside it (see the module's text).
@@ -163,7 +170,6 @@ def stage_wrapper(
         A function with *func*'s signature; it raises DeadlineExceededError (or another
         stage's refusal) when no fallback is given.
     """
-    core = core_of(breaker)
     inner = build_wrapper(core, pipeline.attempt(func), policy, trial_policy(policy), fallback)
 
     def staged(*args: Any, **kwargs: Any) -> Any:
@@ -185,7 +191,7 @@ def stage_wrapper(
 
 
 def astage_wrapper(
-    breaker: CircuitBreaker,
+    core: BreakerCore,
     func: Callable[..., Awaitable[Any]],
     policy: RetryPolicy | None,
     fallback: Any,
@@ -193,7 +199,6 @@ def astage_wrapper(
 ) -> Callable[..., Awaitable[Any]]:
     """The async :func:`stage_wrapper`: an attempt still running at the deadline is
     cancelled (a failure: ``TimeoutError``); a coroutine-function fallback is awaited."""
-    core = core_of(breaker)
     inner = build_awrapper(core, pipeline.aattempt(func), policy, trial_policy(policy), fallback)
 
     async def staged(*args: Any, **kwargs: Any) -> Any:
@@ -218,19 +223,13 @@ def protected_wrapper(
     breaker: CircuitBreaker, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any
 ) -> Callable[..., Any]:
     """The wrapper of a protected ``def``: with stages when the breaker's configuration asks
-    for any (:func:`stage_wrapper`), else the breaker's own wrapper, which runs a call the
-    staged way only while a deadline is current (built on the first such call)."""
+    for any (:func:`stage_wrapper`), else the breaker's own wrapper (which goes through
+    :func:`run_staged` while a deadline is current)."""
     pipeline = build_pipeline(breaker.config, breaker.name)
+    core = core_of(breaker)
     if pipeline is not None:
-        return stage_wrapper(breaker, func, policy, fallback, pipeline)
-    built: list[Callable[..., Any]] = []
-
-    def scoped(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not built:
-            built.append(stage_wrapper(breaker, func, policy, fallback, Pipeline(breaker.name, None)))
-        return built[0](*args, **kwargs)
-
-    return build_wrapper(core_of(breaker), func, policy, trial_policy(policy), fallback, ARMED, scoped)
+        return stage_wrapper(core, func, policy, fallback, pipeline)
+    return build_wrapper(core, func, policy, trial_policy(policy), fallback)
 
 
 def aprotected_wrapper(
@@ -238,13 +237,48 @@ def aprotected_wrapper(
 ) -> Callable[..., Awaitable[Any]]:
     """The async :func:`protected_wrapper`."""
     pipeline = build_pipeline(breaker.config, breaker.name)
+    core = core_of(breaker)
     if pipeline is not None:
-        return astage_wrapper(breaker, func, policy, fallback, pipeline)
-    built: list[Callable[..., Awaitable[Any]]] = []
+        return astage_wrapper(core, func, policy, fallback, pipeline)
+    return build_awrapper(core, func, policy, trial_policy(policy), fallback)
 
-    def scoped(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Awaitable[Any]:
-        if not built:
-            built.append(astage_wrapper(breaker, func, policy, fallback, Pipeline(breaker.name, None)))
-        return built[0](*args, **kwargs)
 
-    return build_awrapper(core_of(breaker), func, policy, trial_policy(policy), fallback, ARMED, scoped)
+#: a breaker's own wrapper -> the staged wrapper that runs its calls under a deadline
+#: (built on the first such call; it goes with the wrapper)
+_staged: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = weakref.WeakKeyDictionary()
+
+
+def run_staged(
+    wrapper: Callable[..., Any],
+    core: BreakerCore,
+    func: Callable[..., Any],
+    policy: RetryPolicy | None,
+    fallback: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Run one call of *wrapper* (a breaker's own wrapper of a ``def``, without stages of its
+    own) under the current deadline: the deadline stage around a wrapper of the same call."""
+    staged = _staged.get(wrapper)
+    if staged is None:
+        staged = _staged[wrapper] = stage_wrapper(core, func, policy, fallback, Pipeline(core.name, None))
+    return staged(*args, **kwargs)
+
+
+async def arun_staged(
+    wrapper: Callable[..., Any],
+    core: BreakerCore,
+    func: Callable[..., Awaitable[Any]],
+    policy: RetryPolicy | None,
+    fallback: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The async :func:`run_staged` (an attempt still running at the deadline is cancelled)."""
+    staged = _staged.get(wrapper)
+    if staged is None:
+        staged = _staged[wrapper] = astage_wrapper(core, func, policy, fallback, Pipeline(core.name, None))
+    return await staged(*args, **kwargs)
+
+
+STAGED[:] = [run_staged, arun_staged]
