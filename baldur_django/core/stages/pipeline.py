@@ -118,14 +118,17 @@ class Pipeline:
             the refusal when its deadline has passed already (nothing was entered).
         """
         found = current()
-        if self.deadline is not None:
-            clock = core.clock
-            own = Deadline(clock.monotonic() + self.deadline, clock, core)
-            if found is None or own.left() < found.left():
-                found = own
+        seconds = self.deadline
         if found is None:
-            return None
-        if found.left() <= 0:
+            if seconds is None:
+                return None
+            clock = core.clock  # the knob alone (the usual case): nothing to compare
+            return enter_at(Deadline(clock.monotonic() + seconds, clock, core))
+        left = found.left()
+        if seconds is not None and seconds < left:
+            clock = core.clock
+            return enter_at(Deadline(clock.monotonic() + seconds, clock, core))
+        if left <= 0:
             return DeadlineExceededError(self.service)
         if found.owner is not core:  # marked: the breaker's own wrapper below runs the call
             found = Deadline(found.at, found.clock, core)
