@@ -264,3 +264,19 @@ def test_rs2_async_refusal_after_the_deadline_contacts_nothing(clock):
     asyncio.run(main())
     assert ran == []
     assert baldur.get_breaker("svc").snapshot()["window_calls"] == 0
+
+
+def test_rs2_deadline_refusal_is_published_as_a_rejection(clock, events):
+    """RS-2: a call refused by its deadline is published as a CallRejected with reason
+    "deadline" (what tracing and the rejection counts read), before anything else happens."""
+
+    @baldur.protected("pay")
+    def pay() -> int:
+        return 1
+
+    with baldur.deadline(1, clock=clock):
+        clock.advance(1)
+        with pytest.raises(DeadlineExceededError):
+            pay()
+    rejected = [e for e in events.events if e.kind == "call_rejected"]
+    assert [(e.service, e.reason) for e in rejected] == [("pay", "deadline")]

@@ -58,6 +58,7 @@ from ..breaker import CircuitBreaker, core_of
 from ..calls import BreakerCore
 from ..config import BreakerConfig
 from ..errors import CallRefusedError, DeadlineExceededError
+from ..events import CallRejected, bus
 from ..retry import RetryPolicy
 from ..runner import acall_fallback, call_fallback
 from ..wrappers import STAGED, build_awrapper, build_wrapper, trial_policy
@@ -129,6 +130,8 @@ class Pipeline:
             clock = core.clock
             return enter_at(Deadline(clock.monotonic() + seconds, clock, core))
         if left <= 0:
+            if bus.wants_rejections():  # tracing: a refusal, as the retry stage's are published
+                bus.publish(CallRejected(self.service, core.clock.wall(), reason="deadline", retry_after=None))
             return DeadlineExceededError(self.service)
         if found.owner is not core:  # marked: the breaker's own wrapper below runs the call
             found = Deadline(found.at, found.clock, core)
