@@ -1,2 +1,2 @@
-"""The outbound stages around a protected call: deadline, retry budget, Retry-After gate,
-adaptive throttling and bulkhead (see :mod:`.pipeline` for their order)."""
+"""The load-aware stages a protected call can pass through besides the breaker itself, each
+in a module of its own: small, pure Python, and off unless a knob turns it on."""
