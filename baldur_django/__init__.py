@@ -21,6 +21,7 @@ from .core.errors import (
 from .core.marks import mark_rate_limited
 from .core.registry import force_close_circuit, force_open_circuit, get_breaker, record_rate_limit, release_circuit
 from .core.retry import RetryPolicy
+from .core.stages.deadline import deadline
 from .core.states import CircuitState
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ __all__ = [
     "protect",
     "aprotect",
     "circuit_breaker",
+    "deadline",
     "force_open_circuit",
     "force_close_circuit",
     "release_circuit",

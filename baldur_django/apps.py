@@ -44,7 +44,14 @@ class BaldurDjangoConfig(AppConfig):
             ImproperlyConfigured: a ``BALDUR_*`` setting is unknown or has a bad value, and
                 no management command is running.
         """
-        from . import checks, conf, services, signals, startup
+        from . import (
+            checks,
+            conf,
+            services,
+            signals,
+            stage_checks,  # noqa: F401 - registers the stage checks
+            startup,
+        )
         from .contrib import propagation, slack
         from .core.events import bus
 

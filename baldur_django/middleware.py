@@ -1,8 +1,9 @@
 """Django middlewares of the inbound side.
 
 ``CircuitBreakerMiddleware`` files every response against the breaker of the request
-path's domain; ``RateLimitMiddleware`` is the package's own fixed-window limiter. Both
-are sync- and async-capable (``sync_capable = async_capable = True``), so Django runs
+path's domain; ``RateLimitMiddleware`` is the package's own fixed-window limiter;
+``RequestDeadlineMiddleware`` gives each request a deadline that every protected call
+made while serving it respects. All three are sync- and async-capable (``sync_capable = async_capable = True``), so Django runs
 them in whichever mode the chain around them has and never adapts the chain for them.
 
 Suggested order in ``MIDDLEWARE``: ``CircuitBreakerMiddleware`` near the top (it sees
@@ -13,6 +14,8 @@ Django's own middleware, then ``RateLimitMiddleware`` after ``AuthenticationMidd
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -21,15 +24,20 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from .core import inbound
 from .core.breaker import CircuitBreaker, Permit
 from .core.classify import RATE_LIMITED
+from .core.clock import SYSTEM_CLOCK, Clock
+from .core.config import settings as baldur_settings
 from .core.errors import CircuitOpenError
 from .core.inbound import SHED_HEADER, ShedAnswer, aserve, record, serve
 from .core.inbound import domain_for as domain_for
+from .core.log import log_event
 from .core.marks import mark_rate_limited
+from .core.stages.deadline import enter, header_seconds, leave, request_seconds
 from .limiter import RateLimiter, rate_limited_response
 
 __all__ = [
     "CircuitBreakerMiddleware",
     "RateLimitMiddleware",
+    "RequestDeadlineMiddleware",
     "SHED_HEADER",
     "domain_for",
     "is_shed",
@@ -242,3 +250,83 @@ class RateLimitMiddleware:
             if refusal is not None:
                 return self._refuse(request, refusal)
         return await self.get_response(request)
+
+
+# -------------------------------------------------------------------- deadlines
+class RequestDeadlineMiddleware:
+    """Gives each request a deadline: every protected call made while it is served gets at
+    most the time left (its retries, backoffs and cooldown waits stop there; an attempt
+    that would start after it is refused with ``DeadlineExceededError``).
+
+    The deadline is ``BALDUR_REQUEST_DEADLINE_SECONDS`` from the request's arrival, or the
+    seconds in the request header named by ``BALDUR_REQUEST_DEADLINE_HEADER`` (capped by
+    the first setting when both are set). A header value that is not a positive number is
+    ignored, and logged once per process (``circuit_breaker.deadline_header_ignored``).
+    Neither setting set: the request has no deadline of its own. Put it near the top of
+    ``MIDDLEWARE``; the deadline lives in a context variable, so it follows the request
+    into ``sync_to_async`` threads and asyncio tasks.
+
+    Args:
+        get_response: the next handler in Django's chain (sync or async).
+        clock: the clock the deadline is read on (tests pass a fake one).
+
+    Raises:
+        ValueError: *get_response* is None.
+        ConfigError: on a request, when one of the two settings is invalid.
+    """
+
+    sync_capable = True
+    async_capable = True
+    _warned = threading.Event()  # one log line per process for a bad header value
+
+    def __init__(self, get_response: Callable[[Any], Any], clock: Clock | None = None) -> None:
+        if get_response is None:
+            raise ValueError("RequestDeadlineMiddleware needs get_response")
+        self.get_response = get_response
+        self.clock = clock or SYSTEM_CLOCK
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def seconds(self, request: Any) -> float | None:
+        """The deadline of *request*, seconds from now, or None for none."""
+        setting = baldur_settings.get("BALDUR_REQUEST_DEADLINE_SECONDS")
+        name = baldur_settings.get("BALDUR_REQUEST_DEADLINE_HEADER")
+        header = None
+        if name is not None:
+            raw = request.headers.get(name)
+            if raw is not None:
+                header = header_seconds(raw)
+                if header is None and not self._warned.is_set():
+                    self._warned.set()
+                    log_event(
+                        logging.WARNING,
+                        "circuit_breaker.deadline_header_ignored",
+                        None,
+                        "header=%s value=%r: not a positive number of seconds (logged once)",
+                        name,
+                        str(raw)[:100],
+                    )
+        return request_seconds(setting, header)
+
+    def __call__(self, request: Any) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        seconds = self.seconds(request)
+        if seconds is None:
+            return self.get_response(request)
+        token = enter(seconds, self.clock)
+        try:
+            return self.get_response(request)
+        finally:
+            leave(token)
+
+    async def __acall__(self, request: Any) -> Any:
+        seconds = self.seconds(request)
+        if seconds is None:
+            return await self.get_response(request)
+        token = enter(seconds, self.clock)
+        try:
+            return await self.get_response(request)
+        finally:
+            leave(token)

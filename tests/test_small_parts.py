@@ -42,10 +42,13 @@ _BUILDER = "builds the inlined hot-path wrapper below it: its lines are the wrap
 
 #: Functions over a limit, by (path under the package, qualified name).
 FUNCTIONS_ALLOWED = {
-    ("core/wrappers.py", "build_wrapper"): Allowance(_BUILDER, lines=109),
-    ("core/wrappers.py", "build_wrapper.wrapper"): Allowance(_WRAPPER, lines=77, complexity=41),
-    ("core/wrappers.py", "build_awrapper"): Allowance(_BUILDER, lines=97),
-    ("core/wrappers.py", "build_awrapper.wrapper"): Allowance(_WRAPPER, lines=77, complexity=43),
+    # (RS-2: two lines and two branches more each, for a deadline set around a call)
+    ("core/wrappers.py", "build_wrapper"): Allowance(_BUILDER, lines=115),
+    ("core/wrappers.py", "build_wrapper.wrapper"): Allowance(_WRAPPER, lines=79, complexity=43),
+    ("core/wrappers.py", "build_awrapper"): Allowance(_BUILDER, lines=99),
+    ("core/wrappers.py", "build_awrapper.wrapper"): Allowance(_WRAPPER, lines=79, complexity=45),
+    # the public decorator's signature: one keyword argument per per-call knob (RS-8 added ten)
+    ("core/decorators.py", "protected"): Allowance("one keyword argument per per-call knob", lines=82),
     # protect()/aprotect() match a call with its stored route and run the plain CLOSED path
     # inline, as the wrappers do: a helper on that path would add a Python call (aprotect: a
     # coroutine) per call; the fallback and the full way are helpers already

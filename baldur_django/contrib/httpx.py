@@ -27,8 +27,7 @@ from typing import Any
 import httpx
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from ..core.lease import enter_call_bound, leave_call_bound
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, clipped_timeout
 
 __all__ = [
     "BreakerTransport",
@@ -168,6 +167,7 @@ class BreakerTransport(httpx.BaseTransport):
         Raises:
             CircuitOpenTransportError: the breaker refused (no fallback); nothing was sent.
             RateLimitCooldownTransportError: a cooldown outlasted the retry stage's wait.
+            DeadlineExceededError: the deadline passed before an attempt; nothing was sent.
             ConfigError: no breaker can be named for the request; nothing was sent.
             httpx.TransportError: the wrapped transport's own error, unchanged.
         """
@@ -180,15 +180,22 @@ class BreakerTransport(httpx.BaseTransport):
         def attempt() -> httpx.Response:
             while previous:  # a failure response the retry stage replaces: release it
                 previous.pop().close()
+            timeout = request.extensions.get("timeout")
+            clipped = clipped_timeout(timeout)  # never past the deadline, if any
+            if clipped is not timeout:
+                request.extensions["timeout"] = clipped
             try:
                 response = transport.handle_request(request)
             except _CLIENT_ERRORS as exc:
                 raise NotAnOutcome(exc) from None
+            finally:
+                if clipped is not timeout:
+                    request.extensions["timeout"] = timeout
             previous.append(response)
             return response
 
         fallback = breakers.fallback
-        bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
+        bounds = breakers.enter_bounds(route, request.extensions.get("timeout"))  # a trial's lease, the retries
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -201,7 +208,7 @@ class BreakerTransport(httpx.BaseTransport):
                 raise
             raise refusal from exc.__cause__
         finally:
-            leave_call_bound(bound)
+            breakers.leave_bounds(bounds)
         raise error
 
     def close(self) -> None:
@@ -290,15 +297,22 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
         async def attempt() -> httpx.Response:
             while previous:
                 await previous.pop().aclose()
+            timeout = request.extensions.get("timeout")
+            clipped = clipped_timeout(timeout)  # never past the deadline, if any
+            if clipped is not timeout:
+                request.extensions["timeout"] = clipped
             try:
                 response = await transport.handle_async_request(request)
             except _CLIENT_ERRORS as exc:
                 raise NotAnOutcome(exc) from None
+            finally:
+                if clipped is not timeout:
+                    request.extensions["timeout"] = timeout
             previous.append(response)
             return response
 
         fallback = breakers.fallback
-        bound = enter_call_bound(timeout_bound(request.extensions.get("timeout")))  # a trial's lease follows it
+        bounds = breakers.enter_bounds(route, request.extensions.get("timeout"))  # a trial's lease, the retries
         try:
             if fallback is None:
                 return await route.run(attempt)  # type: ignore[no-any-return]
@@ -311,7 +325,7 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
                 raise
             raise refusal from exc.__cause__
         finally:
-            leave_call_bound(bound)
+            breakers.leave_bounds(bounds)
         raise error
 
     async def aclose(self) -> None:

@@ -21,10 +21,12 @@ from typing import Any
 from ..core.breaker import CircuitBreaker, core_of
 from ..core.config import OVERRIDE_NAMES, settings, validate_overrides
 from ..core.errors import ConfigError
+from ..core.lease import enter_call_bound, leave_call_bound
 from ..core.names import name_problem, show_name
 from ..core.registry import registry
 from ..core.retry import RetryPolicy, coerce_retry
 from ..core.routes import Route, aprotect_route, protect_route
+from ..core.stages.deadline import current, enter, leave, time_left
 from ..core.states import CircuitState
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "host_breaker_name",
     "Breakers",
     "timeout_bound",
+    "sequence_bound",
+    "clipped_timeout",
 ]
 
 #: Methods retried by default (RFC 9110 idempotent methods); a policy with a ``methods``
@@ -168,6 +172,41 @@ def timeout_bound(timeout: Any) -> float | None:
             return None
         total += part
     return total if parts and total > 0 else None
+
+
+def sequence_bound(timeout: Any) -> float | None:
+    """How long a request's retry sequence may run in all when no deadline is set: its
+    timeout in seconds (a number), the read timeout of a ``(connect, read)`` pair, or the
+    ``read`` entry of httpx's mapping; None when unbounded or not a number."""
+    if isinstance(timeout, dict):
+        timeout = timeout.get("read")
+    elif isinstance(timeout, (tuple, list)):
+        timeout = timeout[-1] if len(timeout) == 2 else None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        return None
+    return float(timeout)
+
+
+def clipped_timeout(timeout: Any) -> Any:
+    """*timeout* (None, seconds, a ``(connect, read)`` pair or httpx's mapping of phases)
+    with every part at most the time the current deadline leaves; unchanged without one."""
+    left = time_left()
+    if left is None:
+        return timeout
+    left = max(left, 0.001)  # the transport refuses 0; the attempt was allowed to start
+
+    def clip(part: Any) -> Any:
+        if part is None:
+            return left
+        if isinstance(part, bool) or not isinstance(part, (int, float)):
+            return part
+        return min(part, left)
+
+    if isinstance(timeout, dict):
+        return {key: clip(value) for key, value in timeout.items()}
+    if isinstance(timeout, (tuple, list)):
+        return type(timeout)(clip(part) for part in timeout)
+    return clip(timeout)
 
 
 class _Entry:
@@ -361,6 +400,33 @@ class Breakers:
                 dropped.add(name)
         if dropped:
             self._forget_hosts(dropped)
+
+    def bound_sequence(self, route: Route, timeout: Any) -> Any:
+        """With no deadline in force, make the request's own timeout the deadline of its
+        retry sequence (:func:`sequence_bound`), so retries never outlast it.
+
+        Returns:
+            The token to give :func:`~baldur_django.core.stages.deadline.leave`, or None
+            (a deadline is in force already, the route does not retry, or no bound).
+        """
+        if route.policy is None or current() is not None:
+            return None
+        seconds = sequence_bound(timeout)
+        if seconds is None:
+            return None
+        return enter(seconds, core_of(route.breaker).clock)
+
+    def enter_bounds(self, route: Route, timeout: Any) -> tuple[Any, Any]:
+        """What a request's *timeout* bounds, entered: a half-open trial's lease in a shared
+        store (:func:`~baldur_django.core.lease.enter_call_bound`) and, with no deadline in
+        force, its retry sequence (:meth:`bound_sequence`). Pair with :meth:`leave_bounds`."""
+        return enter_call_bound(timeout_bound(timeout)), self.bound_sequence(route, timeout)
+
+    @staticmethod
+    def leave_bounds(bounds: tuple[Any, Any]) -> None:
+        """Undo :meth:`enter_bounds`."""
+        leave_call_bound(bounds[0])
+        leave(bounds[1])
 
     def route(self, entry: _Entry, method: str | None, replayable: bool) -> Route:
         """The route of one request: with the retry stage only for a method the policy

@@ -31,8 +31,7 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 from requests.models import PreparedRequest, Response
 
 from ..core.errors import CircuitOpenError, ConfigError, RateLimitCooldownError
-from ..core.lease import enter_call_bound, leave_call_bound
-from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, timeout_bound
+from .outbound import IDEMPOTENT_METHODS, Breakers, HTTPRetryPolicy, NotAnOutcome, clipped_timeout
 
 __all__ = [
     "BreakerAdapter",
@@ -228,19 +227,20 @@ class BreakerAdapter(BaseAdapter):
         Args:
             request: the prepared request.
             stream: passed to the wrapped adapter unchanged, like the next four.
-            timeout: seconds (or a ``(connect, read)`` pair), or None; also bounds the
-                lease of a half-open trial in a shared store (their sum plus a second).
+            timeout: seconds (or a ``(connect, read)`` pair), or None; bounds a half-open
+                trial's lease in a shared store (their sum plus a second), each attempt at
+                most the time a deadline leaves; no deadline: a retry sequence ends within it.
             verify: TLS verification (bool or a CA bundle path).
             cert: the client certificate, or None.
             proxies: scheme -> proxy URL, or None.
 
         Returns:
-            The wrapped adapter's response, unchanged (its body unread), or the
-            fallback's value.
+            The wrapped adapter's response, unchanged (body unread), or the fallback's value.
 
         Raises:
             CircuitOpenRequestError: the breaker refused (no fallback); nothing was sent.
             RateLimitCooldownRequestError: a cooldown outlasted the retry stage's wait.
+            DeadlineExceededError: the deadline passed before an attempt; nothing was sent.
             ConfigError: no breaker can be named for the request; nothing was sent.
             requests.RequestException: the wrapped adapter's own error, unchanged.
         """
@@ -251,7 +251,7 @@ class BreakerAdapter(BaseAdapter):
         options = {"stream": stream, "timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
         attempt = _attempts(self._adapter, request, options)
         fallback = breakers.fallback
-        bound = enter_call_bound(timeout_bound(timeout))  # a trial's lease follows the timeout
+        bounds = breakers.enter_bounds(route, timeout)  # a trial's lease and the retries follow it
         try:
             if fallback is None:
                 return route.run(attempt)  # type: ignore[no-any-return]
@@ -271,7 +271,7 @@ class BreakerAdapter(BaseAdapter):
                 refusal.service, refusal.remaining, request=request
             ) from refusal.__cause__
         finally:
-            leave_call_bound(bound)
+            breakers.leave_bounds(bounds)
         raise error
 
     def close(self) -> None:
@@ -299,8 +299,13 @@ def _attempts(adapter: BaseAdapter, request: PreparedRequest, options: dict[str,
         # pooled connection is released, and nobody else will ever read it
         while previous:
             previous.pop().close()
+        timeout = options["timeout"]
+        clipped = clipped_timeout(timeout)  # never past the deadline, if any
         try:
-            response = adapter.send(request, **options)
+            if clipped is timeout:
+                response = adapter.send(request, **options)
+            else:
+                response = adapter.send(request, **{**options, "timeout": clipped})
         except _CLIENT_ERRORS as exc:
             raise NotAnOutcome(exc) from None
         previous.append(response)

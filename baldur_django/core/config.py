@@ -19,7 +19,15 @@ from typing import Any
 from .classify import Classifier
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ConfigError
-from .knobs import KNOBS, OVERRIDE_KEYS, PREDICATE_KEYS, check_service_overrides, is_exception_type, is_predicate
+from .knobs import (
+    KNOBS,
+    LOCAL_KEYS,
+    OVERRIDE_KEYS,
+    PREDICATE_KEYS,
+    check_service_overrides,
+    is_exception_type,
+    is_predicate,
+)
 
 __all__ = [
     "SettingsSource",
@@ -48,7 +56,7 @@ MISSING: Any = _Missing()
 
 #: Every keyword a decorator or call accepts as a per-call override: the knobs' keys plus
 #: the predicates (``ignore_exceptions``, ``failure_predicate``, ``result_predicate``).
-OVERRIDE_NAMES: tuple[str, ...] = (*OVERRIDE_KEYS, *PREDICATE_KEYS)
+OVERRIDE_NAMES: tuple[str, ...] = (*OVERRIDE_KEYS, *LOCAL_KEYS, *PREDICATE_KEYS)
 
 
 class SettingsSource:
@@ -169,6 +177,18 @@ class BreakerConfig:
             failure, or None.
         warning_interval (float): seconds between two ``circuit_breaker.predicate_failed``
             lines of this breaker (``BALDUR_STORE_WARNING_INTERVAL_SECONDS``).
+        deadline (float | None): seconds one protected call may take in all (attempts,
+            retry and cooldown waits); None: no deadline of its own.
+        honor_retry_after (bool): a 429/503 with Retry-After refuses every call until then.
+        max_concurrent_calls (int | None): the bulkhead's limit; None: no bulkhead.
+        max_wait (float): seconds a call may wait for a bulkhead slot.
+        bulkhead_scope (str): ``"worker"`` or ``"fleet"``.
+        bulkhead_lease (float): seconds a fleet bulkhead slot is leased for.
+        retry_budget_ratio (float | None): retries as a share of calls; None: no budget.
+        retry_budget_min_per_second (float): retries per second allowed on top of the ratio.
+        retry_budget_scope (str): ``"worker"`` or ``"fleet"``.
+        adaptive_throttling_k (float | None): adaptive throttling's K; None: off.
+        adaptive_throttling_window (float): seconds adaptive throttling counts over.
         clock: the clock that throttle reads (None: the system clock).
         classifier (Classifier): built from the fields above; judges every outcome.
         plain_types (frozenset[type]): returned types needing no judgement (empty while a
@@ -206,6 +226,17 @@ class BreakerConfig:
     failure_predicate: Callable[[BaseException], Any] | None = None
     result_predicate: Callable[[Any], Any] | None = None
     warning_interval: float = 60.0
+    deadline: float | None = None
+    honor_retry_after: bool = False
+    max_concurrent_calls: int | None = None
+    max_wait: float = 0.0
+    bulkhead_scope: str = "worker"
+    bulkhead_lease: float = 60.0
+    retry_budget_ratio: float | None = None
+    retry_budget_min_per_second: float = 10.0
+    retry_budget_scope: str = "worker"
+    adaptive_throttling_k: float | None = None
+    adaptive_throttling_window: float = 120.0
     clock: Clock | None = field(default=None, compare=False, repr=False)
     classifier: Classifier = field(init=False, compare=False, repr=False)
     plain_types: frozenset[type] = field(init=False, compare=False, repr=False)
@@ -454,7 +485,24 @@ def _build(service: str, overrides: Mapping[str, Any], s: SettingsSource, clock:
         recovery_timeout_max=values["recovery_timeout_max"],
         slow_call_duration=values["slow_call_duration"],
         slow_call_rate_threshold=values["slow_call_rate_threshold"],
+        deadline=overrides.get("deadline", per_service.get("deadline")),
+        bulkhead_lease=s.get("BALDUR_BULKHEAD_LEASE_SECONDS"),
+        **{key: values[key] for key in _STAGE_KEYS},
     )
+
+
+#: The stage knobs resolved like the breaker's own (per call > ``BALDUR_SERVICES`` > setting).
+_STAGE_KEYS = (
+    "honor_retry_after",
+    "max_concurrent_calls",
+    "max_wait",
+    "bulkhead_scope",
+    "retry_budget_ratio",
+    "retry_budget_min_per_second",
+    "retry_budget_scope",
+    "adaptive_throttling_k",
+    "adaptive_throttling_window",
+)
 
 
 def _resolve(

@@ -22,7 +22,8 @@ from .names import check_name
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
 from .routes import breaker_for, check_fallback, is_async, refuse_async_fallback, refuse_generators
-from .wrappers import async_wrapper, sync_wrapper
+from .stages.pipeline import aprotected_wrapper as async_wrapper
+from .stages.pipeline import protected_wrapper as sync_wrapper
 
 __all__ = ["protected", "aprotected", "protect", "aprotect", "circuit_breaker"]
 
@@ -172,6 +173,16 @@ def protected(
     recovery_timeout_max: float | None = None,
     slow_call_duration: float | None = None,
     slow_call_rate_threshold: float | None = None,
+    deadline: float | None = None,
+    honor_retry_after: bool | None = None,
+    max_concurrent_calls: int | None = None,
+    max_wait: float | None = None,
+    bulkhead_scope: str | None = None,
+    retry_budget_ratio: float | None = None,
+    retry_budget_min_per_second: float | None = None,
+    retry_budget_scope: str | None = None,
+    adaptive_throttling_k: float | None = None,
+    adaptive_throttling_window: float | None = None,
 ) -> Callable[[F], F]:
     """Decorate a ``def`` or ``async def`` with breaker, retry and fallback.
 
@@ -200,6 +211,17 @@ def protected(
         recovery_timeout_max: per-call override: cap of the backed-off open duration, seconds.
         slow_call_duration: per-call override: seconds from which a call is slow, 0 = off.
         slow_call_rate_threshold: per-call override: slow percentage that opens.
+        deadline: per-call: seconds the whole call may take (attempts and waits); an attempt due after it
+            is refused with DeadlineExceededError, an async one running at it cancelled (a failure).
+        honor_retry_after: per-call override: the Retry-After gate (see docs/outbound-stages.md).
+        max_concurrent_calls: per-call override: the bulkhead's limit of calls in flight.
+        max_wait: per-call override: seconds a call may wait for a bulkhead slot.
+        bulkhead_scope: per-call override: ``"worker"`` or ``"fleet"``.
+        retry_budget_ratio: per-call override: retries as a share of the calls.
+        retry_budget_min_per_second: per-call override: retries per second on top of the ratio.
+        retry_budget_scope: per-call override: ``"worker"`` or ``"fleet"``.
+        adaptive_throttling_k: per-call override: adaptive throttling's K.
+        adaptive_throttling_window: per-call override: seconds adaptive throttling counts over.
 
     Returns:
         A decorator; the wrapped function returns what the call (or fallback) returns.
@@ -208,7 +230,8 @@ def protected(
         ConfigError: at decoration time for a bad override, a generator function, a non-callable
             fallback, or an ``async def`` fallback for a ``def`` (at call time, a sync fallback that returns
             an awaitable). A bad ``BALDUR_*`` setting is raised by each call, never at decoration (import) time.
-        CircuitOpenError, RateLimitCooldownError: at call time when no fallback applies.
+        CircuitOpenError, RateLimitCooldownError, DeadlineExceededError: at call time when no
+            fallback applies.
     """
     # the per-call overrides: every parameter but the first three, in their order
     overrides = {name: value for name, value in locals().items() if name in _KNOWN}

@@ -91,6 +91,20 @@ _SETTINGS_SECTIONS: dict[str, tuple[str, ...]] = {
         "BALDUR_HEALTH_DETAILS",
     ),
     "OpenTelemetry": ("BALDUR_OTEL_ENABLED", "BALDUR_OTEL_SPANS"),
+    "Outbound stages": ("BALDUR_REQUEST_DEADLINE_SECONDS", "BALDUR_REQUEST_DEADLINE_HEADER"),
+    # the stages not built yet (their knobs are reserved); a stage's rows move up when it is built
+    "Reserved for later releases": (
+        "BALDUR_CB_HONOR_RETRY_AFTER",
+        "BALDUR_BULKHEAD_MAX_CONCURRENT_CALLS",
+        "BALDUR_BULKHEAD_MAX_WAIT",
+        "BALDUR_BULKHEAD_SCOPE",
+        "BALDUR_BULKHEAD_LEASE_SECONDS",
+        "BALDUR_RETRY_BUDGET_RATIO",
+        "BALDUR_RETRY_BUDGET_MIN_PER_SECOND",
+        "BALDUR_RETRY_BUDGET_SCOPE",
+        "BALDUR_ADAPTIVE_THROTTLING_K",
+        "BALDUR_ADAPTIVE_THROTTLING_WINDOW",
+    ),
 }
 
 _SECTION_OF = {name: section for section, names in _SETTINGS_SECTIONS.items() for name in names}

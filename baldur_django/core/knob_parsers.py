@@ -155,6 +155,41 @@ def number(
 SECONDS = "seconds"
 PERCENT = "percent"
 
+
+@dataclass(frozen=True)
+class Optional:
+    """Parser of a value that may be left unset: None (or, from the environment, an empty
+    string) stays None; anything else goes to *parser*."""
+
+    parser: Parser
+
+    def __call__(self, name: str, value: Any, from_env: bool) -> Any:
+        if value is None or (from_env and isinstance(value, str) and not value.strip()):
+            return None
+        return self.parser(name, value, from_env)
+
+    @property
+    def accepts(self) -> str:
+        inner = str(getattr(self.parser, "accepts", "")).rstrip(".")
+        return f"{inner}, or None (unset: off)."
+
+
+def optional(parser: Parser) -> Optional:
+    return Optional(parser)
+
+
+_HEADER_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+
+
+def header_name(name: str, value: Any, from_env: bool) -> str:
+    """An HTTP header name (a token: letters, digits, hyphens and a few marks)."""
+    if not isinstance(value, str) or not _HEADER_TOKEN.fullmatch(value.strip()):
+        raise fail(name, value, "expected an HTTP header name such as 'X-Request-Deadline'")
+    return value.strip()
+
+
+header_name.accepts = "An HTTP header name such as 'X-Request-Deadline'."  # type: ignore[attr-defined]
+
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
 

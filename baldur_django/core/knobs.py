@@ -37,13 +37,14 @@ from .knob_parsers import (
     json_dict,
     log_level,
     number,
+    optional,
     predicate_path,
     redis_url,
     service_names,
     text_value,
     validate_number,
 )
-from .knob_rows import BREAKER_ROWS, TRAFFIC_ROWS, Knob
+from .knob_rows import BREAKER_ROWS, STAGE_ROWS, TRAFFIC_ROWS, Knob
 from .names import name_problem, show_name
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "OVERRIDE_KEYS",
     "SERVICE_KEYS",
     "PREDICATE_KEYS",
+    "LOCAL_KEYS",
     "CHECK_IDS",
     "SECRETS",
     "RESERVED",
@@ -81,9 +83,9 @@ def check_service_overrides(where: str, overrides: dict[str, Any], from_env: boo
     """
     out: dict[str, Any] = {}
     for key, raw in overrides.items():
-        parser = SERVICE_KEYS.get(key) or PREDICATE_KEYS.get(key)
+        parser = SERVICE_KEYS.get(key) or LOCAL_KEYS.get(key) or PREDICATE_KEYS.get(key)
         if parser is None:
-            known = [*SERVICE_KEYS, *PREDICATE_KEYS]
+            known = [*SERVICE_KEYS, *LOCAL_KEYS, *PREDICATE_KEYS]
             near = difflib.get_close_matches(str(key), known, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(known)}"
             raise ConfigError(f"{where}: unknown key {key!r}{hint}")
@@ -98,6 +100,14 @@ PREDICATE_KEYS: dict[str, Parser] = {
     "ignore_exceptions": ignore_paths,
     "failure_predicate": predicate_path,
     "result_predicate": predicate_path,
+}
+
+
+#: ``BALDUR_SERVICES`` keys (and per-call overrides) that hold a value of one breaker
+#: with no global setting behind them, with their parsers: ``deadline``, the seconds one
+#: protected call may take in all (attempts, retry and cooldown waits). None: no deadline.
+LOCAL_KEYS: dict[str, Parser] = {
+    "deadline": optional(number(minimum=0, exclusive=True, unit=SECONDS)),
 }
 
 
@@ -119,7 +129,7 @@ class _Services:
     def accepts(self) -> str:
         return (
             "A dict mapping each service name to a dict of overrides; allowed keys: "
-            + ", ".join([*SERVICE_KEYS, *PREDICATE_KEYS])
+            + ", ".join([*SERVICE_KEYS, *LOCAL_KEYS, *PREDICATE_KEYS])
             + " (the last three as dotted import paths, such as 'myapp.breakers.is_outage')."
         )
 
@@ -131,6 +141,7 @@ _ROWS: list[Knob] = [
     *BREAKER_ROWS,
     Knob("BALDUR_SERVICES", {}, _services, "per-service overrides", "baldur.E022"),
     *TRAFFIC_ROWS,
+    *STAGE_ROWS,
     # ------------------------------------------------------------ shared state
     Knob(
         "BALDUR_STATE_BACKEND",

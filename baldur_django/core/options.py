@@ -38,6 +38,17 @@ class BreakerOptions(TypedDict, total=False):
             exceptions are neither a success nor a failure.
         failure_predicate (Callable[[BaseException], bool]): True counts an exception as a failure.
         result_predicate (Callable[[Any], bool]): True records a returned value as a failure.
+        deadline (float | None): seconds the whole protected call may take (attempts, retry
+            and cooldown waits); an attempt that would start after it is refused.
+        honor_retry_after (bool): refuse every call until a 429/503's Retry-After has passed.
+        max_concurrent_calls (int | None): bulkhead: calls in flight at most.
+        max_wait (float): seconds a call may wait for a free bulkhead slot.
+        bulkhead_scope (str): ``"worker"`` or ``"fleet"``.
+        retry_budget_ratio (float | None): retries at most this share of the calls.
+        retry_budget_min_per_second (float): retries per second on top of the ratio.
+        retry_budget_scope (str): ``"worker"`` or ``"fleet"``.
+        adaptive_throttling_k (float | None): adaptive throttling's K (None: off).
+        adaptive_throttling_window (float): seconds adaptive throttling counts over.
     """
 
     failure_threshold: int
@@ -55,3 +66,13 @@ class BreakerOptions(TypedDict, total=False):
     ignore_exceptions: tuple[Ignorable, ...] | None
     failure_predicate: Callable[[BaseException], bool] | None
     result_predicate: Callable[[Any], bool] | None
+    deadline: float | None
+    honor_retry_after: bool
+    max_concurrent_calls: int | None
+    max_wait: float
+    bulkhead_scope: Literal["worker", "fleet"]
+    retry_budget_ratio: float | None
+    retry_budget_min_per_second: float
+    retry_budget_scope: Literal["worker", "fleet"]
+    adaptive_throttling_k: float | None
+    adaptive_throttling_window: float

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .classify import RATE_LIMITED, SUCCESS, retry_after_of
-from .errors import CircuitOpenError, ConfigError, RateLimitCooldownError
+from .errors import CallRefusedError, CircuitOpenError, ConfigError, DeadlineExceededError, RateLimitCooldownError
 from .events import CallRejected, Retrying, bus
 from .nesting import Mark, settled_elsewhere
 from .retry_target import RetryPermit, RetryTarget
+from .stages.deadline import current as current_deadline
 
 if TYPE_CHECKING:
     from .config import BreakerConfig
@@ -162,12 +163,14 @@ class Sleep:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """Last step: the next attempt is refused; *error* goes to the fallback or is raised.
+    """Last step: the next attempt is refused; *error* goes to the fallback or is raised:
+    a :class:`RateLimitCooldownError` (a cooldown outlasts the wait allowed) or a
+    :class:`DeadlineExceededError` (the call's deadline has passed).
 
     The plan has already recorded what had to be recorded.
     """
 
-    error: RateLimitCooldownError
+    error: CallRefusedError
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,21 +271,20 @@ def retry_plan(
 
     Drive it with ``step = next(plan)``; after :data:`ATTEMPT` send the outcome
     (``plan.send(Raised(exc))`` or ``plan.send(Returned(value))``), after a :class:`Sleep`
-    call ``next(plan)``; stop at :class:`Refuse` or :class:`Done`.
-
-    What it decides:
+    call ``next(plan)``; stop at :class:`Refuse` or :class:`Done`. What it decides:
 
     - before every attempt (the first included), the cooldown gate: wait out the
       cooldown, re-read after every wait (an extension meanwhile is waited out too);
       refuse with :class:`RateLimitCooldownError` when it outlasts the allowed wait (the
-      budget left, else ``config.max_cooldown_wait``), or in dry-run count the refusal and
-      go on;
+      budget left, else ``config.max_cooldown_wait``; never past the call's deadline, the
+      current one when the plan starts), or in dry-run count the refusal and go on; past
+      the deadline, refuse with :class:`DeadlineExceededError`;
     - after every attempt: an ignored exception ends the sequence unrecorded; each
       other attempt is counted in the cascade and a 429 starts the cooldown;
       a success ends it; a failure is retried while it is of a retried kind, the
       breaker has not changed state since admission, attempts remain (a trial has
-      one) and the backoff fits in the budget. The backoff is followed by the gate,
-      so a cooldown costs ``max(backoff, cooldown)``, never their sum;
+      one) and the backoff ends within the budget and the deadline; the gate follows
+      it, so a cooldown costs ``max(backoff, cooldown)``, never their sum;
     - the final outcome: the last attempt that reached the dependency, recorded once.
 
     Args:
@@ -331,6 +333,7 @@ class _Sequence(Generic[_P]):
         "policy",
         "now",
         "deadline",
+        "call_deadline",
         "limit",
         "attempts",
         "error",
@@ -344,6 +347,12 @@ class _Sequence(Generic[_P]):
         self.policy = policy
         self.now = breaker.clock.monotonic
         self.deadline = None if policy.budget_seconds is None else start + policy.budget_seconds
+        # the call's deadline, moved onto the breaker's clock; the budget's end is the
+        # earlier of the two
+        found = current_deadline()
+        self.call_deadline = None if found is None else self.now() + found.left()
+        if self.call_deadline is not None and (self.deadline is None or self.call_deadline < self.deadline):
+            self.deadline = self.call_deadline
         self.limit = 1 if permit.trial else policy.max_attempts
         self.attempts = 0
         self.error: BaseException | None = None
@@ -360,10 +369,15 @@ class _Sequence(Generic[_P]):
                 yield self.give_up()  # the breaker changed state since admission (a trip): no further attempt
                 return False
             remaining = breaker.cooldown_remaining()
+            if self.call_deadline is not None and self.now() >= self.call_deadline:
+                yield self.refuse(remaining, DeadlineExceededError(breaker.name))
+                return False
             if remaining <= 0:
                 return True
             config = breaker.config
             allowed = config.max_cooldown_wait if self.deadline is None else max(0.0, self.deadline - self.now())
+            if self.call_deadline is not None:  # the budget's end may be the deadline: cap the wait too
+                allowed = min(allowed, self.call_deadline - self.now())
             if remaining <= allowed:
                 yield Sleep(remaining)
                 continue
@@ -373,13 +387,16 @@ class _Sequence(Generic[_P]):
             yield self.refuse(remaining)
             return False
 
-    def refuse(self, remaining: float) -> Refuse:
-        """The cooldown outlasts the allowed wait: the refused attempt is recorded nowhere;
-        the last one made, if any, is final."""
-        refusal = RateLimitCooldownError(self.breaker.name, remaining)
+    def refuse(self, remaining: float, refusal: CallRefusedError | None = None) -> Refuse:
+        """The cooldown outlasts the allowed wait (or *refusal*: the deadline has passed):
+        the refused attempt is recorded nowhere; the last one made, if any, is final."""
+        if refusal is None:
+            refusal = RateLimitCooldownError(self.breaker.name, remaining)
         if bus.wants_rejections():
             bus.publish(
-                CallRejected(refusal.service, self.breaker.clock.wall(), reason=refusal.reason, retry_after=remaining)
+                CallRejected(
+                    refusal.service, self.breaker.clock.wall(), reason=refusal.reason, retry_after=refusal.retry_after
+                )
             )
         if self.attempts:
             self.breaker.record_failure(self.permit, rate_limited=self.rate_limited, count_attempt=False)

@@ -30,7 +30,8 @@ from .config import OVERRIDE_NAMES
 from .errors import ConfigError, awaitable_refused, is_awaitable
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
-from .wrappers import SLOW, async_wrapper, build_ainline, build_inline, sync_wrapper
+from .stages.pipeline import aprotected_wrapper, build_pipeline, protected_wrapper
+from .wrappers import SLOW, build_ainline, build_inline
 
 __all__ = [
     "Route",
@@ -206,9 +207,10 @@ class Route:
         if len(overrides) == 1:
             ((self.key, self.value),) = overrides.items()
         self.run, self.run_fallback = wrappers
-        self.inline = policy is None
         # the plain CLOSED path, built by the breaker (it reads the hot-path fields): only
-        # without a retry stage; a route serves protect() or aprotect(), so both are built
+        # without a retry stage or any other stage; a route serves protect() or aprotect(),
+        # so both are built
+        self.inline = policy is None and build_pipeline(breaker.config, breaker.name) is None
         core = self.core = core_of(breaker)
         self.fast = build_inline(core) if self.inline else _full_way
         self.afast = build_ainline(core) if self.inline else _AFULL_WAY
@@ -260,7 +262,9 @@ def call_wrappers(breaker: CircuitBreaker, policy: RetryPolicy | None) -> tuple[
             raise awaitable_refused(what, value)
         return value
 
-    return sync_wrapper(breaker, attempt, policy, None), sync_wrapper(breaker, attempt, policy, _fallback_second)
+    return protected_wrapper(breaker, attempt, policy, None), protected_wrapper(
+        breaker, attempt, policy, _fallback_second
+    )
 
 
 def acall_wrappers(
@@ -282,7 +286,9 @@ def acall_wrappers(
             )
         return await value
 
-    return async_wrapper(breaker, attempt, policy, None), async_wrapper(breaker, attempt, policy, _fallback_second)
+    return aprotected_wrapper(breaker, attempt, policy, None), aprotected_wrapper(
+        breaker, attempt, policy, _fallback_second
+    )
 
 
 # Overrides of these types can be matched by value (equal values of one of these types

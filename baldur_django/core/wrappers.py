@@ -34,6 +34,8 @@ from .runner import (
     settle_returned,
     settled_elsewhere,
 )
+from .stages.deadline import ARMED
+from .stages.deadline import current as current_deadline
 from .states import Reason
 
 __all__ = [
@@ -48,6 +50,8 @@ __all__ = [
     "SLOW",
     "REFUSED",
     "NOT_PLAIN",
+    "STAGED",
+    "deadline_around",
 ]
 
 # The wrappers reach the retry stage only while ``retrying`` (a policy is set): these are
@@ -56,6 +60,11 @@ _run_sync = cast("Callable[..., Any]", run_sync)
 _run_async = cast("Callable[..., Awaitable[Any]]", run_async)
 _continue_sync = cast("Callable[..., Any]", continue_sync)
 _continue_async = cast("Callable[..., Awaitable[Any]]", continue_async)
+
+#: ``(run_staged, arun_staged)``, installed by :mod:`.stages.pipeline` when it is imported
+#: (the package imports it): ``run_staged(wrapper, core, func, policy, fallback, args,
+#: kwargs)`` runs a call of a breaker without stages of its own under the current deadline.
+STAGED: list[Callable[..., Any]] = []
 
 #: reads the breaker core of a wrapper's frame from its locals (the closure's ``core``)
 _core_of = operator.itemgetter("core")
@@ -73,6 +82,13 @@ def discard(value: Any) -> None:
     close = getattr(value, "close", None)
     if close is not None:
         close()
+
+
+def deadline_around(core: BreakerCore) -> bool:
+    """True when a deadline is current that a staged call of *core* did not enter: the call
+    must go the staged way (see :mod:`.stages.pipeline`)."""
+    found = current_deadline()
+    return found is not None and found.owner is not core
 
 
 def trial_policy(policy: RetryPolicy | None) -> RetryPolicy:
@@ -133,6 +149,10 @@ def build_wrapper(
         fallback: called with the call's arguments when the breaker rejects or the call
             fails, or None.
 
+    While a deadline another wrapper of this breaker did not enter is current (read only
+    once a deadline was ever set in the process, :data:`.stages.deadline.ARMED`), the call
+    goes the staged way instead (:data:`STAGED`, installed by :mod:`.stages.pipeline`).
+
     Returns:
         A function with *func*'s signature.
     """
@@ -145,6 +165,8 @@ def build_wrapper(
     budgeted = policy is not None and policy.budget_seconds is not None
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if ARMED and deadline_around(core):  # (ARMED: a deadline was ever set) run it staged
+            return STAGED[0](wrapper, core, func, policy, fallback, args, kwargs)
         # admitted on the healthy lane, the call runs unmarked: its mark is the record
         # number alone (see core/nesting.py); any other call is admitted below
         permit = core.quiet_permit
@@ -245,6 +267,8 @@ def build_awrapper(
     budgeted = policy is not None and policy.budget_seconds is not None
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if ARMED and deadline_around(core):  # as in build_wrapper
+            return await STAGED[1](wrapper, core, func, policy, fallback, args, kwargs)
         permit = core.quiet_permit  # as in build_wrapper
         if permit is None or (core.timed and monotonic() >= core.sync_due):
             until = core.reject_until
@@ -333,7 +357,8 @@ def build_inline(core: BreakerCore) -> Callable[[Callable[[], Any]], Any]:
     lock-free as the wrappers do. Returns the call's value, or ``SLOW`` when the
     plain path does not apply (the caller runs its full wrapper), or ``REFUSED``
     when *call* turned out to be a coroutine or generator function (nothing recorded,
-    the caller's full way raises the ConfigError).
+    the caller's full way raises the ConfigError). While a deadline is current, every call
+    answers ``SLOW`` (the full wrapper runs it the staged way).
     """
     slow = SLOW  # returned by every call of a shared breaker: kept as a cell
     cascade = core.cascade  # the other cells kept, as in build_wrapper
@@ -341,7 +366,7 @@ def build_inline(core: BreakerCore) -> Callable[[Callable[[], Any]], Any]:
 
     def inline(call: Callable[[], Any]) -> Any:
         permit = core.quiet_permit
-        if permit is None or core.timed:
+        if permit is None or core.timed or (ARMED and current_deadline() is not None):
             return slow  # off the healthy lane the full wrapper marks the call (core/nesting.py)
         mark = core.seq  # as in build_wrapper
         try:
@@ -383,14 +408,15 @@ def build_ainline(
     ``admit()`` returns ``(permit, mark)`` when the plain path applies, else None (the
     caller runs its full wrapper); ``succeeded(permit, mark, result)`` and
     ``failed(permit, mark, exc)`` record the outcome, the healthy lane lock-free, and
-    nothing when a nested call through this breaker settled the call already.
+    nothing when a nested call through this breaker settled the call already; as
+    :func:`build_inline`, nothing is admitted while a deadline is current.
     """
     cascade = core.cascade  # the cells kept, as in build_wrapper
     monotonic = core.mono
 
     def admit() -> tuple[Permit, int] | None:
         permit = core.quiet_permit
-        if permit is None or core.timed:
+        if permit is None or core.timed or (ARMED and current_deadline() is not None):
             return None  # as in build_inline
         return permit, core.seq
 

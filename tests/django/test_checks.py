@@ -79,6 +79,19 @@ BAD_VALUES = [
     ("BALDUR_HEALTH_CRITICAL_SERVICES", "payments", "'payments'"),
     ("BALDUR_HEALTH_CRITICAL_SERVICES", ["payments", ""], "''"),
     ("BALDUR_HEALTH_DETAILS", "sometimes", "'sometimes'"),
+    # RS-8: the outbound stages' knobs
+    ("BALDUR_REQUEST_DEADLINE_SECONDS", 0, "=0"),
+    ("BALDUR_REQUEST_DEADLINE_HEADER", "X Deadline", "'X Deadline'"),
+    ("BALDUR_CB_HONOR_RETRY_AFTER", "maybe", "'maybe'"),
+    ("BALDUR_BULKHEAD_MAX_CONCURRENT_CALLS", 0, "=0"),
+    ("BALDUR_BULKHEAD_MAX_WAIT", -1, "=-1"),
+    ("BALDUR_BULKHEAD_SCOPE", "cluster", "'cluster'"),
+    ("BALDUR_BULKHEAD_LEASE_SECONDS", 0, "=0"),
+    ("BALDUR_RETRY_BUDGET_RATIO", -0.1, "=-0.1"),
+    ("BALDUR_RETRY_BUDGET_MIN_PER_SECOND", "ten", "'ten'"),
+    ("BALDUR_RETRY_BUDGET_SCOPE", "host", "'host'"),
+    ("BALDUR_ADAPTIVE_THROTTLING_K", 0.5, "=0.5"),
+    ("BALDUR_ADAPTIVE_THROTTLING_WINDOW", 0, "=0"),
 ]
 
 
@@ -88,7 +101,7 @@ def test_cfg3_bad_setting_is_an_error_naming_setting_and_value_with_hint(name, v
     with override_settings(**{name: value}):
         message = only(check_settings(), ERROR)
     assert message.id == KNOB_IDS[name]
-    assert re.fullmatch(r"baldur\.E0\d\d", message.id)
+    assert re.fullmatch(r"baldur\.E(0\d\d|1[01]\d)", message.id)
     assert name in message.msg
     assert shown in message.msg
     assert message.hint and name in message.hint and "default" in message.hint
@@ -139,19 +152,25 @@ def test_cfg3_ttl_boundaries():
             assert baldur_messages(check_settings()) == [], ttl
 
 
+def unreserved(messages):
+    """The messages but the reserved-knob warnings (W006)."""
+    return [m for m in messages if m.id != Codes.RESERVED_SETTING]
+
+
 def test_cfg3_every_seconds_knob_and_recovery_timeout_accept_floats(clean_env):
     """CFG-3: every *_SECONDS knob (but the time window's whole seconds, CB-15) and the recovery
     timeout accept floats, as settings and from the environment."""
     whole_seconds = {"BALDUR_CB_SLIDING_WINDOW_SECONDS"}
     names = [n for n in KNOBS if n.endswith("_SECONDS") and n not in whole_seconds] + ["BALDUR_CB_RECOVERY_TIMEOUT"]
     assert len(names) > 10
+    # a reserved knob set (RS-8: BALDUR_BULKHEAD_LEASE_SECONDS) warns it has no effect yet
     with override_settings(**{n: 0.5 for n in names}):
-        assert baldur_messages(check_settings()) == []
+        assert unreserved(baldur_messages(check_settings())) == []
         assert all(baldur_settings.get(n) == 0.5 for n in names)
     for n in names:
         clean_env.setenv(n, "1.25")
     baldur_settings.reset()
-    assert baldur_messages(check_settings()) == []
+    assert unreserved(baldur_messages(check_settings())) == []
     assert all(baldur_settings.get(n) == 1.25 for n in names)
 
 
@@ -331,6 +350,20 @@ GOOD = {
     "BALDUR_HEALTH_DETAILS": False,  # True is a deploy warning (W011)
     "BALDUR_OTEL_ENABLED": False,  # True installs the reporting (tests/otel)
     "BALDUR_OTEL_SPANS": True,
+    # RS-8: the stages; a reserved knob (its stage not built yet) set to anything but its
+    # default warns (W006), so those are given their defaults here
+    "BALDUR_REQUEST_DEADLINE_SECONDS": 30,
+    "BALDUR_REQUEST_DEADLINE_HEADER": "X-Request-Deadline",
+    "BALDUR_CB_HONOR_RETRY_AFTER": False,
+    "BALDUR_BULKHEAD_MAX_CONCURRENT_CALLS": None,
+    "BALDUR_BULKHEAD_MAX_WAIT": 0.0,
+    "BALDUR_BULKHEAD_SCOPE": "worker",
+    "BALDUR_BULKHEAD_LEASE_SECONDS": 60,
+    "BALDUR_RETRY_BUDGET_RATIO": None,
+    "BALDUR_RETRY_BUDGET_MIN_PER_SECOND": 10,
+    "BALDUR_RETRY_BUDGET_SCOPE": "worker",
+    "BALDUR_ADAPTIVE_THROTTLING_K": None,
+    "BALDUR_ADAPTIVE_THROTTLING_WINDOW": 120,
 }
 
 
@@ -364,7 +397,7 @@ def test_cfg3_every_knob_has_its_own_stable_error_id():
     """CFG-3: KNOB_IDS gives each knob exactly one unique baldur.E0xx id."""
     assert set(KNOB_IDS) == set(KNOBS)
     assert len(set(KNOB_IDS.values())) == len(KNOB_IDS)
-    assert all(re.fullmatch(r"baldur\.E0\d\d", v) for v in KNOB_IDS.values())
+    assert all(re.fullmatch(r"baldur\.E(0\d\d|1[01]\d)", v) for v in KNOB_IDS.values())
     others = {v for k, v in vars(Codes).items() if k.isupper()}
     assert not others & set(KNOB_IDS.values())
 
@@ -485,8 +518,8 @@ def test_st2_redis_backend_with_url_or_django_redis_alias_is_fine():
 
 # ---------------------------------------------------------------- reserved knobs (CFG-3)
 
-# Every knob of section 10 has its feature built in this release, so none is reserved. The
-# mechanism stays for the next reserved knob: these tests pretend a boolean knob is one.
+# The knobs of the outbound stages not built yet are reserved (RS-8). These tests pretend a
+# plain boolean knob is one, so they hold whichever stages are built.
 PRETEND_RESERVED = "BALDUR_DRY_RUN"
 
 
@@ -498,9 +531,23 @@ def pretend_reserved(monkeypatch):
     return PRETEND_RESERVED
 
 
-def test_cfg3_the_reserved_knobs_are_the_unbuilt_features():
-    """CFG-3: exactly the knobs whose feature is not built yet are reserved: none in this release."""
-    assert RESERVED == ()
+def test_cfg3_rs8_the_reserved_knobs_are_the_unbuilt_features():
+    """CFG-3, RS-8: exactly the knobs whose feature is not built yet are reserved: the stages
+    other than the deadline (the deadline's settings are built)."""
+    assert "BALDUR_REQUEST_DEADLINE_SECONDS" not in RESERVED
+    assert "BALDUR_REQUEST_DEADLINE_HEADER" not in RESERVED
+    assert set(RESERVED) <= {
+        "BALDUR_CB_HONOR_RETRY_AFTER",
+        "BALDUR_BULKHEAD_MAX_CONCURRENT_CALLS",
+        "BALDUR_BULKHEAD_MAX_WAIT",
+        "BALDUR_BULKHEAD_SCOPE",
+        "BALDUR_BULKHEAD_LEASE_SECONDS",
+        "BALDUR_RETRY_BUDGET_RATIO",
+        "BALDUR_RETRY_BUDGET_MIN_PER_SECOND",
+        "BALDUR_RETRY_BUDGET_SCOPE",
+        "BALDUR_ADAPTIVE_THROTTLING_K",
+        "BALDUR_ADAPTIVE_THROTTLING_WINDOW",
+    }
 
 
 def test_cfg3_reserved_setting_set_warns_naming_it(pretend_reserved):
