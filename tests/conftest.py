@@ -85,6 +85,16 @@ def events():
 
 
 @pytest.fixture(autouse=True)
+def no_harness_variables_in_a_test(monkeypatch):
+    """The test harness's own BALDUR_TEST_* variables (read by ./dev and by the budget
+    verdict at the end of a run, never by a test) are out of the environment while a test
+    runs: the package's checks would take BALDUR_TEST_BUDGETS for a misspelt
+    BALDUR_RETRY_BUDGET_* setting (warning W002) and change what a check test sees."""
+    for name in ("BALDUR_TEST_BUDGETS", "BALDUR_TEST_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
 def baldur_loggers_as_configured_by_default():
     """Every test starts with the package's loggers as a fresh process has them: no level
     of their own, propagating to the root logger (where caplog listens), not disabled. A
