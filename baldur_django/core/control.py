@@ -85,8 +85,10 @@ def _apply_force(
     if mode == "open":
         if core.state is not OPEN:
             core.to_open(now, Trigger.FORCED, [])
-        else:
+        else:  # no transition: the open keeps its trigger, as the shared record does
+            trigger = core.last_trigger
             core.enter(OPEN, Trigger.FORCED, None)
+            core.last_trigger = trigger
             core.opened_at = core.opened_at or wall
         core.hold_open_until(core.force_until)
     elif core.state is not CLOSED:

@@ -186,5 +186,7 @@ def _open_fields(core: Machine) -> dict[str, float | None]:
         return {"open_until": None, "open_duration": None}
     if core.forced == "open":
         return {"open_until": core.force_expires_at, "open_duration": None}
-    until = core.opened_at + core.open_seconds if core.state is OPEN and core.opened_at else None
+    until = None
+    if core.state is OPEN:  # the monotonic deadline as Unix time: a lapse held by Level 3 ends it early
+        until = core.clock.wall() + (core.open_until - core.mono())
     return {"open_until": until, "open_duration": core.open_seconds}

@@ -64,9 +64,11 @@ unforced record leaves a fresh record (``version`` 0), which the comparison abov
 the same as the breaker's CLOSED state (the trigger is not compared while the record names
 none after a prune: the breaker still shows the last one it took).
 
-Known divergences are pinned by the parametrised cases at the end of this module (each an
-``xfail(strict=True)`` naming what differs); the random sequences avoid the one input each
-needs, as listed in :data:`AVOIDED`, so that they check everything else.
+The smallest sequences of the divergences this test once found are pinned by the
+parametrised cases at the end of this module (they agree now; the random sequences generate
+their inputs too): a force over the state the breaker is in already is no transition and
+keeps the trigger, ``opened_at`` and ``open_until``; a forced open lapsed during Level 3 shows
+the lapse time as ``open_until`` (when it admits a probe once the level drops).
 
 Legacy and corrupt records have no local-breaker counterpart (a local breaker decodes
 nothing): test_differential_records.py compares the two stores on them.
@@ -104,16 +106,6 @@ BATCH = 200
 KINDS = ("consecutive_failures", "failure_rate", "rate_limit_cascade")
 REASONS = ("", "maintenance", 'say "hi" \\ back', "db migration ✓")
 ACTORS = (None, "ops", "", "ünïcode")
-
-#: Inputs the random sequences do not generate, because a known divergence (pinned below) follows.
-AVOIDED: dict[str, str] = {
-    "force_open_over_automatic_open": "force_open while an automatic open runs (the breaker's last trigger becomes "
-    "'forced', the store keeps the open's trigger): test_differential_pinned[force_open_over_automatic_open]",
-    "frozen_lapse_open_until": "open_until is not compared for a forced open that lapsed during Level 3 (the "
-    "breaker's snapshot shows opened_at + the last automatic duration, the store the lapse time, which is when "
-    "the breaker admits a probe once the level drops): test_differential_pinned[frozen_lapse_open_until]",
-}
-
 
 class PinnedClock:
     """A clock whose monotonic and wall readings are one number, moved by the test."""
@@ -220,7 +212,7 @@ def new_run(index: int, seed: int) -> Run:
 
 
 # ---------------------------------------------------------------------- the comparison
-def record_view(record: Record, fresh: bool, waive: bool = True) -> dict[str, Any]:
+def record_view(record: Record, fresh: bool) -> dict[str, Any]:
     """The fields of a store record that a local breaker shows (see the module docstring);
     *fresh*: the record names no trigger of its own (never written, or forgotten by a prune)."""
     view: dict[str, Any] = {"state": record.state, "forced": record.forced, "opens": record.opens}
@@ -228,9 +220,7 @@ def record_view(record: Record, fresh: bool, waive: bool = True) -> dict[str, An
         view["force"] = (record.force_expires_at, record.force_reason, record.force_actor)
     if record.state != "closed":
         view["opened_at"] = record.opened_at
-    if record.state == "open" and record.forced != "open" and not (waive and record.trigger == "forced"):
-        # (an unforced OPEN with trigger "forced" is a forced open lapsed during Level 3:
-        # AVOIDED["frozen_lapse_open_until"])
+    if record.state == "open" and record.forced != "open":
         view["open_until"] = record.open_until
     if record.state == "half_open":
         view["trials"] = (len(record.probes) + record.successes, record.successes)
@@ -239,14 +229,14 @@ def record_view(record: Record, fresh: bool, waive: bool = True) -> dict[str, An
     return view
 
 
-def breaker_view(snap: dict[str, Any], fresh: bool, waive: bool = True) -> dict[str, Any]:
+def breaker_view(snap: dict[str, Any], fresh: bool) -> dict[str, Any]:
     """The same fields from a breaker's ``snapshot()``; *fresh*: the record was never written."""
     view: dict[str, Any] = {"state": snap["state"], "forced": snap["forced"], "opens": snap["consecutive_opens"]}
     if snap["forced"] is not None:
         view["force"] = (snap["force_expires_at"], snap["force_reason"], snap["force_actor"])
     if snap["state"] != "closed":
         view["opened_at"] = snap["opened_at"]
-    if snap["state"] == "open" and snap["forced"] != "open" and not (waive and snap["last_trigger"] == "forced"):
+    if snap["state"] == "open" and snap["forced"] != "open":
         view["open_until"] = snap["open_until"]
     if snap["state"] == "half_open":
         view["trials"] = (snap["half_open_trials"], snap["half_open_successes"])
@@ -396,8 +386,6 @@ def step(run: Run, sender: Sender) -> str:
         )
     elif op == "force":
         mode = rng.choice(("open", "closed"))
-        if mode == "open" and run.record.state == "open" and run.record.trigger != "forced":
-            mode = "closed"  # AVOIDED["force_open_over_automatic_open"]
         minutes = rng.choice((0.5, 5.0, 60.0, 3600.0)) * rng.uniform(0.9, 1.1) / 60.0
         reason, actor = rng.choice(REASONS), rng.choice(ACTORS)
         run.steps.append({"breaker": f"force_{mode}", "ttl_minutes": minutes})
@@ -531,8 +519,8 @@ def _fail(what: str, seed: int, run: Run, detail: str, upto: int | None = None) 
 
 # ---------------------------------------------------------------------- pinned divergences
 def _force_open_over_automatic_open(run: Run) -> None:
-    """An automatic open, then force_open: the breaker's last trigger becomes ``forced``, the
-    store keeps ``consecutive_failures`` (a shared breaker adopting the record shows that one)."""
+    """An automatic open, then force_open: no transition, so both keep the open's trigger
+    (``consecutive_failures``), its ``opened_at`` and its ``open_until``."""
     run.breaker.record_failure(run.breaker.acquire())
     run.memory.trip(run.name, trigger="consecutive_failures", **run.timing)
     run.breaker.force_open(1.0)
@@ -541,8 +529,7 @@ def _force_open_over_automatic_open(run: Run) -> None:
 
 def _frozen_lapse_open_until(run: Run) -> None:
     """A forced open lapses during Level 3: both stay OPEN, due for a probe as soon as the level
-    drops (the store's ``open_until`` is the lapse time), but the breaker's snapshot shows
-    ``open_until`` = ``opened_at`` + the recovery timeout, a time that has nothing to do with it."""
+    drops, and both show the lapse time as ``open_until``."""
     run.breaker.force_open(1.0)
     run.memory.force(run.name, mode="open", ttl_seconds=60.0)
     _set_frozen(run, True)
@@ -569,20 +556,10 @@ PINNED = [
     pytest.param(
         _force_open_over_automatic_open,
         id="force_open_over_automatic_open",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="force_open over an automatic open: the local breaker's last trigger becomes 'forced', the store "
-            "record keeps the open's trigger (a shared breaker adopting the record shows that one)",
-        ),
     ),
     pytest.param(
         _frozen_lapse_open_until,
         id="frozen_lapse_open_until",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="a forced open lapsed during Level 3: the local breaker's snapshot open_until is opened_at plus "
-            "the last automatic duration, the store's (and the breaker's real deadline) is the lapse time",
-        ),
     ),
 ]
 
@@ -590,8 +567,8 @@ PINNED = [
 @pytest.mark.parametrize("case", PINNED)
 def test_differential_pinned(case, level_backend):
     """ST-2, OP-1, OP-3, EM-2: the smallest sequences of the divergences the three-way test
-    found, each on a local breaker and the memory store (the Lua agrees with the memory store
-    on each: the Lua test covers the store side)."""
+    once found agree, each on a local breaker and the memory store (the Lua agrees with the
+    memory store on each: the Lua test covers the store side)."""
     run = new_run(0, 0)
     config = _config(
         "consecutive_failures",
@@ -611,5 +588,5 @@ def test_differential_pinned(case, level_backend):
     _set_frozen(run, False)
     case(run)
     record = run.memory.sweep(run.name, frozen=run.frozen).record
-    expected = record_view(record, fresh=False, waive=False)
-    assert breaker_view(run.breaker.snapshot(), fresh=False, waive=False) == expected
+    expected = record_view(record, fresh=False)
+    assert breaker_view(run.breaker.snapshot(), fresh=False) == expected
