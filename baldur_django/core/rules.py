@@ -1,13 +1,11 @@
-"""The rules of every transition, once, as pure functions (no I/O, no locking, no clock).
+"""The verdicts of every transition, as pure functions (no I/O, no locking, no clock).
 
-Two kinds of callers use this module, and nothing else decides a transition:
-
-* the local breaker (``core/breaker.py``) asks the *verdict* functions below what an event
-  does (a trigger firing, a probe request, a trial's outcome, a lapse, a release, the
-  recovery timeout, the backoff of one more open) and applies the answer to its own
-  fields under its lock;
-* :func:`~baldur_django.core.steps.step` (the one function every breaker and store applies)
-  runs ``normalise`` first, then one ``op_*`` function, each built from the same verdicts.
+:func:`~baldur_django.core.steps.step` is the one function that applies them: the local
+breaker (``core/machine.py``), the memory and database stores all run it, and it runs
+``normalise`` first, then one ``op_*`` function below, each built from the same verdicts.
+Callers also read the verdicts directly where they decide no transition: which trigger
+one outcome fires (:func:`closed_trigger`, :func:`cascade_rate`) before a ``Trip`` step,
+and why an OPEN breaker refuses a call (:func:`open_refusal`).
 
 The Redis store's Lua scripts (``stores/lua/``) are the one other copy of these rules.
 Every input is an argument: the current time ``now`` (store-clock Unix seconds for a
@@ -58,6 +56,7 @@ __all__ = [
     "prunable",
     "stuck_open_for",
     "op_peer",
+    "unforce",
 ]
 
 #: What a trial's outcome does to its probing round (:func:`trial_verdict`).
@@ -447,18 +446,19 @@ def op_peer(
     OPEN opens for one more backed-off automatic duration, a CLOSED closes (lifting a force
     it meets). Applied while frozen too. Returns the verdict."""
     verdict = peer_verdict(state=record.state, forced=record.forced, peer=peer)
-    if verdict == PEER_APPLIED or verdict == PEER_LIFTED:
+    if verdict in (PEER_APPLIED, PEER_LIFTED):
         if peer == "open":
             _open(record, now, "propagated", recovery_timeout, factor, cap)
         else:
-            _unforce(record)
+            unforce(record)
             _bump(record, "closed", now, "propagated")
             record.opened_at = None
             record.open_until = None
     return verdict
 
 
-def _unforce(record: Record) -> None:
+def unforce(record: Record) -> None:
+    """Clear the force fields of *record* (no version of its own)."""
     record.forced = None
     record.force_expires_at = None
     record.force_reason = ""

@@ -37,6 +37,7 @@ __all__ = [
     "Release",
     "Clear",
     "Peer",
+    "Adopt",
     "StuckOpen",
     "Prune",
     "Event",
@@ -132,6 +133,19 @@ class Peer:
 
 
 @dataclass(frozen=True, slots=True)
+class Adopt:
+    """A breaker takes over a shared store's *record* (the store computed its transition):
+    its times move by *offset* seconds (store clock -> the breaker's), a missing force
+    expiry counts as *store_now*. *round_only*: the version is the one already adopted,
+    only the probing round's counts are taken."""
+
+    record: Record
+    offset: float
+    store_now: float
+    round_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class StuckOpen:
     """The watchdog's question: has the record been OPEN at least *stuck_after* seconds?"""
 
@@ -143,7 +157,7 @@ class Prune:
     """The registry prune's question: may the record be forgotten?"""
 
 
-Event = Observe | Sweep | Trip | AcquireProbe | FinishProbe | Force | Release | Clear | Peer | StuckOpen | Prune
+Event = Observe | Sweep | Trip | AcquireProbe | FinishProbe | Force | Release | Clear | Peer | Adopt | StuckOpen | Prune
 
 
 @dataclass(slots=True)
@@ -190,30 +204,36 @@ def step(record: Record, event: Event, now: float, timing: Timing = NO_TIMING, f
         a known event; ValueError for an unknown one (a programming error).
     """
     outcome = Outcome(record.state)
-    kind = type(event)
-    if kind is StuckOpen or kind is Prune:  # questions: the record is read as stored
+    if isinstance(event, (StuckOpen, Prune)):  # questions: the record is read as stored
         outcome.result = _question(record, event, now)
-        return outcome
-    outcome.lapsed = rules.normalise(record, now, frozen)
-    if kind is Sweep:
-        outcome.result = rules.op_sweep(record, now, frozen)
-    elif kind is Trip:
-        outcome.result = rules.op_trip(
-            record, now, event.trigger, timing.recovery_timeout, timing.factor, timing.cap, frozen=frozen  # type: ignore[union-attr]
-        )
-    elif kind is AcquireProbe or kind is FinishProbe:
-        _probe(record, event, now, timing, frozen, outcome)
-    elif kind is Force:
-        rules.op_force(record, now, event.mode, event.ttl_seconds, event.reason, event.actor)  # type: ignore[union-attr]
-    elif kind is Release:
-        outcome.result = rules.op_release(record, now)
-    elif kind is Clear:
-        outcome.result = rules.op_clear(record, now)
-    elif kind is Peer:
-        outcome.result = rules.op_peer(record, now, event.state, timing.recovery_timeout, timing.factor, timing.cap)  # type: ignore[union-attr]
-    elif kind is not Observe:
-        raise ValueError(f"unknown event {event!r}")
+    elif isinstance(event, Adopt):  # the store normalised its record already
+        _adopt(record, event)
+    else:
+        outcome.lapsed = rules.normalise(record, now, frozen)
+        _change(record, event, now, timing, frozen, outcome)
     return outcome
+
+
+def _change(record: Record, event: Event, now: float, timing: Timing, frozen: bool, outcome: Outcome) -> None:
+    """The event itself, on a normalised record."""
+    if isinstance(event, Sweep):
+        outcome.result = rules.op_sweep(record, now, frozen)
+    elif isinstance(event, Trip):
+        outcome.result = rules.op_trip(
+            record, now, event.trigger, timing.recovery_timeout, timing.factor, timing.cap, frozen=frozen
+        )
+    elif isinstance(event, (AcquireProbe, FinishProbe)):
+        _probe(record, event, now, timing, frozen, outcome)
+    elif isinstance(event, Force):
+        rules.op_force(record, now, event.mode, event.ttl_seconds, event.reason, event.actor)
+    elif isinstance(event, Release):
+        outcome.result = rules.op_release(record, now)
+    elif isinstance(event, Clear):
+        outcome.result = rules.op_clear(record, now)
+    elif isinstance(event, Peer):
+        outcome.result = rules.op_peer(record, now, event.state, timing.recovery_timeout, timing.factor, timing.cap)
+    elif not isinstance(event, Observe):
+        raise ValueError(f"unknown event {event!r}")
 
 
 def _probe(record: Record, event: Event, now: float, timing: Timing, frozen: bool, outcome: Outcome) -> None:
@@ -235,6 +255,40 @@ def _probe(record: Record, event: Event, now: float, timing: Timing, frozen: boo
             timing.cap,
             frozen=frozen,
         )
+
+
+def _adopt(record: Record, event: Adopt) -> None:
+    """Take over the store's record (see :class:`Adopt`): a new version unless a CLOSED
+    record meets a CLOSED one (then only a trigger the record names is taken)."""
+    shared, offset = event.record, event.offset
+    if not event.round_only:
+        if shared.forced is None:
+            rules.unforce(record)
+        else:
+            record.forced = shared.forced
+            expires = shared.force_expires_at
+            record.force_expires_at = (expires if expires is not None else event.store_now) + offset
+            record.force_reason = shared.force_reason
+            record.force_actor = shared.force_actor
+        if shared.state != record.state or shared.state != "closed":
+            record.version += 1
+            record.state = shared.state
+            record.trigger = shared.trigger or "adopted"
+            record.probes = {}
+            record.successes = 0
+            record.updated_at = event.store_now + offset
+        elif shared.trigger is not None:
+            record.trigger = shared.trigger
+        if shared.state == "closed":
+            record.opened_at = record.open_until = None
+        else:
+            record.opened_at = None if shared.opened_at is None else shared.opened_at + offset
+            if shared.open_until is not None:
+                record.open_until = shared.open_until + offset
+        record.opens = shared.opens
+    if record.state == "half_open":  # the fleet's round: its leases in the breaker's seconds
+        record.successes = shared.successes
+        record.probes = {token: until + offset for token, until in shared.probes.items()}
 
 
 def _question(record: Record, event: Event, now: float) -> object:

@@ -527,8 +527,9 @@ class StoreSync:
 
     def finish_probe(self, breaker: SyncTarget, permit: Permit, outcome: str) -> bool:
         """Store I/O: settle a trial ``"success"``, ``"failure"`` or ``"abandon"`` in the shared
-        round. Returns False when the breaker must settle it locally (no token, store down)."""
-        if permit.token is None or self.guard.down:
+        round. Returns False when the breaker must settle it locally (a slot of its own
+        record, not the store's; store down)."""
+        if permit.token not in self._probe_versions or self.guard.down:
             return False
         cfg = breaker.config
         version = self._probe_versions.pop(permit.token, self.version)

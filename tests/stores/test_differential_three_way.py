@@ -107,6 +107,7 @@ KINDS = ("consecutive_failures", "failure_rate", "rate_limit_cascade")
 REASONS = ("", "maintenance", 'say "hi" \\ back', "db migration ✓")
 ACTORS = (None, "ops", "", "ünïcode")
 
+
 class PinnedClock:
     """A clock whose monotonic and wall readings are one number, moved by the test."""
 
