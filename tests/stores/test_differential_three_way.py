@@ -6,8 +6,8 @@ The same random sequences drive three appliers of the rules:
 * a process-local :class:`CircuitBreaker` (no store) through its public API only:
   ``acquire``, ``record_success`` / ``record_failure`` / ``record_ignored``,
   ``report_rate_limit``, ``force_open`` / ``force_close`` / ``release`` / ``reset``,
-  ``snapshot``, and the state generation its core keeps (``core_of(breaker).generation``,
-  read only); Level 3 through the emergency level backend (read at once
+  ``snapshot``, and the record its core is (``core_of(breaker)``: its fields and state
+  generation, read only); Level 3 through the emergency level backend (read at once
   with ``emergency.refresh``); time through a clock whose
   monotonic and wall readings are one number (so the breaker's monotonic deadlines and
   the stores' Unix-time deadlines are the same floats, and a step exactly onto a deadline
@@ -49,20 +49,22 @@ been written, ``version > 0``, and
 while it names one after a prune)
 ===================================  ==========================================================
 
-``version`` and the breaker's ``generation`` are compared where they mean the same: a step
-that moves the state gives the breaker a new generation, and a new generation comes with a
-new version (a store also takes a new version for a change that is not a transition, a force
-renewed in its own state or the end of a forced closed, where the breaker keeps its
-generation). What a generation decides is compared too: an outcome of an older round is
-dropped by both (stale trials are reported on purpose). Not compared: ``updated_at`` (the
-breaker has none); the automatic ``open_until`` kept under a forced open (the breaker shows
-the force's end there). The memory store and the Lua are compared on everything: the whole
-record and the answer of every operation and observation, and prune's verdict.
+The whole record too. A breaker's core *is* a :class:`Record` (the one ``steps.step`` changes
+on all three sides), its times in the breaker's monotonic seconds, which the pinned clock
+makes the stores' Unix seconds: after every step it must equal the memory store's record
+field by field (``same_record``): ``state``, ``version`` (the breaker's state generation),
+``opened_at``, ``open_until`` (forced or not), ``trigger``, the force, ``successes``,
+``updated_at``, ``opens``; the probing round by its size (the probe tokens and leases are each
+side's own). What a generation decides is compared too: an outcome of an older round is
+dropped by both (stale trials are reported on purpose). The memory store and the Lua are
+compared on everything: the whole record and the answer of every operation and observation,
+and prune's verdict.
 
 Prune: a local breaker has no registry, so it is never forgotten; a prune of a CLOSED,
 unforced record leaves a fresh record (``version`` 0), which the comparison above reads as
-the same as the breaker's CLOSED state (the trigger is not compared while the record names
-none after a prune: the breaker still shows the last one it took).
+the same as the breaker's CLOSED state (the trigger and ``updated_at`` are not compared while
+the record names no trigger after a prune: the breaker still shows the last one it took; the
+versions are compared up to the breaker's version at the prune).
 
 The smallest sequences of the divergences this test once found are pinned by the
 parametrised cases at the end of this module (they agree now; the random sequences generate
@@ -153,6 +155,7 @@ class Run:
     record: Record = field(default_factory=Record)  # the memory store's record at the last observation
     record_before: Record = field(default_factory=Record)  # ... at the one before (generations)
     generation: int = 0  # the breaker's generation at the last observation
+    version_offset: int = 0  # the breaker's version minus the store's, set by a prune
 
     @property
     def name(self) -> str:
@@ -318,6 +321,8 @@ class Sender:
         registered = run.name in run.memory.names()
         gone = run.name in run.memory.prune(older_than=math.inf)
         run.pruned = run.pruned or gone
+        if gone:  # the store starts again from version 0; the breaker keeps counting
+            run.version_offset = core_of(run.breaker).version
         self.lua.queue_prune(run.name)
         run.steps.append({"store": "prune", "now": run.clock.now, "pruned": gone})
         self.sent.append((run, len(run.steps) - 1, gone if registered else None))
@@ -418,12 +423,32 @@ def observe(run: Run, sender: Sender) -> None:
     got = breaker_view(run.breaker.snapshot(), fresh)
     if expected != got:
         raise Divergence(f"store record {expected}\nbreaker        {got}")
+    same_record(run, record, fresh)
     generation = core_of(run.breaker).generation  # the state generation, kept by the breaker's core
     if record.state != run.record_before.state and generation == run.generation:
         raise Divergence(f"the state moved to {record.state} without a new generation of the breaker")
     if generation != run.generation and record.version == run.record_before.version:
         raise Divergence("the breaker took a new generation, the store record kept its version")
     run.generation = generation
+
+
+def same_record(run: Run, record: Record, fresh: bool) -> None:
+    """The breaker's own record (its core is a :class:`Record`; with the pinned clock its
+    monotonic times are the store's Unix times) is the store's, field by field: the probe
+    tokens and leases are each side's own (the breaker's slots never expire), so the round
+    is compared by its size; the version up to the offset a prune left; ``trigger`` and
+    ``updated_at`` only once the store wrote the record again after a prune."""
+    mine = core_of(run.breaker).to_dict()
+    theirs = record.to_dict()
+    mine["state"] = str(mine["state"])
+    for side in (mine, theirs):
+        side["probes"] = len(side["probes"])
+    mine["version"] -= run.version_offset
+    if fresh:
+        for name in ("trigger", "updated_at"):
+            del mine[name], theirs[name]
+    if mine != theirs:
+        raise Divergence(f"store record  {theirs}\nbreaker record {mine}")
 
 
 class Divergence(AssertionError):
