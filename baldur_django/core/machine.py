@@ -1,10 +1,12 @@
 """The breaker's state and its transitions: the part every other part of a breaker works on.
 
-A :class:`Machine` holds all of one breaker's mutable state in slots and the primitives that
-change it under its one short ``threading.Lock``: entering a state in a new generation,
-opening with a backed-off duration, closing, lapsing a force, the recovery timeout, and the
-event outbox that delivers what was decided after the lock is released, once per
-transition. A :class:`~baldur_django.core.breaker.CircuitBreaker` builds one (as its
+A :class:`Machine` holds all of one breaker's mutable state in slots. Its state proper is a
+:class:`~baldur_django.core.stores.base.Record` (a machine is one), changed only by
+:func:`~baldur_django.core.steps.step`, the function the stores apply too:
+:meth:`Machine.apply_step` runs it under the one short ``threading.Lock`` and applies the
+outcome (a new generation, the CLOSED permit, the transition's check, count and event, the
+lock-free fields). The event outbox delivers what was decided after the lock is released,
+once per transition. A :class:`~baldur_django.core.breaker.CircuitBreaker` builds one (as its
 :class:`~baldur_django.core.calls.BreakerCore`) and hands it to its other parts: the
 admission and recording of calls (``calls.py``), the store seam (``shared.py``), the
 hot-path wrappers (``wrappers.py``), metrics reading (``readings.py``) and operator control
