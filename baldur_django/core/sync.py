@@ -48,6 +48,7 @@ from .emergency import frozen
 from .errors import StoreError
 from .events import Event, RecordAdopted, StoreProblem, TripBlocked
 from .lease import probe_lease
+from .rules import recovery_due
 from .states import CircuitState
 from .stores.base import BLOCKED, TRIPPED, Answer, StateStore
 
@@ -421,8 +422,8 @@ class StoreSync:
         elif now >= view.sync_due or (view.forced is not None and now >= view.force_until):
             self.consult(breaker, now)
         view = breaker.view(locked=True)
-        due = view.state is _OPEN and view.forced is None and now >= view.open_until
-        if due and not self.guard.down and not frozen():
+        due = recovery_due(state=view.state, forced=view.forced, now=now, open_until=view.open_until, frozen=frozen())
+        if due and not self.guard.down:
             self._run(breaker, "sweep", frozen=False)
 
     def _run(self, breaker: SyncTarget, op: str, **kwargs: Any) -> Answer | None:
