@@ -282,6 +282,7 @@ class Machine(Record):
         """
         before = self.state
         version = self.version
+        self.quiet_permit = self.healthy_permit = None  # the lock-free lanes stop before the record changes
         outcome = steps.step(self, event, now, self.step_timing(), frozen())
         if self.version != version or self.state != before:
             self.applied(before, outcome, None if outcome.lapsed is not None else events, adopted)
