@@ -2,7 +2,7 @@
 
 Each transition is one transaction that locks the breaker's row
 (``select_for_update``; on SQLite a no-op write first takes the database's write lock)
-and applies the same pure rules as the memory store (``core/rules.py``). Shared
+and applies the same pure step function as the memory store (``core/steps.py``). Shared
 timestamps come from the database's clock. ORM work never runs on an event loop: called
 from a thread with a running loop, the operation runs in a worker thread (Django's
 async-safety rule). Every database error becomes ``StoreUnavailable``.
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
 
-from ..core.rules import prunable, run
+from ..core.steps import prunable, run
 from ..core.stores.base import Answer, StoreUnavailable, decode, encode, safe_key
 
 __all__ = ["DatabaseStore", "db_now"]

@@ -17,11 +17,12 @@ import asyncio
 from collections.abc import Callable, MutableSequence
 from typing import Any, cast
 
-from . import rules
+from . import rules, steps
 from .classify import parse_retry_after
 from .emergency import frozen
 from .errors import CircuitOpenError, new_open_error
 from .events import CallRejected, Event, RateLimitStorm
+from .machine import local_token
 from .nesting import RECORDED
 from .permit import Permit
 from .shared import SharedMachine
@@ -222,16 +223,13 @@ class BreakerCore(SharedMachine):
             return (self.closed_permit if started is None else Permit(self.generation, started=started)), "", None
         if state is HALF_OPEN:
             # the fleet's slots are the store's while it answers: none here
-            max_calls = self.config.half_open_max_calls
-            taken = self.trials if self.sync.local_judgement() else max_calls
-            refusal = rules.probe_refusal(
-                state=state.value, forced=self.forced, taken=taken, max_calls=max_calls, frozen=frozen()
-            )
-            if refusal is not None:
-                return None, refusal, None  # frozen, or half_open_full
-            self.trials += 1
-            return Permit(self.generation, trial=True, started=started), "", None
-        until = self.force_until if self.forced == "open" else self.open_until
+            max_calls = self.config.half_open_max_calls if self.sync.local_judgement() else 0
+            token = local_token()
+            outcome = self.apply_step(steps.AcquireProbe(token, max_calls, float("inf")), now, None)
+            if outcome.reason is not None:
+                return None, outcome.reason, None  # frozen, or half_open_full
+            return Permit(self.generation, trial=True, started=started, token=token), "", None
+        until = self.deadline()
         if rules.open_refusal(forced=self.forced, now=now, until=until, frozen=frozen()) == Reason.FROZEN:
             return None, Reason.FROZEN, None  # held OPEN past its recovery timeout
         self.hold_open_until(until)
@@ -329,9 +327,9 @@ class BreakerCore(SharedMachine):
             self.mark()  # settled, for a call around a nested one
         if self.sync.finish_probe(self, permit, "abandon"):
             return
+        event = steps.FinishProbe(permit.token, permit.generation, "abandon", self.config.half_open_max_calls)
         with self.lock:
-            if permit.generation == self.generation and self.state is HALF_OPEN and self.trials > 0:
-                self.trials -= 1
+            self.apply_step(event, self.mono(), None)
 
     def _record(self, permit: Permit, *, ok: bool, count_attempt: bool, rate_limited: bool = False) -> None:
         """One outcome off the lanes (a failure comes only from :meth:`record_failure`, and
@@ -399,25 +397,15 @@ class BreakerCore(SharedMachine):
         if self.sync.finish_probe(self, permit, outcome):
             return
         events = self.outbox
+        event = steps.FinishProbe(permit.token, permit.generation, outcome, self.config.half_open_max_calls)
         with self.lock:
-            if permit.generation == self.generation and self.state is HALF_OPEN:
-                verdict = rules.trial_verdict(
-                    successes=self.trial_successes,
-                    max_calls=self.config.half_open_max_calls,
-                    outcome=outcome,
-                    frozen=frozen(),
-                )
-                if verdict == rules.GIVE_BACK:
-                    self.trials -= 1  # no close, no reopen while frozen; the slot goes back
-                elif verdict == rules.COUNT:
-                    self.trial_successes += 1
-                elif verdict == rules.CLOSE:
-                    self.trial_successes += 1
-                    self.to_closed(Trigger.HALF_OPEN_SUCCESS, events)
-                else:
-                    # a re-open is a trip like any other: with a shared store it is
-                    # queued for write-back, and pushed once the store answers again
-                    self.trip(now, rules.trial_trigger(outcome), events, reopen=True)
+            held: list[Event] = []
+            if self.apply_step(event, now, held).result == "open":
+                # a re-open is a trip like any other: with a shared store it is
+                # queued for write-back, and pushed once the store answers again
+                self.sync.trip_decided(self, self.trigger or rules.trial_trigger(outcome), held, events)
+            else:
+                events.extend(held)
         self.settle(events)
 
     def note_attempt(self, *, rate_limited: bool = False, retry_after: Any = None, evaluate: bool = True) -> None:
@@ -524,13 +512,11 @@ class BreakerCore(SharedMachine):
             events.append(RateLimitStorm(self.name, self.clock.wall(), count=sightings, calls=calls, rate=rate))
             self.trip(now, Trigger.RATE_LIMIT_CASCADE, events)
 
-    def trip(self, now: float, trigger: str, events: MutableSequence[Event], *, reopen: bool = False) -> None:
-        """An automatic trigger fired (lock held): open at once for this process's traffic;
+    def trip(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
+        """An automatic trigger fired (lock held): a :class:`~baldur_django.core.steps.Trip`
+        step opens at once for this process's traffic (unless Level 3 or a force holds it);
         the strategy decides when the events are published (a shared store first asks
         the store who decided the trip)."""
-        verdict = rules.trip_verdict(state=self.state.value, forced=self.forced, frozen=frozen(), reopen=reopen)
-        if verdict != rules.TRIPPED:
-            return  # Level 3 holds every automatic decision; a force refuses it
         held: list[Event] = []
-        self.to_open(now, trigger, held)
-        self.sync.trip_decided(self, trigger, held, events)
+        if self.apply_step(steps.Trip(trigger), now, held).result == rules.TRIPPED:
+            self.sync.trip_decided(self, trigger, held, events)

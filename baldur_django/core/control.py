@@ -8,12 +8,12 @@ event is published after the state lock is released.
 
 from __future__ import annotations
 
-from . import rules
+from . import rules, steps
 from .calls import BreakerCore
 from .errors import ConfigError
 from .events import Forced, ForceLapsed, Released, Reset, TripBlocked
 from .permit import validate_ttl
-from .states import CircuitState, Trigger
+from .states import Trigger
 
 __all__ = [
     "force",
@@ -25,9 +25,6 @@ __all__ = [
     "PEER_BLOCKED",
     "PEER_LIFTED",
 ]
-
-CLOSED = CircuitState.CLOSED
-OPEN = CircuitState.OPEN
 
 # What apply_peer did with a peer's decision: the verdicts of rules.peer_verdict.
 PEER_APPLIED = rules.PEER_APPLIED
@@ -50,10 +47,12 @@ def force(core: BreakerCore, mode: str, ttl_minutes: float | None, reason: str, 
             if answer is None:
                 core.evaluate(now, events)
             before = core.state
-            if answer is None:
-                _apply_force(core, mode, now, wall, ttl, reason, actor)
+            if answer is None:  # a process-local force: its transition publishes no StateChanged
+                core.apply_step(steps.Force(mode, ttl * 60.0, reason, actor), now, None)
+                expires = wall + ttl * 60.0
             else:
                 core.adopt(answer, now, [], force=True)
+                expires = answer.record.force_expires_at or 0.0
             events.append(
                 Forced(
                     core.name,
@@ -62,36 +61,13 @@ def force(core: BreakerCore, mode: str, ttl_minutes: float | None, reason: str, 
                     from_state=before.value,
                     to_state=core.state.value,
                     ttl_minutes=ttl,
-                    expires_at=core.force_expires_at or 0.0,
+                    expires_at=expires,
                     reason=reason,
                     actor=actor,
                     dry_run=core.config.dry_run,
                 )
             )
     core.settle(events)
-
-
-def _apply_force(
-    core: BreakerCore, mode: str, now: float, wall: float, ttl: float, reason: str, actor: str | None
-) -> None:
-    """A process-local force (lock held): the transition it implies publishes no
-    ``StateChanged`` of its own (the ``Forced`` event says it all)."""
-    core.invalidate()
-    core.forced = mode
-    core.force_until = now + ttl * 60.0
-    core.force_expires_at = wall + ttl * 60.0
-    core.force_reason = reason
-    core.force_actor = actor
-    if mode == "open":
-        if core.state is not OPEN:
-            core.to_open(now, Trigger.FORCED, [])
-        else:
-            core.enter(OPEN, Trigger.FORCED, None)
-            core.opened_at = core.opened_at or wall
-        core.hold_open_until(core.force_until)
-    elif core.state is not CLOSED:
-        core.to_closed(Trigger.FORCED, None)
-    core.refresh_fast()
 
 
 def release(core: BreakerCore, actor: str | None = None, reason: str = "") -> bool:
@@ -115,13 +91,8 @@ def release(core: BreakerCore, actor: str | None = None, reason: str = "") -> bo
             if answer is None:
                 core.evaluate(now, events)
                 before = core.state
-                previous = core.forced
-                if previous is not None:
-                    core.clear_force()
-                    if rules.release_target(previous) is not None:
-                        core.to_half_open(Trigger.RELEASED, None)
-                    else:
-                        core.refresh_fast()
+                released = core.apply_step(steps.Release(), now, None).result
+                previous = None if released is None else str(released)
             else:
                 previous = answer.result
                 if answer.lapsed is not None:
@@ -182,16 +153,9 @@ def apply_peer(core: BreakerCore, state: str) -> str:
     now = core.mono()
     with core.lock:
         core.evaluate(now, events)
-        outcome = rules.peer_verdict(state=core.state.value, forced=core.forced, peer=state)
+        outcome = str(core.apply_step(steps.Peer(state), now, events).result)
         if outcome == PEER_BLOCKED:
             events.append(TripBlocked(core.name, core.clock.wall(), forced="closed", trigger=Trigger.PROPAGATED))
-        elif outcome != PEER_UNCHANGED:
-            if state == "open":
-                core.to_open(now, Trigger.PROPAGATED, events)
-            else:
-                if outcome == PEER_LIFTED:
-                    core.clear_force()  # a CLOSED over a forced open lifts it
-                core.to_closed(Trigger.PROPAGATED, events)
         if outcome in (PEER_APPLIED, PEER_LIFTED):
             core.sync.after_peer(core)
             core.refresh_fast()
@@ -222,8 +186,7 @@ def reset(core: BreakerCore) -> None:
             previous = core.forced if answer is None else answer.result
             if answer is not None:
                 core.adopt(answer, now, [], force=True)  # the record's version: not adopted again
-            core.clear_force()
-            core.enter(CLOSED, Trigger.RESET, None)  # a new generation: calls in flight are stale
+            core.apply_step(steps.Clear(), now, None)  # a new generation: calls in flight are stale
             core.consecutive = 0
             core.window.clear()
             core.cascade.clear()
@@ -234,7 +197,7 @@ def reset(core: BreakerCore) -> None:
                     core.name,
                     core.clock.wall(),
                     from_state=before.value,
-                    to_state=CLOSED.value,
+                    to_state=core.state.value,
                     forced=previous or "",
                 )
             )

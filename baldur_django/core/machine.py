@@ -1,10 +1,12 @@
 """The breaker's state and its transitions: the part every other part of a breaker works on.
 
-A :class:`Machine` holds all of one breaker's mutable state in slots and the primitives that
-change it under its one short ``threading.Lock``: entering a state in a new generation,
-opening with a backed-off duration, closing, lapsing a force, the recovery timeout, and the
-event outbox that delivers what was decided after the lock is released, once per
-transition. A :class:`~baldur_django.core.breaker.CircuitBreaker` builds one (as its
+A :class:`Machine` holds all of one breaker's mutable state in slots. Its state proper is a
+:class:`~baldur_django.core.stores.base.Record` (a machine is one), changed only by
+:func:`~baldur_django.core.steps.step`, the function the stores apply too:
+:meth:`Machine.apply_step` runs it under the one short ``threading.Lock`` and applies the
+outcome (a new generation, the CLOSED permit, the transition's check, count and event, the
+lock-free fields). The event outbox delivers what was decided after the lock is released,
+once per transition. A :class:`~baldur_django.core.breaker.CircuitBreaker` builds one (as its
 :class:`~baldur_django.core.calls.BreakerCore`) and hands it to its other parts: the
 admission and recording of calls (``calls.py``), the store seam (``shared.py``), the
 hot-path wrappers (``wrappers.py``), metrics reading (``readings.py``) and operator control
@@ -24,7 +26,7 @@ import threading
 from collections.abc import Callable, Collection, MutableSequence
 from typing import Any
 
-from . import rules
+from . import steps
 from .clock import Clock
 from .config import BreakerConfig
 from .configs import shared_config
@@ -33,8 +35,8 @@ from .events import Event, EventBus, ForceLapsed, StateChanged
 from .names import check_name
 from .nesting import RECORDED
 from .permit import Permit
-from .rules import next_open
-from .states import CircuitState, Reason, Trigger, check_transition
+from .states import CircuitState, Reason, check_transition
+from .stores.base import Record
 from .sync import LOCAL, LocalSync, StoreGuard, StoreSync
 from .window import CountWindow, SecondBuckets, TimeWindow
 
@@ -50,10 +52,28 @@ STATES = {"closed": CLOSED, "open": OPEN, "half_open": HALF_OPEN}
 #: Taken only to make a breaker's delivery lock on its first delivery (:meth:`Machine.publish`).
 _DRAIN_MADE = threading.Lock()
 
+#: The probes of a breaker that never probed: one shared empty mapping (the steps never
+#: change a record's probes in place, they replace them).
+_NO_PROBES: dict[str, float] = {}
 
-class Machine:
+#: Tokens of this process's own trial slots (a store's tokens are uuid hex).
+_TOKENS = itertools.count(1)
+
+
+def local_token() -> str:
+    """A fresh token for a trial slot taken in this process's own record."""
+    return f"local-{next(_TOKENS)}"
+
+
+class Machine(Record):
     """One breaker's mutable state and the transitions that change it (state lock held
     unless a method says otherwise).
+
+    A machine *is* a :class:`~baldur_django.core.stores.base.Record`: its state, version
+    (the generation permits are stamped with), force, open times, backoff count and probing
+    round are the record's fields, in the breaker's monotonic seconds, and only
+    :func:`~baldur_django.core.steps.step` changes them (:meth:`apply_step`). Readings convert
+    the times to Unix seconds.
 
     The fields the lock-free paths read, each re-derived under the lock:
 
@@ -77,8 +97,8 @@ class Machine:
     * ``seq``: outcomes counted off the healthy lane, read when a call begins so a call
       around a nested one through the same breaker records nothing more.
 
-    Times: ``*_until``, ``sync_due`` and ``force_until`` are monotonic seconds;
-    ``opened_at`` and ``force_expires_at`` are Unix seconds.
+    Times: every time is monotonic seconds (``opened_at``, ``open_until``,
+    ``force_expires_at``, ``updated_at``, lease expiries, ``reject_until``, ``sync_due``).
     """
 
     # Slots, not an instance dict: a breaker holds some fifty fields, more than CPython's
@@ -86,16 +106,21 @@ class Machine:
     # ``__dict__`` stays as the last slot, created only when something sets a field not
     # listed here (a test's spy); ``__weakref__`` because sync guards hold breakers weakly.
     __slots__ = (
-        "name", "config", "clock", "mono", "bus", "lock", "sync", "timed", "state", "generation",
+        "name", "config", "clock", "mono", "bus", "lock", "sync", "timed", "generation",
         "closed_permit", "fast_permit", "healthy_permit", "quiet_permit", "timing_permit",
         "reject_until", "sync_due", "consecutive", "window", "lanes", "plain_types", "timing",
-        "cascade", "cooldown_until", "opened_at", "open_until", "open_seconds", "opens",
-        "trials", "trial_successes", "forced", "force_until", "force_expires_at",
-        "force_reason", "force_actor", "last_trigger", "seq", "dry_run_rejections",
+        "cascade", "cooldown_until", "seq", "dry_run_rejections",
         "m_failure", "m_rate_limited", "m_ignored", "m_uncounted", "m_noted",
         "blocked_open", "blocked_half_open", "blocked_frozen", "transitions", "inherited",
         "outbox", "drain", "drainer", "__dict__", "__weakref__",
     )  # fmt: skip
+
+    state: CircuitState  # the record's state, always the enum member here
+    __eq__ = object.__eq__  # a breaker is equal to itself only, and hashable
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {self.state.value} v{self.version}>"
 
     def __init__(self, name: str, config: BreakerConfig, clock: Clock, bus: EventBus) -> None:
         check_name(name)
@@ -108,8 +133,21 @@ class Machine:
         self.lock = threading.Lock()
         self.sync: LocalSync | StoreSync = LOCAL
         self.timed = False
+        # the record (see the class docstring)
         self.state = CLOSED
-        self.generation = 0
+        self.version = 0
+        self.opened_at = None
+        self.open_until = None
+        self.trigger = None
+        self.forced = None  # "open" | "closed"
+        self.force_expires_at = None
+        self.force_reason = ""
+        self.force_actor = None
+        self.probes = _NO_PROBES
+        self.successes = 0
+        self.updated_at = None
+        self.opens = 0  # consecutive automatic opens since the last close
+        self.generation = 0  # = version, re-derived after each step
         self.closed_permit: Permit | None = Permit(0)
         self.fast_permit: Permit | None = self.closed_permit
         self.healthy_permit: Permit | None = None
@@ -124,18 +162,6 @@ class Machine:
         self.timing = False  # the slow-call trigger is on; set by configure_lanes()
         self.cascade = SecondBuckets(config.cascade_window)
         self.cooldown_until = 0.0
-        self.opened_at: float | None = None
-        self.open_until = 0.0
-        self.open_seconds = config.recovery_timeout  # how long the current open lasts
-        self.opens = 0  # consecutive automatic opens since the last close
-        self.trials = 0  # slots taken in the current probing round
-        self.trial_successes = 0
-        self.forced: str | None = None  # "open" | "closed"
-        self.force_until = 0.0
-        self.force_expires_at: float | None = None
-        self.force_reason = ""
-        self.force_actor: str | None = None
-        self.last_trigger: str | None = None
         self.seq = 0
         self.dry_run_rejections = 0
         self.init_metrics()
@@ -229,130 +255,122 @@ class Machine:
         self.healthy_permit = None
         self.reject_until = 0.0
 
-    def enter(
-        self,
-        target: CircuitState,
-        trigger: str,
-        events: MutableSequence[Event] | None,
-        *,
-        adopted: bool = False,
-    ) -> float:
-        """Move to *target* in a new generation (lock held): the single place a state
-        changes, for local decisions and adoption alike. Appends ``StateChanged`` to
-        *events* unless it is None (adoption of a peer's decision publishes nothing).
+    def step_timing(self) -> steps.Timing:
+        """The open timing of this breaker's configuration (seconds)."""
+        cfg = self.config
+        return steps.Timing(cfg.recovery_timeout, cfg.recovery_backoff_factor, cfg.recovery_timeout_max)
 
-        The edge is checked against the legal-transition table first
-        (:func:`~baldur_django.core.states.check_transition`); *adopted* marks a state taken
-        over from a shared record, legal from any state.
+    def apply_step(
+        self, event: steps.Event, now: float, events: MutableSequence[Event] | None, *, adopted: bool = False
+    ) -> steps.Outcome:
+        """Run :func:`~baldur_django.core.steps.step` on this breaker's own record (lock held)
+        and apply what it did: the single place a state changes, for local decisions and
+        adoption alike.
+
+        Args:
+            event (steps.Event): what happened.
+            now (float): the breaker's monotonic clock (seconds).
+            events: where a ``StateChanged`` goes when the step moved the state (None:
+                announced otherwise, by a force, release, reset, lapse or adoption's own event).
+            adopted (bool): a state taken over from a shared record, legal from any state.
 
         Returns:
-            The wall-clock time of the transition (Unix seconds).
+            steps.Outcome: the step's outcome.
 
         Raises:
-            IllegalTransition: the edge is not in the table (a programming error).
+            IllegalTransition: the edge is not in the legal-transition table (a programming error).
         """
         before = self.state
-        check_transition(before, target, trigger, adopted=adopted)
+        version = self.version
+        self.quiet_permit = self.healthy_permit = None  # the lock-free lanes stop before the record changes
+        outcome = steps.step(self, event, now, self.step_timing(), frozen())
+        if self.version != version or self.state != before:
+            self.applied(before, outcome, None if outcome.lapsed is not None else events, adopted)
+        return outcome
+
+    def applied(
+        self, before: CircuitState, outcome: steps.Outcome, events: MutableSequence[Event] | None, adopted: bool
+    ) -> None:
+        """Re-derive what follows from a step that made a new version (lock held): the
+        generation and CLOSED permit, the transition's count, check and event, the counts
+        a close clears, the lock-free OPEN deadline and the hot-path permits."""
+        target = STATES[self.state]
+        trigger = self.trigger or ""
+        if target is not before:
+            check_transition(before, target, trigger, adopted=adopted)  # before anything is applied
         self.invalidate()
+        self.state = target
+        self.generation = self.version
+        self.closed_permit = Permit(self.version) if target is CLOSED else None
         if target is not before:
             key = (before.value, target.value, trigger)
             transitions = self.transitions
             if transitions is None:
                 transitions = self.transitions = {}
             transitions[key] = transitions.get(key, 0) + 1
-        self.generation += 1
-        self.trials = 0
-        self.trial_successes = 0
-        self.state = target
-        self.last_trigger = trigger
-        if target is CLOSED:
-            self.closed_permit = Permit(self.generation)
-            self.opened_at = None
-            self.opens = 0  # any close resets the backoff
-        else:
-            self.closed_permit = None
-        self.refresh_fast()
-        wall = self.clock.wall()
-        if events is not None:
-            events.append(
-                StateChanged(
-                    self.name,
-                    wall,
-                    from_state=before.value,
-                    to_state=target.value,
-                    trigger=trigger,
-                    dry_run=self.config.dry_run,
+            if target is CLOSED:
+                self.consecutive = 0
+                self.window.clear()
+            elif target is OPEN:
+                self.cascade.clear()
+            if events is not None:
+                events.append(
+                    StateChanged(
+                        self.name,
+                        self.clock.wall(),
+                        from_state=before.value,
+                        to_state=target.value,
+                        trigger=trigger,
+                        dry_run=self.config.dry_run,
+                    )
                 )
-            )
-        return wall
+        if target is OPEN:
+            self.hold_open_until(self.deadline())
+        self.refresh_fast()
+
+    def deadline(self) -> float:
+        """Monotonic time until which an OPEN breaker refuses calls: a forced open's end, else
+        the end of its open time (0.0 when it has none)."""
+        until = self.force_expires_at if self.forced == "open" else self.open_until
+        return 0.0 if until is None else until
+
+    def force_until(self) -> float:
+        """Monotonic end of the force held (0.0 when none)."""
+        until = self.force_expires_at
+        return 0.0 if until is None else until
+
+    def unix(self, mono: float | None) -> float | None:
+        """A monotonic time of this breaker as Unix seconds (None stays None)."""
+        if mono is None:
+            return None
+        return self.clock.wall() + (mono - self.mono())
 
     def hold_open_until(self, until: float) -> None:
         """OPEN rejects lock-free until *until* (monotonic), unless dry-run lets everything through."""
         if not self.config.dry_run:
             self.reject_until = until
 
-    def to_open(self, now: float, trigger: str, events: MutableSequence[Event]) -> None:
-        """Open (lock held). An automatic open counts one more consecutive open and lasts its
-        backed-off duration; a forced open leaves the count alone."""
-        self.opened_at = self.enter(OPEN, trigger, events)
-        if trigger != Trigger.FORCED:
-            cfg = self.config
-            self.opens, self.open_seconds = next_open(
-                self.opens, cfg.recovery_timeout, cfg.recovery_backoff_factor, cfg.recovery_timeout_max
-            )
-        self.open_until = now + self.open_seconds
-        if self.forced is None:
-            self.hold_open_until(self.open_until)
-        self.cascade.clear()
-
-    def to_half_open(self, trigger: str, events: MutableSequence[Event] | None) -> None:
-        self.enter(HALF_OPEN, trigger, events)
-
-    def to_closed(self, trigger: str, events: MutableSequence[Event] | None, *, clear: bool = True) -> None:
-        self.enter(CLOSED, trigger, events)
-        if clear:
-            self.consecutive = 0
-            self.window.clear()
-
     def evaluate(self, now: float, events: MutableSequence[Event]) -> None:
-        """Apply a lapsed force and the recovery timeout (lazy transitions).
+        """Apply a lapsed force and the recovery timeout (lazy transitions): a
+        :class:`~baldur_django.core.steps.Sweep` step.
 
         With a shared store that answers, the store decides both (its operations
         normalise the record first); locally only while it is down.
         """
-        if not self.sync.local_judgement():
-            return
-        if self.forced is not None and now >= self.force_until:
-            previous = self.forced
-            before = self.state
-            self.clear_force()
-            if rules.lapse_target(previous, frozen=frozen()) is not None:
-                self.to_half_open(Trigger.FORCE_LAPSED, None)
-            elif previous == "open":  # a lapsed forced open stays OPEN until the level drops
-                self.open_until = now
-            else:
-                self.refresh_fast()
+        if not self.sync.local_judgement() or (self.forced is None and self.state is not OPEN):
+            return  # nothing can lapse or recover
+        before = self.state
+        outcome = self.apply_step(steps.Sweep(), now, events)
+        if outcome.lapsed is not None:
             events.append(
                 ForceLapsed(
                     self.name,
                     self.clock.wall(),
-                    previous=previous,
+                    previous=outcome.lapsed,
                     from_state=before.value,
                     to_state=self.state.value,
                 )
             )
-        if self.state is OPEN and rules.recovery_due(
-            state="open", forced=self.forced, now=now, open_until=self.open_until, frozen=frozen()
-        ):
-            self.to_half_open(Trigger.RECOVERY_TIMEOUT, events)
-
-    def clear_force(self) -> None:
-        self.invalidate()
-        self.forced = None
-        self.force_until = 0.0
-        self.force_expires_at = None
-        self.force_reason = ""
-        self.force_actor = None
 
     def use_store(self, guard: StoreGuard | None) -> None:
         """Share this breaker's state through *guard*'s store, or go back to process-local

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import emergency, rules
+from . import emergency, steps
 from .clock import Clock
 from .config import settings
 from .errors import BaldurError
@@ -347,7 +347,7 @@ def _watchdog(store: StateStore, report: RunReport, lock: FleetLock) -> None:
         if record.state != "open":
             continue
         report.open += 1
-        held = rules.stuck_open_for(record, answer.now, stuck_after)
+        held = steps.stuck_open_for(record, answer.now, stuck_after)
         if held is None:
             continue
         if emergency.refresh() >= emergency.FREEZE_LEVEL:

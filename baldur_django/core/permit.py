@@ -55,7 +55,8 @@ class Permit:
         trial (bool): True for a HALF_OPEN probe.
         dry_run (bool): True when dry-run let through a call it would have rejected; its
             outcome is never recorded.
-        token (str | None): a shared store's probe lease, for trials.
+        token (str | None): the probe slot of a trial: a shared store's lease, or
+            ``"local-<n>"``, a slot of the breaker's own record (taken while it judges alone).
         started (float | None): monotonic admission time (seconds) while the slow-call
             trigger is on: the outcome is slow when it comes that long after.
     """
@@ -73,7 +74,7 @@ class Permit:
         self.generation = generation
         self.trial = trial
         self.dry_run = dry_run
-        self.token = token  # a shared store's probe lease, for trials
+        self.token = token  # a trial's probe slot: a store's lease, or local-<n> (its own record)
         self.started = started  # monotonic admission time, while the slow-call trigger is on
 
     def __repr__(self) -> str:

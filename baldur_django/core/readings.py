@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .machine import Machine
+from .rules import open_duration
 from .states import CircuitState, Reason
 from .window import _count_of
 
@@ -145,18 +146,18 @@ def snapshot(core: Machine) -> dict[str, Any]:
             "window_calls": core.window.calls,
             "window_failures": core.window.failures,
             "window_slow_calls": core.window.slow,
-            "opened_at": core.opened_at,
+            "opened_at": core.unix(core.opened_at) if core.state is not CLOSED else None,
             **_open_fields(core),
             "consecutive_opens": core.opens,
             "forced": core.forced,
-            "force_expires_at": core.force_expires_at if core.forced else None,
+            "force_expires_at": core.unix(core.force_expires_at) if core.forced else None,
             "force_reason": core.force_reason if core.forced else None,
             "force_actor": core.force_actor if core.forced else None,
-            "half_open_trials": core.trials if core.state is HALF_OPEN else 0,
-            "half_open_successes": core.trial_successes if core.state is HALF_OPEN else 0,
+            "half_open_trials": len(core.probes) + core.successes if core.state is HALF_OPEN else 0,
+            "half_open_successes": core.successes if core.state is HALF_OPEN else 0,
             "cooldown_remaining": max(0.0, core.cooldown_until - core.mono()),
             "dry_run_rejections": core.dry_run_rejections,
-            "last_trigger": core.last_trigger,
+            "last_trigger": core.trigger,
             "backend": core.sync.backend,
             "config": {
                 "failure_threshold": core.config.failure_threshold,
@@ -185,6 +186,9 @@ def _open_fields(core: Machine) -> dict[str, float | None]:
     if core.state is CLOSED:
         return {"open_until": None, "open_duration": None}
     if core.forced == "open":
-        return {"open_until": core.force_expires_at, "open_duration": None}
-    until = core.opened_at + core.open_seconds if core.state is OPEN and core.opened_at else None
-    return {"open_until": until, "open_duration": core.open_seconds}
+        return {"open_until": core.unix(core.force_expires_at), "open_duration": None}
+    cfg = core.config
+    seconds = open_duration(core.opens, cfg.recovery_timeout, cfg.recovery_backoff_factor, cfg.recovery_timeout_max)
+    # the monotonic deadline as Unix time: a lapse held by Level 3 ends it early
+    until = core.unix(core.open_until) if core.state is OPEN else None
+    return {"open_until": until, "open_duration": seconds}

@@ -1,14 +1,11 @@
-"""The rules of every transition, once, as pure functions (no I/O, no locking, no clock).
+"""The verdicts of every transition, as pure functions (no I/O, no locking, no clock).
 
-Two kinds of callers use this module, and nothing else decides a transition:
-
-* the local breaker (``core/breaker.py``) asks the *verdict* functions below what an event
-  does (a trigger firing, a probe request, a trial's outcome, a lapse, a release, the
-  recovery timeout, the backoff of one more open) and applies the answer to its own
-  fields under its lock;
-* the memory and database stores run :func:`run` on a shared :class:`Record`, inside their
-  lock or transaction: ``normalise`` first, then one ``op_*`` function, each built from the
-  same verdicts.
+:func:`~baldur_django.core.steps.step` is the one function that applies them: the local
+breaker (``core/machine.py``), the memory and database stores all run it, and it runs
+``normalise`` first, then one ``op_*`` function below, each built from the same verdicts.
+Callers also read the verdicts directly where they decide no transition: which trigger
+one outcome fires (:func:`closed_trigger`, :func:`cascade_rate`) before a ``Trip`` step,
+and why an OPEN breaker refuses a call (:func:`open_refusal`).
 
 The Redis store's Lua scripts (``stores/lua/``) are the one other copy of these rules.
 Every input is an argument: the current time ``now`` (store-clock Unix seconds for a
@@ -21,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from .stores.base import ALREADY, BLOCKED, TRIPPED, Answer, Record
+from .stores.base import ALREADY, BLOCKED, TRIPPED, Record
 
 __all__ = [
     "TRIPPED",
@@ -58,7 +55,8 @@ __all__ = [
     "op_sweep",
     "prunable",
     "stuck_open_for",
-    "run",
+    "op_peer",
+    "unforce",
 ]
 
 #: What a trial's outcome does to its probing round (:func:`trial_verdict`).
@@ -333,21 +331,23 @@ def op_sweep(record: Record, now: float, frozen: bool = False) -> bool:
 
 def op_acquire_probe(
     record: Record, now: float, token: str, max_calls: int, lease_seconds: float, *, frozen: bool = False
-) -> tuple[bool, bool]:
-    """Returns ``(admitted, moved)``."""
+) -> tuple[bool, bool, str | None]:
+    """Returns ``(admitted, moved, refusal)`` (see :func:`probe_refusal`). The probes are
+    never changed in place (a breaker's fresh record shares one empty mapping)."""
     moved = op_sweep(record, now, frozen)
     taken = len(record.probes) + record.successes
-    if probe_refusal(state=record.state, forced=record.forced, taken=taken, max_calls=max_calls, frozen=frozen):
-        return False, moved
-    record.probes[token] = now + lease_seconds
+    refusal = probe_refusal(state=record.state, forced=record.forced, taken=taken, max_calls=max_calls, frozen=frozen)
+    if refusal is not None:
+        return False, moved, refusal
+    record.probes = {**record.probes, token: now + lease_seconds}
     record.updated_at = now
-    return True, moved
+    return True, moved, None
 
 
 def op_finish_probe(
     record: Record,
     now: float,
-    token: str,
+    token: str | None,
     version: int,
     outcome: str,
     max_calls: int,
@@ -359,10 +359,16 @@ def op_finish_probe(
 ) -> str | None:
     """Returns the transition made (``"closed"``, ``"open"``) or None. *outcome* is
     ``"success"``, ``"failure"``, ``"slow"`` (a slow trial fails the round) or
-    ``"abandon"``; see :func:`trial_verdict`."""
-    if record.version != version or record.state != "half_open" or token not in record.probes:
-        return None  # stale: a newer round, or the lease expired and the slot went to another worker
-    del record.probes[token]
+    ``"abandon"``; see :func:`trial_verdict`. A *token* of None is a failure seen without a
+    slot of the round (a breaker's 429 reported outside any call)."""
+    if record.version != version or record.state != "half_open":
+        return None  # stale: a newer round
+    if token is not None:
+        if token not in record.probes:
+            return None  # the lease expired and the slot went to another worker
+        record.probes = {held: until for held, until in record.probes.items() if held != token}
+    elif outcome == "success" or outcome == "abandon":
+        return None  # only a failure counts without a slot
     record.updated_at = now
     verdict = trial_verdict(successes=record.successes, max_calls=max_calls, outcome=outcome, frozen=frozen)
     if verdict == COUNT:
@@ -433,6 +439,32 @@ def op_clear(record: Record, now: float) -> str | None:
     return previous
 
 
+def op_peer(
+    record: Record, now: float, peer: str, recovery_timeout: float, factor: float = 1.0, cap: float = math.inf
+) -> str:
+    """A peer's propagated ``"open"`` or ``"closed"`` decision (see :func:`peer_verdict`): an
+    OPEN opens for one more backed-off automatic duration, a CLOSED closes (lifting a force
+    it meets). Applied while frozen too. Returns the verdict."""
+    verdict = peer_verdict(state=record.state, forced=record.forced, peer=peer)
+    if verdict in (PEER_APPLIED, PEER_LIFTED):
+        if peer == "open":
+            _open(record, now, "propagated", recovery_timeout, factor, cap)
+        else:
+            unforce(record)
+            _bump(record, "closed", now, "propagated")
+            record.opened_at = None
+            record.open_until = None
+    return verdict
+
+
+def unforce(record: Record) -> None:
+    """Clear the force fields of *record* (no version of its own)."""
+    record.forced = None
+    record.force_expires_at = None
+    record.force_reason = ""
+    record.force_actor = None
+
+
 def stuck_open_for(record: Record, now: float, stuck_after: float) -> float | None:
     """The seconds an OPEN *record* has been open when that is at least *stuck_after*
     (the watchdog's rule: such a breaker is forced closed), else None. A forced open counts
@@ -453,34 +485,3 @@ def stuck_open_for(record: Record, now: float, stuck_after: float) -> float | No
 def prunable(record: Record) -> bool:
     """Only a CLOSED, unforced record may be forgotten by the registry prune."""
     return record.state == "closed" and record.forced is None
-
-
-def run(op: str, record: Record, now: float, *args: object, frozen: bool = False) -> Answer:
-    """Normalise *record* then apply operation *op*; returns the :class:`Answer`.
-
-    *frozen* (Level 3) holds every automatic step: no trip (``ALREADY``), no probe, no
-    sweep, and a trial's outcome only gives its slot back."""
-    before = record.state
-    lapsed = normalise(record, now, frozen)
-    result: object = None
-    # *args arrive untyped through the op-name dispatch (the typed StateStore methods call
-    # run()), hence the arg-type ignores below
-    if op in ("load", "inspect"):
-        pass
-    elif op == "trip":
-        result = op_trip(record, now, *args, frozen=frozen)  # type: ignore[arg-type]
-    elif op == "acquire_probe":
-        result, _ = op_acquire_probe(record, now, *args, frozen=frozen)  # type: ignore[arg-type]
-    elif op == "finish_probe":
-        result = op_finish_probe(record, now, *args, frozen=frozen)  # type: ignore[arg-type]
-    elif op == "force":
-        op_force(record, now, *args)  # type: ignore[arg-type]
-    elif op == "release":
-        result = op_release(record, now)
-    elif op == "clear":
-        result = op_clear(record, now)
-    elif op == "sweep":
-        result = op_sweep(record, now, frozen)
-    else:  # pragma: no cover - programming error
-        raise ValueError(f"unknown store operation {op!r}")
-    return Answer(record=record, now=now, result=result, lapsed=lapsed, moved=record.state != before)

@@ -10,12 +10,14 @@ methods of :class:`~baldur_django.core.sync.SyncTarget`.
 from __future__ import annotations
 
 from collections.abc import Collection, MutableSequence
+from dataclasses import replace
 
+from . import steps
 from .events import Event, ForceLapsed
 from .machine import STATES, Machine
 from .permit import Permit, View
 from .states import CircuitState, Trigger
-from .stores.base import Answer, Record
+from .stores.base import Answer
 from .sync import StoreSync
 
 __all__ = ["SharedMachine"]
@@ -41,8 +43,12 @@ class SharedMachine(Machine):
         """The state a store strategy decides on; *locked* reads it under the state lock."""
         if locked:
             with self.lock:
-                return View(self.state, self.forced, self.force_until, self.open_until, self.sync_due)
-        return View(self.state, self.forced, self.force_until, self.open_until, self.sync_due)
+                return self._view()
+        return self._view()
+
+    def _view(self) -> View:
+        until = self.open_until
+        return View(self.state, self.forced, self.force_until(), 0.0 if until is None else until, self.sync_due)
 
     def schedule(self, deadline: float, *, refresh: bool = False) -> None:
         """Set when a shared breaker consults its store next (monotonic seconds). With
@@ -101,7 +107,7 @@ class SharedMachine(Machine):
         with self.lock:
             if self.forced is None:
                 if self.state is OPEN:
-                    return self.last_trigger or Trigger.ADOPTED
+                    return self.trigger or Trigger.ADOPTED
                 if self.state is HALF_OPEN:
                     return Trigger.ADOPTED
         return None
@@ -137,24 +143,17 @@ class SharedMachine(Machine):
                     to_state=record.state,
                 )
             )
-        if not self._news(record, force):
+        adopt = steps.Adopt(record, now - answer.now, answer.now)  # store time -> this process's monotonic time
+        if not self._news(adopt, now, force):
             return
-        offset = now - answer.now  # store time -> this process's monotonic time
-        before = self.state
-        self.invalidate()
-        self._take_force(record, answer.now, offset)
-        target = STATES[record.state]
-        announce = answer.moved and answer.lapsed is None and target is not before and not announced
-        if target is not before or target is not CLOSED:
-            self.enter(target, record.trigger or Trigger.ADOPTED, events if announce else None, adopted=True)
-        else:  # CLOSED stays CLOSED: a record that never opened names no trigger to show
-            if record.trigger is not None:
-                self.last_trigger = record.trigger
+        version = self.version
+        announce = answer.moved and answer.lapsed is None and not announced
+        self.apply_step(adopt, now, events if announce else None, adopted=True)
+        if self.version == version:  # CLOSED stays CLOSED: the force may have changed all the same
+            self.invalidate()
             self.refresh_fast()
-        self._take_times(record, before, target, offset)
-        self._count_round(record)
 
-    def _news(self, record: Record, force: bool) -> bool:
+    def _news(self, adopt: steps.Adopt, now: float, force: bool) -> bool:
         """False when *record* brings nothing to adopt (lock held): the version already
         adopted (unless this worker's own judgement during an outage left it elsewhere; then
         it follows the record again), or a CLOSED record read before a local trip waiting
@@ -162,46 +161,14 @@ class SharedMachine(Machine):
         sync = self.sync
         if not isinstance(sync, StoreSync):
             return True
+        record = adopt.record
         same = STATES[record.state] is self.state and record.forced == self.forced
         if record.version == sync.version and not force and (same or sync.pending is not None):
-            self._count_round(record)
+            if self.state is HALF_OPEN:  # the round's counts only
+                self.apply_step(replace(adopt, round_only=True), now, None)
             return False
         if not force and sync.pending is not None and record.state == "closed" and record.forced is None:
             return False
         sync.version = record.version
         sync.next_probe = float("-inf")
         return True
-
-    def _take_force(self, record: Record, store_now: float, offset: float) -> None:
-        """The record's force, or none (lock held); *offset* turns store time into monotonic."""
-        if record.forced is None:
-            self.clear_force()
-            return
-        self.forced = record.forced
-        self.force_until = (record.force_expires_at or store_now) + offset
-        self.force_expires_at = record.force_expires_at
-        self.force_reason = record.force_reason
-        self.force_actor = record.force_actor
-
-    def _take_times(self, record: Record, before: CircuitState, target: CircuitState, offset: float) -> None:
-        """The counts and open times that go with the adopted state (lock held)."""
-        if target is CLOSED:
-            if before is not CLOSED:
-                self.consecutive = 0
-                self.window.clear()
-        else:
-            self.opened_at = record.opened_at
-            if record.open_until is not None:
-                self.open_until = record.open_until + offset
-                if record.opened_at is not None and record.forced != "open":
-                    self.open_seconds = record.open_until - record.opened_at
-        self.opens = record.opens
-        if target is OPEN:
-            self.hold_open_until(self.force_until if record.forced == "open" else self.open_until)
-
-    def _count_round(self, record: Record) -> None:
-        """A shared HALF_OPEN round's counts as the record holds them: trials taken (in
-        flight plus succeeded) and successes, as a memory breaker counts its own (lock held)."""
-        if self.state is HALF_OPEN:
-            self.trial_successes = record.successes
-            self.trials = len(record.probes) + record.successes

@@ -1,8 +1,8 @@
 """Circuit states, rejection reasons, transition triggers and the legal-transition table.
 
 :data:`TRANSITIONS` is the one table of the edges a breaker may take;
-:func:`check_transition` is what the breaker's single state-entry method calls before it
-changes state, so an edge outside the table is a programming error the tests catch.
+:func:`check_transition` is what the breaker calls before it applies the state change a
+step computed, so an edge outside the table is a programming error the tests catch.
 """
 
 from __future__ import annotations

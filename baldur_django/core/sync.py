@@ -48,6 +48,7 @@ from .emergency import frozen
 from .errors import StoreError
 from .events import Event, RecordAdopted, StoreProblem, TripBlocked
 from .lease import probe_lease
+from .rules import recovery_due
 from .states import CircuitState
 from .stores.base import BLOCKED, TRIPPED, Answer, StateStore
 
@@ -428,8 +429,8 @@ class StoreSync:
         elif now >= view.sync_due or (view.forced is not None and now >= view.force_until):
             self.consult(breaker, now)
         view = breaker.view(locked=True)
-        due = view.state is _OPEN and view.forced is None and now >= view.open_until
-        if due and not self.guard.down and not frozen():
+        due = recovery_due(state=view.state, forced=view.forced, now=now, open_until=view.open_until, frozen=frozen())
+        if due and not self.guard.down:
             self._run(breaker, "sweep", frozen=False)
 
     def _run(self, breaker: SyncTarget, op: str, **kwargs: Any) -> Answer | None:
@@ -534,8 +535,9 @@ class StoreSync:
 
     def finish_probe(self, breaker: SyncTarget, permit: Permit, outcome: str) -> bool:
         """Store I/O: settle a trial ``"success"``, ``"failure"`` or ``"abandon"`` in the shared
-        round. Returns False when the breaker must settle it locally (no token, store down)."""
-        if permit.token is None or self.guard.down:
+        round. Returns False when the breaker must settle it locally (a slot of its own
+        record, not the store's; store down)."""
+        if permit.token not in self._probe_versions or self.guard.down:
             return False
         cfg = breaker.config
         version = self._probe_versions.pop(permit.token, self.version)

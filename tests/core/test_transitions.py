@@ -62,13 +62,27 @@ def test_cb20_an_illegal_edge_is_caught(before, after, trigger):
     assert issubclass(IllegalTransition, AssertionError)
 
 
-def test_cb20_the_breaker_state_entry_refuses_an_illegal_edge():
-    """CB-20: the breaker's one state-entry method checks the edge before changing anything."""
-    breaker = CircuitBreaker("edge", build_config("edge", {}, SettingsSource(environ={})), clock=FakeClock())
-    with pytest.raises(IllegalTransition):
-        core_of(breaker).enter(H, Trigger.RECOVERY_TIMEOUT, None)
-    assert breaker.state is C
+def test_cb20_the_breaker_state_entry_refuses_an_illegal_edge(monkeypatch):
+    """CB-20: the breaker applies a step's transition only after checking its edge: a step
+    function that took an illegal edge (CLOSED -> HALF_OPEN) raises, and the breaker takes no
+    new generation, counts no transition and announces nothing."""
+    from baldur_django.core import steps
+
+    def broken(record, event, now, timing=steps.NO_TIMING, frozen=False):
+        before = record.state
+        record.state, record.trigger, record.version = "half_open", Trigger.RECOVERY_TIMEOUT, record.version + 1
+        return steps.Outcome(before)
+
+    bus = EventBus()
+    seen = RecordingListener(bus)
+    breaker = CircuitBreaker("edge", build_config("edge", {}, SettingsSource(environ={})), clock=FakeClock(), bus=bus)
+    core = core_of(breaker)
+    monkeypatch.setattr(steps, "step", broken)
+    with pytest.raises(IllegalTransition), core.lock:
+        core.apply_step(steps.Trip("consecutive_failures"), core.mono(), [])
+    assert core.generation == 0 and core.closed_permit is not None and core.closed_permit.generation == 0
     assert breaker.metrics()["transitions"] == {}
+    assert seen.events == []
 
 
 def test_cb20_every_transition_is_named_in_events_logs_and_metrics(caplog):

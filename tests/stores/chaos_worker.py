@@ -234,6 +234,8 @@ def main(wid: int, incarnation: int, cfg: dict[str, Any]) -> None:
                 continue
             ta = time.time()
             token = permit.token
+            if token is not None and token.startswith("local-"):
+                token = None  # a slot of the worker's own record (it judges alone), not a store lease
             rnd = store.admitted.pop(token, None) if token else None
             if permit.trial:
                 log(k="adm", b=name, id=cid, t=ta, tok=token, rnd=rnd)

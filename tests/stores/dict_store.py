@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from baldur_django.core.rules import prunable, run
+from baldur_django.core.steps import prunable, run
 from baldur_django.core.stores.base import Answer, decode
 
 

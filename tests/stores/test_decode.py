@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from baldur_django.core.rules import run
+from baldur_django.core.steps import run
 from baldur_django.core.stores.base import Record, decode, encode
 from baldur_django.core.stores.redis import RedisStore
 

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from baldur_django.core.rules import prunable
+from baldur_django.core.steps import prunable
 from baldur_django.core.stores.base import Answer
 from baldur_django.core.stores.memory import MemoryStore
 from tests.stores.differential import (

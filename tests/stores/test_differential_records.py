@@ -10,7 +10,11 @@ at all, is put in both stores as raw text. Then:
   give the same record and answer (neither store refuses a step: the memory store raising,
   or the Lua's script error, fails the test);
 * ``test_differential_record_prunes_alike``: the registry prune meets it first: both forget
-  it or both keep it.
+  it or both keep it;
+* ``test_differential_record_adopted_alike``: a breaker sharing its state through the memory
+  store reads it first: the breaker's own record (its core is a ``Record``, changed by the
+  same ``steps.step``) takes what both stores read, or, for a corrupt record, stays the fresh
+  CLOSED record both stores read it as.
 
 Both stores read a record by one rule (``decode`` in ``core/stores/base.py``, copied in
 ``core/stores/lua/_record.lua``): a field of the wrong type or with an impossible value makes
@@ -30,8 +34,12 @@ from typing import Any
 
 import pytest
 
-from baldur_django.core.stores.base import Answer
+from baldur_django.core.breaker import CircuitBreaker, core_of
+from baldur_django.core.config import SettingsSource, build_config
+from baldur_django.core.events import EventBus
+from baldur_django.core.stores.base import Answer, Record
 from baldur_django.core.stores.memory import MemoryStore
+from baldur_django.core.sync import StoreGuard
 from tests.stores.differential import (
     QueuedRedisStore,
     history,
@@ -193,3 +201,57 @@ def test_differential_record_prunes_alike(pair, key):
     written, pruned = lua.flush()
     assert written is True
     assert forgotten == pruned, f"record {raw!r}: the memory store forgot it: {forgotten}, the Lua: {pruned}"
+
+
+class PinnedClock:
+    """Monotonic and wall readings are one number, the stores' clock: the breaker's times
+    are then the stores' times."""
+
+    def __init__(self, current: dict[str, float]) -> None:
+        self.current = current
+
+    def monotonic(self) -> float:
+        return self.current["now"]
+
+    def wall(self) -> float:
+        return self.current["now"]
+
+    def sleep(self, seconds: float) -> None:
+        self.current["now"] += seconds
+
+
+def _adopted_view(record: Record, local: bool) -> dict[str, Any]:
+    """What a breaker takes from a record: all but the version (each side counts its own)
+    and the probe tokens (the round by its size); a record that names no trigger is adopted
+    with trigger ``adopted`` unless CLOSED meets CLOSED."""
+    view = record.to_dict()
+    view["state"] = str(view["state"])
+    view["probes"] = len(view["probes"])
+    del view["version"], view["updated_at"]
+    if not local and view["trigger"] is None and view["state"] != "closed":
+        view["trigger"] = "adopted"
+    return view
+
+
+@pytest.mark.parametrize("key", list(RECORDS))
+def test_differential_record_adopted_alike(pair, key):
+    """ST-2, ST-5: a breaker on the memory store reads a legacy or corrupt record as both
+    stores read it: its own record takes the decoded one (times in its clock, the pinned
+    store time here), or stays the fresh CLOSED record a corrupt one reads as; the Lua reads
+    the record the same as the memory store."""
+    current, memory, lua = pair
+    current["now"] = 1_764_654_757.123_456_7
+    raw = RECORDS[key](current["now"])
+    memory.write_raw("adopt", raw)
+    lua.queue_raw("adopt", raw)
+    clock = PinnedClock(current)
+    config = build_config("adopt", {"half_open_max_calls": 3}, SettingsSource(environ={}))
+    breaker = CircuitBreaker("adopt", config, clock=clock, bus=EventBus())
+    core = core_of(breaker)
+    core.use_store(StoreGuard(memory, lambda: 60.0, lambda event: None, clock.monotonic, clock.wall))
+    breaker.refresh()  # the first use reads the record and adopts it
+    answer = memory.inspect("adopt")
+    lua.inspect("adopt")
+    written, got = lua.flush()
+    assert written is True and same_answer(answer, got), f"record {raw!r}: memory {show(answer)}, lua {show(got)}"
+    assert _adopted_view(core, local=True) == _adopted_view(answer.record, local=False), f"record {raw!r}"

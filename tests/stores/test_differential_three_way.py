@@ -6,8 +6,8 @@ The same random sequences drive three appliers of the rules:
 * a process-local :class:`CircuitBreaker` (no store) through its public API only:
   ``acquire``, ``record_success`` / ``record_failure`` / ``record_ignored``,
   ``report_rate_limit``, ``force_open`` / ``force_close`` / ``release`` / ``reset``,
-  ``snapshot``, and the state generation its core keeps (``core_of(breaker).generation``,
-  read only); Level 3 through the emergency level backend (read at once
+  ``snapshot``, and the record its core is (``core_of(breaker)``: its fields and state
+  generation, read only); Level 3 through the emergency level backend (read at once
   with ``emergency.refresh``); time through a clock whose
   monotonic and wall readings are one number (so the breaker's monotonic deadlines and
   the stores' Unix-time deadlines are the same floats, and a step exactly onto a deadline
@@ -49,24 +49,28 @@ been written, ``version > 0``, and
 while it names one after a prune)
 ===================================  ==========================================================
 
-``version`` and the breaker's ``generation`` are compared where they mean the same: a step
-that moves the state gives the breaker a new generation, and a new generation comes with a
-new version (a store also takes a new version for a change that is not a transition, a force
-renewed in its own state or the end of a forced closed, where the breaker keeps its
-generation). What a generation decides is compared too: an outcome of an older round is
-dropped by both (stale trials are reported on purpose). Not compared: ``updated_at`` (the
-breaker has none); the automatic ``open_until`` kept under a forced open (the breaker shows
-the force's end there). The memory store and the Lua are compared on everything: the whole
-record and the answer of every operation and observation, and prune's verdict.
+The whole record too. A breaker's core *is* a :class:`Record` (the one ``steps.step`` changes
+on all three sides), its times in the breaker's monotonic seconds, which the pinned clock
+makes the stores' Unix seconds: after every step it must equal the memory store's record
+field by field (``same_record``): ``state``, ``version`` (the breaker's state generation),
+``opened_at``, ``open_until`` (forced or not), ``trigger``, the force, ``successes``,
+``updated_at``, ``opens``; the probing round by its size (the probe tokens and leases are each
+side's own). What a generation decides is compared too: an outcome of an older round is
+dropped by both (stale trials are reported on purpose). The memory store and the Lua are
+compared on everything: the whole record and the answer of every operation and observation,
+and prune's verdict.
 
 Prune: a local breaker has no registry, so it is never forgotten; a prune of a CLOSED,
 unforced record leaves a fresh record (``version`` 0), which the comparison above reads as
-the same as the breaker's CLOSED state (the trigger is not compared while the record names
-none after a prune: the breaker still shows the last one it took).
+the same as the breaker's CLOSED state (the trigger and ``updated_at`` are not compared while
+the record names no trigger after a prune: the breaker still shows the last one it took; the
+versions are compared up to the breaker's version at the prune).
 
-Known divergences are pinned by the parametrised cases at the end of this module (each an
-``xfail(strict=True)`` naming what differs); the random sequences avoid the one input each
-needs, as listed in :data:`AVOIDED`, so that they check everything else.
+The smallest sequences of the divergences this test once found are pinned by the
+parametrised cases at the end of this module (they agree now; the random sequences generate
+their inputs too): a force over the state the breaker is in already is no transition and
+keeps the trigger, ``opened_at`` and ``open_until``; a forced open lapsed during Level 3 shows
+the lapse time as ``open_until`` (when it admits a probe once the level drops).
 
 Legacy and corrupt records have no local-breaker counterpart (a local breaker decodes
 nothing): test_differential_records.py compares the two stores on them.
@@ -104,15 +108,6 @@ BATCH = 200
 KINDS = ("consecutive_failures", "failure_rate", "rate_limit_cascade")
 REASONS = ("", "maintenance", 'say "hi" \\ back', "db migration ✓")
 ACTORS = (None, "ops", "", "ünïcode")
-
-#: Inputs the random sequences do not generate, because a known divergence (pinned below) follows.
-AVOIDED: dict[str, str] = {
-    "force_open_over_automatic_open": "force_open while an automatic open runs (the breaker's last trigger becomes "
-    "'forced', the store keeps the open's trigger): test_differential_pinned[force_open_over_automatic_open]",
-    "frozen_lapse_open_until": "open_until is not compared for a forced open that lapsed during Level 3 (the "
-    "breaker's snapshot shows opened_at + the last automatic duration, the store the lapse time, which is when "
-    "the breaker admits a probe once the level drops): test_differential_pinned[frozen_lapse_open_until]",
-}
 
 
 class PinnedClock:
@@ -160,6 +155,7 @@ class Run:
     record: Record = field(default_factory=Record)  # the memory store's record at the last observation
     record_before: Record = field(default_factory=Record)  # ... at the one before (generations)
     generation: int = 0  # the breaker's generation at the last observation
+    version_offset: int = 0  # the breaker's version minus the store's, set by a prune
 
     @property
     def name(self) -> str:
@@ -220,7 +216,7 @@ def new_run(index: int, seed: int) -> Run:
 
 
 # ---------------------------------------------------------------------- the comparison
-def record_view(record: Record, fresh: bool, waive: bool = True) -> dict[str, Any]:
+def record_view(record: Record, fresh: bool) -> dict[str, Any]:
     """The fields of a store record that a local breaker shows (see the module docstring);
     *fresh*: the record names no trigger of its own (never written, or forgotten by a prune)."""
     view: dict[str, Any] = {"state": record.state, "forced": record.forced, "opens": record.opens}
@@ -228,9 +224,7 @@ def record_view(record: Record, fresh: bool, waive: bool = True) -> dict[str, An
         view["force"] = (record.force_expires_at, record.force_reason, record.force_actor)
     if record.state != "closed":
         view["opened_at"] = record.opened_at
-    if record.state == "open" and record.forced != "open" and not (waive and record.trigger == "forced"):
-        # (an unforced OPEN with trigger "forced" is a forced open lapsed during Level 3:
-        # AVOIDED["frozen_lapse_open_until"])
+    if record.state == "open" and record.forced != "open":
         view["open_until"] = record.open_until
     if record.state == "half_open":
         view["trials"] = (len(record.probes) + record.successes, record.successes)
@@ -239,14 +233,14 @@ def record_view(record: Record, fresh: bool, waive: bool = True) -> dict[str, An
     return view
 
 
-def breaker_view(snap: dict[str, Any], fresh: bool, waive: bool = True) -> dict[str, Any]:
+def breaker_view(snap: dict[str, Any], fresh: bool) -> dict[str, Any]:
     """The same fields from a breaker's ``snapshot()``; *fresh*: the record was never written."""
     view: dict[str, Any] = {"state": snap["state"], "forced": snap["forced"], "opens": snap["consecutive_opens"]}
     if snap["forced"] is not None:
         view["force"] = (snap["force_expires_at"], snap["force_reason"], snap["force_actor"])
     if snap["state"] != "closed":
         view["opened_at"] = snap["opened_at"]
-    if snap["state"] == "open" and snap["forced"] != "open" and not (waive and snap["last_trigger"] == "forced"):
+    if snap["state"] == "open" and snap["forced"] != "open":
         view["open_until"] = snap["open_until"]
     if snap["state"] == "half_open":
         view["trials"] = (snap["half_open_trials"], snap["half_open_successes"])
@@ -327,6 +321,8 @@ class Sender:
         registered = run.name in run.memory.names()
         gone = run.name in run.memory.prune(older_than=math.inf)
         run.pruned = run.pruned or gone
+        if gone:  # the store starts again from version 0; the breaker keeps counting
+            run.version_offset = core_of(run.breaker).version
         self.lua.queue_prune(run.name)
         run.steps.append({"store": "prune", "now": run.clock.now, "pruned": gone})
         self.sent.append((run, len(run.steps) - 1, gone if registered else None))
@@ -396,8 +392,6 @@ def step(run: Run, sender: Sender) -> str:
         )
     elif op == "force":
         mode = rng.choice(("open", "closed"))
-        if mode == "open" and run.record.state == "open" and run.record.trigger != "forced":
-            mode = "closed"  # AVOIDED["force_open_over_automatic_open"]
         minutes = rng.choice((0.5, 5.0, 60.0, 3600.0)) * rng.uniform(0.9, 1.1) / 60.0
         reason, actor = rng.choice(REASONS), rng.choice(ACTORS)
         run.steps.append({"breaker": f"force_{mode}", "ttl_minutes": minutes})
@@ -429,12 +423,32 @@ def observe(run: Run, sender: Sender) -> None:
     got = breaker_view(run.breaker.snapshot(), fresh)
     if expected != got:
         raise Divergence(f"store record {expected}\nbreaker        {got}")
+    same_record(run, record, fresh)
     generation = core_of(run.breaker).generation  # the state generation, kept by the breaker's core
     if record.state != run.record_before.state and generation == run.generation:
         raise Divergence(f"the state moved to {record.state} without a new generation of the breaker")
     if generation != run.generation and record.version == run.record_before.version:
         raise Divergence("the breaker took a new generation, the store record kept its version")
     run.generation = generation
+
+
+def same_record(run: Run, record: Record, fresh: bool) -> None:
+    """The breaker's own record (its core is a :class:`Record`; with the pinned clock its
+    monotonic times are the store's Unix times) is the store's, field by field: the probe
+    tokens and leases are each side's own (the breaker's slots never expire), so the round
+    is compared by its size; the version up to the offset a prune left; ``trigger`` and
+    ``updated_at`` only once the store wrote the record again after a prune."""
+    mine = core_of(run.breaker).to_dict()
+    theirs = record.to_dict()
+    mine["state"] = str(mine["state"])
+    for side in (mine, theirs):
+        side["probes"] = len(side["probes"])
+    mine["version"] -= run.version_offset
+    if fresh:
+        for name in ("trigger", "updated_at"):
+            del mine[name], theirs[name]
+    if mine != theirs:
+        raise Divergence(f"store record  {theirs}\nbreaker record {mine}")
 
 
 class Divergence(AssertionError):
@@ -531,8 +545,8 @@ def _fail(what: str, seed: int, run: Run, detail: str, upto: int | None = None) 
 
 # ---------------------------------------------------------------------- pinned divergences
 def _force_open_over_automatic_open(run: Run) -> None:
-    """An automatic open, then force_open: the breaker's last trigger becomes ``forced``, the
-    store keeps ``consecutive_failures`` (a shared breaker adopting the record shows that one)."""
+    """An automatic open, then force_open: no transition, so both keep the open's trigger
+    (``consecutive_failures``), its ``opened_at`` and its ``open_until``."""
     run.breaker.record_failure(run.breaker.acquire())
     run.memory.trip(run.name, trigger="consecutive_failures", **run.timing)
     run.breaker.force_open(1.0)
@@ -541,8 +555,7 @@ def _force_open_over_automatic_open(run: Run) -> None:
 
 def _frozen_lapse_open_until(run: Run) -> None:
     """A forced open lapses during Level 3: both stay OPEN, due for a probe as soon as the level
-    drops (the store's ``open_until`` is the lapse time), but the breaker's snapshot shows
-    ``open_until`` = ``opened_at`` + the recovery timeout, a time that has nothing to do with it."""
+    drops, and both show the lapse time as ``open_until``."""
     run.breaker.force_open(1.0)
     run.memory.force(run.name, mode="open", ttl_seconds=60.0)
     _set_frozen(run, True)
@@ -569,20 +582,10 @@ PINNED = [
     pytest.param(
         _force_open_over_automatic_open,
         id="force_open_over_automatic_open",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="force_open over an automatic open: the local breaker's last trigger becomes 'forced', the store "
-            "record keeps the open's trigger (a shared breaker adopting the record shows that one)",
-        ),
     ),
     pytest.param(
         _frozen_lapse_open_until,
         id="frozen_lapse_open_until",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="a forced open lapsed during Level 3: the local breaker's snapshot open_until is opened_at plus "
-            "the last automatic duration, the store's (and the breaker's real deadline) is the lapse time",
-        ),
     ),
 ]
 
@@ -590,8 +593,8 @@ PINNED = [
 @pytest.mark.parametrize("case", PINNED)
 def test_differential_pinned(case, level_backend):
     """ST-2, OP-1, OP-3, EM-2: the smallest sequences of the divergences the three-way test
-    found, each on a local breaker and the memory store (the Lua agrees with the memory store
-    on each: the Lua test covers the store side)."""
+    once found agree, each on a local breaker and the memory store (the Lua agrees with the
+    memory store on each: the Lua test covers the store side)."""
     run = new_run(0, 0)
     config = _config(
         "consecutive_failures",
@@ -611,5 +614,5 @@ def test_differential_pinned(case, level_backend):
     _set_frozen(run, False)
     case(run)
     record = run.memory.sweep(run.name, frozen=run.frozen).record
-    expected = record_view(record, fresh=False, waive=False)
-    assert breaker_view(run.breaker.snapshot(), fresh=False, waive=False) == expected
+    expected = record_view(record, fresh=False)
+    assert breaker_view(run.breaker.snapshot(), fresh=False) == expected

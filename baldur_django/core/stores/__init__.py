@@ -1,5 +1,5 @@
 """Shared-state stores: the protocol (``base``) and the memory and Redis implementations;
-the transition rules they apply live in ``core/rules.py``. The database store lives in the Django layer."""
+the transitions they apply are computed by ``core/steps.py`` (with the verdicts of ``core/rules.py``). The database store lives in the Django layer."""
 
 from .base import ALREADY, BLOCKED, TRIPPED, Answer, Record, StateStore, StoreUnavailable
 

@@ -58,9 +58,11 @@ class StoreUnavailable(Exception):
     """
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
-    """The shared state of one breaker. Times are the store clock's Unix seconds."""
+    """The state of one breaker: a store's shared record (times in the store clock's Unix
+    seconds), and every breaker's own state (a breaker is a record; times in its monotonic
+    seconds). Changed only by :func:`~baldur_django.core.steps.step`."""
 
     state: str = "closed"
     version: int = 0

@@ -12,7 +12,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from ..rules import prunable, run
+from ..steps import prunable, run
 from .base import Answer, Record, decode, encode
 
 __all__ = ["MemoryStore"]
