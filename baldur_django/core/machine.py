@@ -109,7 +109,7 @@ class Machine(Record):
         "name", "config", "clock", "mono", "bus", "lock", "sync", "timed", "generation",
         "closed_permit", "fast_permit", "healthy_permit", "quiet_permit", "timing_permit",
         "reject_until", "sync_due", "consecutive", "window", "lanes", "plain_types", "timing",
-        "cascade", "cooldown_until", "seq", "dry_run_rejections",
+        "cascade", "cooldown_until", "seq", "dry_run_rejections", "wall_offset",
         "m_failure", "m_rate_limited", "m_ignored", "m_uncounted", "m_noted",
         "blocked_open", "blocked_half_open", "blocked_frozen", "transitions", "inherited",
         "outbox", "drain", "drainer", "__dict__", "__weakref__",
@@ -164,6 +164,7 @@ class Machine(Record):
         self.cooldown_until = 0.0
         self.seq = 0
         self.dry_run_rejections = 0
+        self.wall_offset: float | None = None  # Unix minus monotonic seconds, at the last new version
         self.init_metrics()
         # Events are queued here under the state lock, in the order the transitions were
         # decided, and delivered after it is released by whichever thread drains first.
@@ -285,6 +286,7 @@ class Machine(Record):
         self.quiet_permit = self.healthy_permit = None  # the lock-free lanes stop before the record changes
         outcome = steps.step(self, event, now, self.step_timing(), frozen())
         if self.version != version or self.state != before:
+            self.wall_offset = self.clock.wall() - now
             self.applied(before, outcome, None if outcome.lapsed is not None else events, adopted)
         return outcome
 
@@ -340,10 +342,16 @@ class Machine(Record):
         return 0.0 if until is None else until
 
     def unix(self, mono: float | None) -> float | None:
-        """A monotonic time of this breaker as Unix seconds (None stays None)."""
+        """A monotonic time of this breaker as Unix seconds, to the microsecond (None stays
+        None). The clocks' difference is the one taken when the record last changed, so the
+        same time reads the same at every call (a difference read now would move with each
+        read by the time between the two clock reads)."""
         if mono is None:
             return None
-        return self.clock.wall() + (mono - self.mono())
+        offset = self.wall_offset
+        if offset is None:
+            offset = self.clock.wall() - self.mono()
+        return round(mono + offset, 6)
 
     def hold_open_until(self, until: float) -> None:
         """OPEN rejects lock-free until *until* (monotonic), unless dry-run lets everything through."""
