@@ -294,22 +294,18 @@ def retry_plan(
       other attempt is counted in the cascade and a 429 starts the cooldown;
       a success ends it; a failure is retried while it is of a retried kind, the
       breaker has not changed state since admission, attempts remain (a trial has
-      one), the backoff ends within the budget and the deadline, and the retry budget
-      (when given) has a retry left; the gate follows it, so a cooldown costs
-      ``max(backoff, cooldown)``, never their sum;
+      one), the backoff ends within the budget and the deadline and *budget* allows it;
+      the gate follows it (a cooldown costs the larger of both);
     - the final outcome: the last attempt that reached the dependency, recorded once.
 
     Args:
         breaker: the breaker that admitted the call.
         permit: its permit (``permit.trial`` makes the sequence one attempt).
         policy: the retry policy.
-        start: monotonic seconds when the sequence began: the budget counts from here
-            (read only when the policy has a budget).
+        start: monotonic seconds the sequence began at (read with the policy's budget).
         first: the outcome of a first attempt already made (it passed the gate: no cooldown
             at *start*), or None to gate and make the first attempt through the plan.
-        budget: the service's retry budget, asked (``try_retry()``) before each retry, once
-            every other condition holds; when it answers False the last attempt's outcome
-            is the final one. None: no budget.
+        budget: a retry budget (``try_retry()`` before each retry), or None.
 
     Yields:
         :data:`ATTEMPT`, :class:`Sleep`, then one :class:`Refuse` or :class:`Done`.
