@@ -114,10 +114,11 @@ class Pipeline:
 
     def begin(self, core: BreakerCore) -> None:
         """A call begins: the service's retry budget counts it."""
-        if self.staged:
+        held = self._held
+        if held is None or core.config is not held.config or core.sync is not held.sync:
             held = self.stages(core)
-            if held is not None and held.budget is not None:
-                held.budget.note_call()
+        if held is not None and held.budget is not None:
+            held.budget.note_call()
 
     def attempt(self, core: BreakerCore, func: Callable[..., Any]) -> Callable[..., Any]:
         """*func* with the per-attempt stages around it (:mod:`.admission`); *func* itself
@@ -126,8 +127,8 @@ class Pipeline:
             return func
 
         def attempt(*args: Any, **kwargs: Any) -> Any:
-            held = self.stages(core)
-            if held is None:
+            held = self._held  # set by begin() of this call
+            if held is None or not held.per_attempt or held.config is not core.config:
                 return func(*args, **kwargs)
             ticket, counted = admit(held, core)
             try:
@@ -153,8 +154,8 @@ class Pipeline:
             return timed
 
         async def attempt(*args: Any, **kwargs: Any) -> Any:
-            held = self.stages(core)
-            if held is None:
+            held = self._held  # set by begin() of this call
+            if held is None or not held.per_attempt or held.config is not core.config:
                 return await timed(*args, **kwargs)
             ticket, counted = await aadmit(held, core)
             try:
@@ -179,6 +180,7 @@ class Pipeline:
             A function with *inner*'s signature; it raises DeadlineExceededError (or another
             stage's refusal) when no fallback is given.
         """
+        staged_site = self.staged
 
         def staged(*args: Any, **kwargs: Any) -> Any:
             token = self.enter(core)
@@ -187,7 +189,8 @@ class Pipeline:
                     raise token
                 return call_fallback(fallback, args, kwargs, token)
             try:
-                self.begin(core)
+                if staged_site:
+                    self.begin(core)
                 return inner(*args, **kwargs)
             except StageRefused as carried:
                 if fallback is None:
@@ -202,6 +205,7 @@ class Pipeline:
         self, core: BreakerCore, inner: Callable[..., Awaitable[Any]], fallback: Any
     ) -> Callable[..., Awaitable[Any]]:
         """The async :meth:`around`; a coroutine-function fallback is awaited."""
+        staged_site = self.staged
 
         async def staged(*args: Any, **kwargs: Any) -> Any:
             token = self.enter(core)
@@ -210,7 +214,8 @@ class Pipeline:
                     raise token
                 return await acall_fallback(fallback, args, kwargs, token)
             try:
-                self.begin(core)
+                if staged_site:
+                    self.begin(core)
                 return await inner(*args, **kwargs)
             except StageRefused as carried:
                 if fallback is None:

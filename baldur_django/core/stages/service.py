@@ -77,6 +77,7 @@ class ServiceStages:
         bulkhead: ``Bulkhead`` or ``FleetBulkhead`` (``bulkhead_scope="fleet"``) or None.
         budget: ``RetryBudget`` or ``FleetRetryBudget`` (``retry_budget_scope="fleet"``) or None.
         fleet_gate (bool): the gate's end is shared through the store.
+        per_attempt (bool): a stage runs around each attempt (gate, throttle or bulkhead).
         clock (Clock): the breaker's clock.
     """
 
@@ -90,6 +91,7 @@ class ServiceStages:
         "budget",
         "fleet_gate",
         "clock",
+        "per_attempt",
         "_next_read",
     )
 
@@ -109,6 +111,7 @@ class ServiceStages:
             )
         self.bulkhead: Bulkhead | FleetBulkhead | None = _bulkhead(core, config, redis)
         self.budget: Any = _budget(core, config, redis)
+        self.per_attempt = self.gate is not None or self.throttle is not None or self.bulkhead is not None
         self._next_read = float("-inf")
 
     def __repr__(self) -> str:
