@@ -13,7 +13,7 @@ import baldur_django as baldur
 from baldur_django.core.breaker import core_of
 from baldur_django.core.registry import registry
 from baldur_django.core.stages.bulkhead import Bulkhead
-from baldur_django.core.stages.figures import NO_COUNTS, stage_counts, stage_rows, stage_section
+from baldur_django.core.stages.figures import NO_COUNTS, stage_counts, stage_section
 from baldur_django.core.stages.fleet_gate import FleetGate, MemoryGateStore
 from baldur_django.core.stages.gate import RetryAfterGate
 from baldur_django.core.stages.refusals import deadline_refusals
@@ -136,16 +136,3 @@ def test_rs7_a_breaker_without_stages_has_no_stages_key():
     breaker.record_success(breaker.acquire())
     assert "stages" not in breaker.snapshot()
     assert stage_section(breaker) is None and stage_counts(breaker) is NO_COUNTS
-
-
-def test_rs7_stage_rows_name_every_stage_and_reason():
-    """RS-7: the text lines of the status command name each stage on and its figures."""
-    breaker, held = staged("rs7-rows")
-    refuse_each(breaker, held)
-    rows = dict(stage_rows(stage_section(breaker) or {}))
-    assert rows["bulkhead"].startswith("1/2 in flight, 0 waiting")
-    assert rows["retry_budget"].startswith("0.0 retries left")
-    assert rows["adaptive_throttling"].startswith("p(refuse) 0.667")
-    assert rows["retry_after_gate"].startswith("closed 30.0s more")
-    assert rows["deadline"] == "5s per call"
-    assert rows["refused"] == "bulkhead_full 1, throttled 1, deadline 1, retry_after 1"

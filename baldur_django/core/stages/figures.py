@@ -34,7 +34,6 @@ __all__ = [
     "stage_section",
     "stage_counts",
     "in_flight",
-    "stage_rows",
 ]
 
 #: The refusal reasons of the stages, in the order of :func:`stage_counts`.
@@ -202,50 +201,6 @@ def stage_section(breaker: CircuitBreaker) -> dict[str, Any] | None:
         "adaptive_throttling": _throttle(config, held) if config.adaptive_throttling_k is not None else None,
         "refused": dict(zip(STAGE_REASONS, counts, strict=False)),
     }
-
-
-def stage_rows(section: dict[str, Any]) -> list[tuple[str, str]]:
-    """*section* (:func:`stage_section`) as ``(stage, figures)`` lines of text, for the
-    status command and pages: one per stage that is on, then the refusals by reason."""
-    rows: list[tuple[str, str]] = []
-    if section["deadline"] is not None:
-        rows.append(("deadline", f"{section['deadline']:g}s per call"))
-    gate = section["retry_after_gate"]
-    if gate is not None:
-        state = f"closed {gate['remaining']:.1f}s more" if gate["remaining"] > 0 else "open"
-        rows.append(("retry_after_gate", f"{state} ({gate['scope']})"))
-    bulkhead = section["bulkhead"]
-    if bulkhead is not None:
-        waiting = "" if bulkhead["waiting"] is None else f", {bulkhead['waiting']} waiting"
-        rows.append(
-            (
-                "bulkhead",
-                f"{bulkhead['in_flight']}/{bulkhead['limit']} in flight{waiting}, "
-                f"max_wait {bulkhead['max_wait']:g}s ({bulkhead['scope']})",
-            )
-        )
-    budget = section["retry_budget"]
-    if budget is not None:
-        left = "-" if budget["left"] is None else f"{budget['left']:.1f}"
-        rows.append(
-            (
-                "retry_budget",
-                f"{left} retries left, ratio {budget['ratio']:g} + {budget['min_per_second']:g}/s, "
-                f"{budget['exhausted']} refused ({budget['scope']})",
-            )
-        )
-    throttle = section["adaptive_throttling"]
-    if throttle is not None:
-        rows.append(
-            (
-                "adaptive_throttling",
-                f"p(refuse) {throttle['probability']:.3f}, {throttle['requests']} requests / "
-                f"{throttle['accepts']} accepts in {throttle['window']:g}s, k {throttle['k']:g}",
-            )
-        )
-    refused = ", ".join(f"{reason} {n}" for reason, n in section["refused"].items() if n)
-    rows.append(("refused", refused or "none"))
-    return rows
 
 
 def _add_section(breaker: CircuitBreaker, snap: dict[str, Any]) -> None:
