@@ -123,6 +123,8 @@ SPANS_SETTING = "BALDUR_OTEL_SPANS"
 #: The gauge value (0, 1, 2) of each state, as the readings give it, and its attribute value.
 _STATE_NAMES = {value: state.value for state, value in STATE_VALUES.items()}
 _ALL_STATES = tuple(state.value for state in (CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN))
+#: Where the retries a budget refused sit in a series' totals.
+_EXHAUSTED_AT = COUNT_FAMILY.index(_EXHAUSTED_FAMILY)
 #: A reading taken by the state gauge's callback serves the other callbacks of the same
 #: collection (they run right after it); an older one is read again.
 _FRESH_SECONDS = 1.0
@@ -171,10 +173,7 @@ class _Readings:
                 continue
             for value, name, labels in zip(totals, COUNT_FAMILY, COUNT_LABELS, strict=True):
                 if value and name == family:  # a series appears with its first count
-                    attributes = {"baldur.service": service}
-                    if labels:
-                        attributes[key] = labels[0]
-                    yield Observation(value, attributes)
+                    yield Observation(value, {"baldur.service": service, key: labels[0]})
 
     def calls(self, options: CallbackOptions) -> Iterator[Observation]:
         return self._counts(CALLS, "baldur.outcome")
@@ -183,7 +182,13 @@ class _Readings:
         return self._counts(BLOCKED, "baldur.reason")
 
     def exhausted(self, options: CallbackOptions) -> Iterator[Observation]:
-        return self._counts(_EXHAUSTED_FAMILY, "")
+        view = self._read(fresh=False)
+        if view is None:
+            return
+        for service, entry in view.series.items():
+            value = entry.totals[_EXHAUSTED_AT]  # read once: the fold replaces it, never changes it
+            if value:
+                yield Observation(value, {"baldur.service": service})
 
     def in_flight(self, options: CallbackOptions) -> Iterator[Observation]:
         view = self._read(fresh=False)

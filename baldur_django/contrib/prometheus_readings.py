@@ -19,7 +19,7 @@ from ..core.breaker import core_of
 from ..core.names import show_name
 from ..core.readings import METRIC_COUNTS, metric_values
 from ..core.registry import registry as _breakers
-from ..core.stages.figures import NO_COUNTS, STAGE_COUNTS, in_flight, stage_counts
+from ..core.stages.figures import NO_COUNTS, STAGE_COUNTS, stage_counts, stage_reading
 from ..core.states import CircuitState
 
 log = logging.getLogger("baldur.metrics")
@@ -88,7 +88,6 @@ COUNT_LABELS: tuple[tuple[str, ...], ...] = tuple(
     () if group == "retry_budget" else (key,) for group, key in _ALL_COUNTS
 )
 ZEROS: tuple[int, ...] = (0,) * len(_ALL_COUNTS)
-_NO_STAGE_COUNTS = (0,) * len(STAGE_COUNTS)
 NO_TRANSITIONS: Mapping[Transition, int] = MappingProxyType({})
 
 
@@ -211,8 +210,8 @@ class Tally:
         for breaker in _breakers:
             try:
                 state, counts, transitions = metric_values(core_of(breaker))
-                counts += _stage_values(breaker)
-                held = in_flight(breaker)
+                stage, held = stage_reading(breaker)
+                counts += stage if stage is NO_COUNTS else _since_fork(breaker, stage)
             except Exception:
                 WARNINGS.warn(
                     "metrics.read_failed service=%s: its series are left out of this reading", show_name(breaker.name)
@@ -237,7 +236,7 @@ class Tally:
         width = len(ZEROS)
         for breaker, counts, transitions in readings:
             if len(counts) < width:  # metric_values() alone: the stages counted nothing
-                counts += _NO_STAGE_COUNTS
+                counts += NO_COUNTS
             entry = known.get(breaker.name)
             if entry is None:
                 entry = known[breaker.name] = Series(breaker)
@@ -252,12 +251,9 @@ class Tally:
 _stage_base: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
 
 
-def _stage_values(breaker: Any) -> tuple[int, ...]:
-    """The stages' counts of *breaker* (:func:`stage_counts`), less what a forked child's
-    parent had counted."""
-    counts = stage_counts(breaker)
-    if counts is NO_COUNTS:
-        return _NO_STAGE_COUNTS
+def _since_fork(breaker: Any, counts: tuple[int, ...]) -> tuple[int, ...]:
+    """*counts* (the stages' counts of *breaker*) less what a forked child's parent had
+    counted."""
     base = _stage_base.get(breaker)
     if base is None:
         return counts

@@ -34,6 +34,7 @@ __all__ = [
     "stage_section",
     "stage_counts",
     "in_flight",
+    "stage_reading",
 ]
 
 #: The refusal reasons of the stages, in the order of :func:`stage_counts`.
@@ -104,9 +105,11 @@ def stage_counts(breaker: CircuitBreaker) -> tuple[int, ...]:
         tuple[int, ...]: five counts; :data:`NO_COUNTS` (the same object) for a breaker
         that counted none.
     """
-    core = core_of(breaker)
+    return _counts_of(core_of(breaker), stages_of(breaker))
+
+
+def _counts_of(core: object, held: ServiceStages | None) -> tuple[int, ...]:
     deadline = deadline_refusals(core)
-    held = stages_of(breaker)
     if held is None and core not in _seen:
         return NO_COUNTS if not deadline else (0, 0, deadline, 0, 0)
     bulkhead, throttled, retry_after, exhausted = _held_counts(core, held)
@@ -122,6 +125,18 @@ def in_flight(breaker: CircuitBreaker) -> int | None:
     if held is None or held.bulkhead is None:
         return None
     return int(held.bulkhead.in_flight())
+
+
+def stage_reading(breaker: CircuitBreaker) -> tuple[tuple[int, ...], int | None]:
+    """:func:`stage_counts` and :func:`in_flight` of *breaker* in one look (what a scrape
+    reads per breaker).
+
+    Returns:
+        tuple: ``(counts, in_flight)``.
+    """
+    held = stages_of(breaker)
+    slots = None if held is None or held.bulkhead is None else int(held.bulkhead.in_flight())
+    return _counts_of(core_of(breaker), held), slots
 
 
 # ------------------------------------------------------------------ the snapshot's section
