@@ -7,6 +7,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +27,7 @@ from .test_em7_exported_series import BLOCKED, STATE, exported
 
 pytestmark = pytest.mark.usefixtures("clock")
 
+ROOT = Path(__file__).resolve().parents[2]
 EXHAUSTED = "baldur_retry_budget_exhausted_total"
 IN_FLIGHT = "baldur_bulkhead_in_flight"
 
@@ -99,3 +105,56 @@ def test_rs7_series_names_are_the_exported_ones():
     """RS-7, section 0: the names a scrape shows."""
     assert f"{prometheus.RETRY_BUDGET_EXHAUSTED}_total" == EXHAUSTED
     assert prometheus.BULKHEAD_IN_FLIGHT == IN_FLIGHT
+
+
+FORKER = r"""
+import json, os
+from baldur_django.contrib.prometheus_readings import COUNT_FAMILY, COUNT_LABELS, TALLY
+from baldur_django.core.breaker import core_of
+from baldur_django.core.registry import registry
+from baldur_django.core.stages.refusals import count_deadline
+from baldur_django.core.stages.service import service_stages
+
+breaker = registry.get("rs7-fork", {"max_concurrent_calls": 1, "max_wait": 0.0})
+held = service_stages(core_of(breaker))
+held.bulkhead.enter()
+
+def refuse():
+    try:
+        held.bulkhead.enter()
+    except Exception:
+        pass
+    count_deadline(core_of(breaker))
+
+def blocked():
+    entry = TALLY.read().series["rs7-fork"]
+    return {l[0]: n for n, l, f in zip(entry.totals, COUNT_LABELS, COUNT_FAMILY) if f.endswith("requests") and n}
+
+refuse(); refuse()
+before = blocked()
+read_end, write_end = os.pipe()
+pid = os.fork()
+if pid == 0:
+    refuse()
+    os.write(write_end, json.dumps(blocked()).encode())
+    os._exit(0)
+refuse()
+os.waitpid(pid, 0)
+print(json.dumps({"before": before, "parent": blocked(), "child": json.loads(os.read(read_end, 1 << 16))}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_rs7_a_forked_child_counts_its_own_stage_refusals():
+    """RS-7, OT-4: a child forked after its parent's stages refused calls reports only its
+    own refusals; the parent keeps counting its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BALDUR_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", FORKER], capture_output=True, text=True, cwd=str(ROOT), env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["before"] == {"bulkhead_full": 2, "deadline": 2}
+    assert found["parent"] == {"bulkhead_full": 3, "deadline": 3}
+    assert found["child"] == {"bulkhead_full": 1, "deadline": 1}
