@@ -337,7 +337,6 @@ STAGE_ROWS: list[Knob] = [
         "baldur.E102",
         accepts=BOOL_ACCEPTS,
         key="honor_retry_after",
-        reserved=True,
     ),
     Knob(
         "BALDUR_BULKHEAD_MAX_CONCURRENT_CALLS",
@@ -346,7 +345,6 @@ STAGE_ROWS: list[Knob] = [
         "bulkhead: calls of one service in flight at most; unset = off",
         "baldur.E103",
         key="max_concurrent_calls",
-        reserved=True,
     ),
     Knob(
         "BALDUR_BULKHEAD_MAX_WAIT",
@@ -355,7 +353,6 @@ STAGE_ROWS: list[Knob] = [
         "seconds a call may wait for a free bulkhead slot; 0 = refused at once",
         "baldur.E104",
         key="max_wait",
-        reserved=True,
     ),
     Knob(
         "BALDUR_BULKHEAD_SCOPE",
@@ -364,7 +361,6 @@ STAGE_ROWS: list[Knob] = [
         "the bulkhead counts the calls of one worker process, or of every process sharing the Redis store",
         "baldur.E105",
         key="bulkhead_scope",
-        reserved=True,
     ),
     Knob(
         "BALDUR_BULKHEAD_LEASE_SECONDS",
@@ -372,7 +368,6 @@ STAGE_ROWS: list[Knob] = [
         number(minimum=0, exclusive=True, unit=SECONDS),
         "lease of one fleet bulkhead slot, seconds: a killed process's slots come back after it",
         "baldur.E106",
-        reserved=True,
     ),
     Knob(
         "BALDUR_RETRY_BUDGET_RATIO",
@@ -381,7 +376,6 @@ STAGE_ROWS: list[Knob] = [
         "retry budget: retries at most this share of a service's calls over 10 s; unset = off",
         "baldur.E107",
         key="retry_budget_ratio",
-        reserved=True,
     ),
     Knob(
         "BALDUR_RETRY_BUDGET_MIN_PER_SECOND",
@@ -390,7 +384,6 @@ STAGE_ROWS: list[Knob] = [
         "retries the budget allows per second on top of its ratio",
         "baldur.E108",
         key="retry_budget_min_per_second",
-        reserved=True,
     ),
     Knob(
         "BALDUR_RETRY_BUDGET_SCOPE",
@@ -399,7 +392,6 @@ STAGE_ROWS: list[Knob] = [
         "the retry budget counts one worker process's calls, or the fleet's through the Redis store",
         "baldur.E109",
         key="retry_budget_scope",
-        reserved=True,
     ),
     Knob(
         "BALDUR_ADAPTIVE_THROTTLING_K",
@@ -408,7 +400,6 @@ STAGE_ROWS: list[Knob] = [
         "adaptive throttling's multiplier of accepted calls; unset = off",
         "baldur.E110",
         key="adaptive_throttling_k",
-        reserved=True,
     ),
     Knob(
         "BALDUR_ADAPTIVE_THROTTLING_WINDOW",
@@ -417,6 +408,5 @@ STAGE_ROWS: list[Knob] = [
         "span adaptive throttling counts requests and accepts over, seconds",
         "baldur.E111",
         key="adaptive_throttling_window",
-        reserved=True,
     ),
 ]

@@ -24,7 +24,7 @@ import math
 import random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .classify import RATE_LIMITED, SUCCESS, retry_after_of
 from .errors import CallRefusedError, CircuitOpenError, ConfigError, DeadlineExceededError, RateLimitCooldownError
@@ -40,8 +40,18 @@ if TYPE_CHECKING:
 #: A breaker's permit type (the plan hands the breaker back its own permit).
 _P = TypeVar("_P", bound=RetryPermit)
 
+
+class RetryAllowance(Protocol):
+    """What the plan asks before each retry (a retry budget of :mod:`.stages.budget`)."""
+
+    def try_retry(self) -> bool:
+        """Spend one retry; False when none is left."""
+        ...
+
+
 __all__ = [
     "RetryPolicy",
+    "RetryAllowance",
     "coerce_retry",
     "retry_plan",
     "Attempt",
@@ -267,6 +277,7 @@ def retry_plan(
     policy: RetryPolicy,
     start: float,
     first: Outcome | None = None,
+    budget: RetryAllowance | None = None,
 ) -> Generator[Step, Outcome | None, None]:
     """The decisions of one retry sequence, as a generator of steps.
 
@@ -284,23 +295,23 @@ def retry_plan(
       other attempt is counted in the cascade and a 429 starts the cooldown;
       a success ends it; a failure is retried while it is of a retried kind, the
       breaker has not changed state since admission, attempts remain (a trial has
-      one) and the backoff ends within the budget and the deadline; the gate follows
-      it, so a cooldown costs ``max(backoff, cooldown)``, never their sum;
+      one), the backoff ends within the budget and the deadline and *budget* allows it;
+      the gate follows it (a cooldown costs the larger of both);
     - the final outcome: the last attempt that reached the dependency, recorded once.
 
     Args:
         breaker: the breaker that admitted the call.
         permit: its permit (``permit.trial`` makes the sequence one attempt).
         policy: the retry policy.
-        start: monotonic seconds when the sequence began: the budget counts from here
-            (read only when the policy has a budget).
+        start: monotonic seconds the sequence began at (read with the policy's budget).
         first: the outcome of a first attempt already made (it passed the gate: no cooldown
             at *start*), or None to gate and make the first attempt through the plan.
+        budget: a retry budget (``try_retry()`` before each retry), or None.
 
     Yields:
         :data:`ATTEMPT`, :class:`Sleep`, then one :class:`Refuse` or :class:`Done`.
     """
-    sequence = _Sequence(breaker, permit, policy, start)
+    sequence = _Sequence(breaker, permit, policy, start, budget)
     outcome = first
     while True:
         if outcome is None:
@@ -340,10 +351,14 @@ class _Sequence(Generic[_P]):
         "error",
         "value",
         "rate_limited",
+        "budget",
     )
 
-    def __init__(self, breaker: RetryTarget[_P], permit: _P, policy: RetryPolicy, start: float) -> None:
+    def __init__(
+        self, breaker: RetryTarget[_P], permit: _P, policy: RetryPolicy, start: float, budget: RetryAllowance | None
+    ) -> None:
         self.breaker = breaker
+        self.budget = budget
         self.permit = permit
         self.policy = policy
         self.now = breaker.clock.monotonic
@@ -439,11 +454,13 @@ class _Sequence(Generic[_P]):
     def wait_after(self, *, retried: bool) -> float | None:
         """The backoff before another attempt, or None when there is none: the failure is
         not retried, the breaker changed state since admission, no attempt is left (a trial
-        has one) or the backoff does not fit in the budget."""
+        has one), the backoff does not fit in the budget, or the retry budget is spent."""
         if not retried or self.permit.generation != self.breaker.generation or self.attempts >= self.limit:
             return None
         wait = self.policy.backoff(self.attempts)
         if self.deadline is not None and self.now() + wait >= self.deadline:
+            return None
+        if self.budget is not None and not self.budget.try_retry():
             return None
         return wait
 

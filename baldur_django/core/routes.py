@@ -30,8 +30,8 @@ from .config import OVERRIDE_NAMES
 from .errors import ConfigError, awaitable_refused, is_awaitable
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
-from .stages.pipeline import aprotected_wrapper, build_pipeline, protected_wrapper
-from .wrappers import SLOW, build_ainline, build_inline
+from .stages.pipeline import build_pipeline
+from .wrappers import SLOW, async_wrapper, build_ainline, build_inline, sync_wrapper
 
 __all__ = [
     "Route",
@@ -262,9 +262,7 @@ def call_wrappers(breaker: CircuitBreaker, policy: RetryPolicy | None) -> tuple[
             raise awaitable_refused(what, value)
         return value
 
-    return protected_wrapper(breaker, attempt, policy, None), protected_wrapper(
-        breaker, attempt, policy, _fallback_second
-    )
+    return sync_wrapper(breaker, attempt, policy, None), sync_wrapper(breaker, attempt, policy, _fallback_second)
 
 
 def acall_wrappers(
@@ -286,9 +284,7 @@ def acall_wrappers(
             )
         return await value
 
-    return aprotected_wrapper(breaker, attempt, policy, None), aprotected_wrapper(
-        breaker, attempt, policy, _fallback_second
-    )
+    return async_wrapper(breaker, attempt, policy, None), async_wrapper(breaker, attempt, policy, _fallback_second)
 
 
 # Overrides of these types can be matched by value (equal values of one of these types

@@ -33,6 +33,7 @@ from .retry import (
     retry_plan,
     settled,
 )
+from .stages.service import budget_of
 
 __all__ = [
     "settle_exception",
@@ -355,7 +356,7 @@ def continue_sync(
     trial: *start* is then 0.0, as :func:`run_sync` would have it) and call this only when
     it did not succeed. Same return value and errors as :func:`run_sync`."""
     mark = breaker.record_mark()
-    plan = retry_plan(breaker, permit, policy, start, first)
+    plan = retry_plan(breaker, permit, policy, start, first, budget_of(breaker))
     step = next(plan)
     while True:
         if step is ATTEMPT:
@@ -451,7 +452,7 @@ async def continue_async(
     The plan records outcomes as it advances, so a shared breaker's trial advances it off
     the event loop (see :func:`_recording`)."""
     mark = breaker.record_mark()
-    plan = retry_plan(breaker, permit, policy, start, first)
+    plan = retry_plan(breaker, permit, policy, start, first, budget_of(breaker))
     step = await _recording(breaker, permit, next, plan)
     while True:
         if step is ATTEMPT:

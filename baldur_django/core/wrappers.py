@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -36,6 +37,7 @@ from .runner import (
 )
 from .stages.deadline import ARMED
 from .stages.deadline import current as current_deadline
+from .stages.pipeline import Pipeline, build_pipeline
 from .states import Reason
 
 __all__ = [
@@ -50,7 +52,8 @@ __all__ = [
     "SLOW",
     "REFUSED",
     "NOT_PLAIN",
-    "STAGED",
+    "run_staged",
+    "arun_staged",
     "deadline_around",
 ]
 
@@ -61,10 +64,9 @@ _run_async = cast("Callable[..., Awaitable[Any]]", run_async)
 _continue_sync = cast("Callable[..., Any]", continue_sync)
 _continue_async = cast("Callable[..., Awaitable[Any]]", continue_async)
 
-#: ``(run_staged, arun_staged)``, installed by :mod:`.stages.pipeline` when it is imported
-#: (the package imports it): ``run_staged(wrapper, core, func, policy, fallback, args,
-#: kwargs)`` runs a call of a breaker without stages of its own under the current deadline.
-STAGED: list[Callable[..., Any]] = []
+#: a breaker's own wrapper -> the staged wrapper that runs its calls under a deadline
+#: (built on the first such call; it goes with the wrapper)
+_staged: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = weakref.WeakKeyDictionary()
 
 #: reads the breaker core of a wrapper's frame from its locals (the closure's ``core``)
 _core_of = operator.itemgetter("core")
@@ -151,7 +153,7 @@ def build_wrapper(
 
     While a deadline another wrapper of this breaker did not enter is current (read only
     once a deadline was ever set in the process, :data:`.stages.deadline.ARMED`), the call
-    goes the staged way instead (:data:`STAGED`, installed by :mod:`.stages.pipeline`).
+    goes the staged way instead (:func:`run_staged`).
 
     Returns:
         A function with *func*'s signature.
@@ -166,7 +168,7 @@ def build_wrapper(
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if ARMED and deadline_around(core):  # (ARMED: a deadline was ever set) run it staged
-            return STAGED[0](wrapper, core, func, policy, fallback, args, kwargs)
+            return run_staged(wrapper, core, func, policy, fallback, args, kwargs)
         # admitted on the healthy lane, the call runs unmarked: its mark is the record
         # number alone (see core/nesting.py); any other call is admitted below
         permit = core.quiet_permit
@@ -268,7 +270,7 @@ def build_awrapper(
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         if ARMED and deadline_around(core):  # as in build_wrapper
-            return await STAGED[1](wrapper, core, func, policy, fallback, args, kwargs)
+            return await arun_staged(wrapper, core, func, policy, fallback, args, kwargs)
         permit = core.quiet_permit  # as in build_wrapper
         if permit is None or (core.timed and monotonic() >= core.sync_due):
             until = core.reject_until
@@ -439,19 +441,25 @@ def sync_wrapper(
     breaker: CircuitBreaker, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any
 ) -> Callable[..., Any]:
     """The wrapper of a ``def``: one attribute read to admit, no lock to record a healthy
-    success (built by :func:`~baldur_django.core.wrappers.build_wrapper`).
+    success (built by :func:`build_wrapper`). When the breaker's configuration turns on an
+    outbound stage (:func:`.stages.pipeline.build_pipeline`), the stages run around and
+    inside it (:class:`.stages.pipeline.Pipeline`).
 
     Args:
         breaker: the breaker (its strategy may change later; the object does not).
         func: the protected function.
         policy: the retry policy, or None for no retry stage.
-        fallback: called with the call's arguments when the breaker rejects or the call
-            fails, or None.
+        fallback: called with the call's arguments when the breaker rejects, a stage
+            refuses or the call fails, or None.
 
     Returns:
         A function with *func*'s signature.
     """
-    return build_wrapper(core_of(breaker), func, policy, trial_policy(policy), fallback)
+    core = core_of(breaker)
+    pipeline = build_pipeline(breaker.config, breaker.name)
+    if pipeline is None:
+        return build_wrapper(core, func, policy, trial_policy(policy), fallback)
+    return _staged_def(core, func, policy, fallback, pipeline)
 
 
 def async_wrapper(
@@ -463,4 +471,59 @@ def async_wrapper(
     Returns:
         A coroutine function with *func*'s signature.
     """
-    return build_awrapper(core_of(breaker), func, policy, trial_policy(policy), fallback)
+    core = core_of(breaker)
+    pipeline = build_pipeline(breaker.config, breaker.name)
+    if pipeline is None:
+        return build_awrapper(core, func, policy, trial_policy(policy), fallback)
+    return _staged_async(core, func, policy, fallback, pipeline)
+
+
+def _staged_def(
+    core: BreakerCore, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any, pipeline: Pipeline
+) -> Callable[..., Any]:
+    inner = build_wrapper(core, pipeline.attempt(core, func), policy, trial_policy(policy), fallback)
+    return pipeline.around(core, inner, fallback)
+
+
+def _staged_async(
+    core: BreakerCore,
+    func: Callable[..., Awaitable[Any]],
+    policy: RetryPolicy | None,
+    fallback: Any,
+    pipeline: Pipeline,
+) -> Callable[..., Awaitable[Any]]:
+    inner = build_awrapper(core, pipeline.aattempt(core, func), policy, trial_policy(policy), fallback)
+    return pipeline.aaround(core, inner, fallback)
+
+
+def run_staged(
+    wrapper: Callable[..., Any],
+    core: BreakerCore,
+    func: Callable[..., Any],
+    policy: RetryPolicy | None,
+    fallback: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Run one call of *wrapper* (a breaker's own wrapper of a ``def``, without stages of its
+    own) under the current deadline: the deadline stage around a wrapper of the same call."""
+    staged = _staged.get(wrapper)
+    if staged is None:
+        staged = _staged[wrapper] = _staged_def(core, func, policy, fallback, Pipeline(core.name, None))
+    return staged(*args, **kwargs)
+
+
+async def arun_staged(
+    wrapper: Callable[..., Any],
+    core: BreakerCore,
+    func: Callable[..., Awaitable[Any]],
+    policy: RetryPolicy | None,
+    fallback: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The async :func:`run_staged` (an attempt still running at the deadline is cancelled)."""
+    staged = _staged.get(wrapper)
+    if staged is None:
+        staged = _staged[wrapper] = _staged_async(core, func, policy, fallback, Pipeline(core.name, None))
+    return await staged(*args, **kwargs)

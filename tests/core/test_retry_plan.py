@@ -411,8 +411,8 @@ def recording(log: list[Any]) -> Callable[..., Any]:
     """A stand-in for ``runner.retry_plan`` that logs the outcome it starts from, every step
     it yields and every outcome it is sent, then delegates to the real plan."""
 
-    def plan(breaker, permit, policy, begun, first=None):
-        inner = retry_plan(breaker, permit, policy, begun, first)
+    def plan(breaker, permit, policy, begun, first=None, budget=None):
+        inner = retry_plan(breaker, permit, policy, begun, first, budget)
         log.append(("first", first))
         step = next(inner)
         while True:

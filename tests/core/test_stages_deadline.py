@@ -167,9 +167,12 @@ def test_rs2_a_cooldown_that_ends_before_the_deadline_is_waited_out(clock):
 def test_rs1_no_stage_knob_builds_no_pipeline():
     """RS-1, RS-9: without a stage knob no pipeline is built (the breaker's wrapper runs as before)."""
     assert build_pipeline(build_config("a", {}), "a") is None
-    reserved_only = validate_overrides("a", {"max_concurrent_calls": 3, "retry_budget_ratio": 0.2})
-    assert build_pipeline(build_config("a", reserved_only), "a") is None
-    assert build_pipeline(build_config("a", validate_overrides("a", {"deadline": 2})), "a") is not None
+    deadline_only = build_pipeline(build_config("a", validate_overrides("a", {"deadline": 2})), "a")
+    assert deadline_only is not None and not deadline_only.staged
+    # a service stage knob builds one too, with the service's stages inside each attempt
+    staged = validate_overrides("a", {"max_concurrent_calls": 3, "retry_budget_ratio": 0.2})
+    pipeline = build_pipeline(build_config("a", staged), "a")
+    assert pipeline is not None and pipeline.staged and pipeline.deadline is None
 
 
 def test_rs2_deadline_knob_from_baldur_services(clock, monkeypatch):

@@ -39,7 +39,7 @@ from .throttle import AdaptiveThrottle
 if TYPE_CHECKING:
     from ..calls import BreakerCore
 
-__all__ = ["ServiceStages", "stages_of", "service_stages", "wants_stages", "redis_of"]
+__all__ = ["ServiceStages", "stages_of", "service_stages", "budget_of", "wants_stages", "redis_of"]
 
 _FLEET = "fleet"
 
@@ -77,6 +77,7 @@ class ServiceStages:
         bulkhead: ``Bulkhead`` or ``FleetBulkhead`` (``bulkhead_scope="fleet"``) or None.
         budget: ``RetryBudget`` or ``FleetRetryBudget`` (``retry_budget_scope="fleet"``) or None.
         fleet_gate (bool): the gate's end is shared through the store.
+        per_attempt (bool): a stage runs around each attempt (gate, throttle or bulkhead).
         clock (Clock): the breaker's clock.
     """
 
@@ -90,6 +91,7 @@ class ServiceStages:
         "budget",
         "fleet_gate",
         "clock",
+        "per_attempt",
         "_next_read",
     )
 
@@ -109,6 +111,7 @@ class ServiceStages:
             )
         self.bulkhead: Bulkhead | FleetBulkhead | None = _bulkhead(core, config, redis)
         self.budget: Any = _budget(core, config, redis)
+        self.per_attempt = self.gate is not None or self.throttle is not None or self.bulkhead is not None
         self._next_read = float("-inf")
 
     def __repr__(self) -> str:
@@ -120,6 +123,10 @@ class ServiceStages:
         built from."""
         return core.config is self.config and core.sync is self.sync
 
+    def read_due(self, now: float) -> bool:
+        """True when a fleet gate's read of the store is due at *now* (monotonic seconds)."""
+        return self.fleet_gate and now >= self._next_read
+
     def learn(self, now: float, interval: float) -> None:
         """Adopt the fleet's gate end for the service when a read is due: at most one store
         read (one round trip) per *interval* seconds; nothing without a fleet gate.
@@ -130,7 +137,7 @@ class ServiceStages:
 
         A store that does not answer changes nothing (the local gate keeps working).
         """
-        if not self.fleet_gate or now < self._next_read:
+        if not self.read_due(now):
             return
         self._next_read = now + interval  # before the read: one thread reads, the others go on
         gate = self.gate
@@ -235,3 +242,12 @@ def stages_of(breaker: CircuitBreaker) -> ServiceStages | None:
     if held is None or not held.current(core):
         return None
     return held
+
+
+def budget_of(core: BreakerCore) -> Any:
+    """The retry budget *core*'s calls spend now (``try_retry()``), or None: no budget, or
+    no staged call has begun under the current configuration. A cheap read, never builds."""
+    held = _held.get(core)
+    if held is None or not held.current(core):
+        return None
+    return held.budget
