@@ -158,3 +158,39 @@ def test_rs7_a_forked_child_counts_its_own_stage_refusals():
     assert found["before"] == {"bulkhead_full": 2, "deadline": 2}
     assert found["parent"] == {"bulkhead_full": 3, "deadline": 3}
     assert found["child"] == {"bulkhead_full": 1, "deadline": 1}
+
+
+def test_rs7_refusals_through_a_decorated_function_reach_the_counter(scraper, clock):
+    """RS-7 end to end: a protected function's bulkhead and Retry-After gate refusals (the
+    wired stages) are in the rejections counter; the slot is back after the call."""
+    seen: list[int] = []
+
+    @baldur.protected("rs7-e2e", max_concurrent_calls=1, max_wait=0.0, honor_retry_after=True, fallback=lambda: -1)
+    def call(inner: bool = False) -> int:
+        if inner:
+            seen.append(scraper.value(IN_FLIGHT, service="rs7-e2e"))
+            return call()  # the one slot is taken: refused, answered by the fallback
+        return 1
+
+    assert call(inner=True) == -1 and seen == [1]
+    assert scraper.value(IN_FLIGHT, service="rs7-e2e") == 0
+    assert scraper.value(BLOCKED, service="rs7-e2e", reason="bulkhead_full") == 1
+    stages = service_stages(core_of(baldur.get_breaker("rs7-e2e")))
+    stages.gate.close_for(10.0)
+    assert call() == -1
+    assert scraper.value(BLOCKED, service="rs7-e2e", reason="retry_after") == 1
+
+
+@pytest.mark.xfail(strict=True, reason="the pipeline's deadline refusal does not count it yet (pipeline.py)")
+def test_rs7_a_call_refused_by_the_pipeline_for_its_deadline_is_counted(scraper, clock):
+    """RS-7: a call whose deadline has passed before it starts is refused by the deadline
+    stage, and counted as ``deadline``."""
+
+    @baldur.protected("rs7-late", fallback=lambda: -1)
+    def call() -> int:
+        return 1
+
+    with baldur.deadline(1.0, clock=clock):
+        clock.advance(2.0)
+        assert call() == -1
+    assert scraper.value(BLOCKED, service="rs7-late", reason="deadline") == 1
