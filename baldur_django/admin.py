@@ -91,6 +91,8 @@ def _display_row(row: dict[str, Any]) -> dict[str, Any]:
     # how long the current open lasts (backed off on repeated opens)
     duration = row.get("open_duration")
     shown["open_for"] = _duration(duration) if row.get("state") == "open" and duration is not None else None
+    # the outbound stages' knobs and this process's figures (breakers with stages only)
+    shown["stage_lines"] = services.stage_lines(row["stages"]) if row.get("stages") else None
     return shown
 
 

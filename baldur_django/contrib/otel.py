@@ -22,10 +22,14 @@ emergency level:
 * ``baldur.circuit_breaker.calls``: counter ``{call}``, by ``baldur.outcome``
   (``success``, ``failure``, ``ignored``, ``rate_limited``);
 * ``baldur.circuit_breaker.rejections``: counter ``{call}``, by ``baldur.reason``
-  (``open``, ``half_open_full``, ``frozen``);
+  (``open``, ``half_open_full``, ``frozen``; the outbound stages' ``bulkhead_full``,
+  ``throttled``, ``deadline``, ``retry_after``);
 * ``baldur.circuit_breaker.transitions``: counter ``{transition}``, by
   ``baldur.from_state``, ``baldur.to_state`` and ``baldur.trigger``;
-* ``baldur.emergency.level``: gauge, the Emergency Mode level in force (0..3).
+* ``baldur.emergency.level``: gauge, the Emergency Mode level in force (0..3);
+* ``baldur.bulkhead.in_flight``: gauge ``{call}``, bulkhead slots a service's calls hold in
+  this process (breakers with a bulkhead);
+* ``baldur.retry_budget.exhausted``: counter ``{retry}``, retries a retry budget refused.
 
 As with the Prometheus export, a counter series appears with its first count.
 
@@ -70,7 +74,16 @@ from ..core.config import settings as default_settings
 from ..core.errors import ConfigError
 from ..core.events import CallRejected, Event, Retrying, StateChanged, bus
 from ..core.states import CircuitState
-from .prometheus_readings import BLOCKED, CALLS, COUNT_FAMILY, COUNT_LABEL, STATE_VALUES, ZEROS, View
+from .prometheus_readings import (
+    BLOCKED,
+    CALLS,
+    COUNT_FAMILY,
+    COUNT_LABELS,
+    STATE_VALUES,
+    ZEROS,
+    View,
+)
+from .prometheus_readings import RETRY_BUDGET_EXHAUSTED as _EXHAUSTED_FAMILY
 from .prometheus_readings import TALLY as _tally
 from .prometheus_readings import WARNINGS as _warnings
 
@@ -87,6 +100,8 @@ __all__ = [
     "REJECTIONS",
     "TRANSITIONS",
     "EMERGENCY_LEVEL",
+    "BULKHEAD_IN_FLIGHT",
+    "RETRY_BUDGET_EXHAUSTED",
     "ENABLED_SETTING",
     "SPANS_SETTING",
 ]
@@ -100,12 +115,16 @@ CALLS_COUNTER = "baldur.circuit_breaker.calls"
 REJECTIONS = "baldur.circuit_breaker.rejections"
 TRANSITIONS = "baldur.circuit_breaker.transitions"
 EMERGENCY_LEVEL = "baldur.emergency.level"
+BULKHEAD_IN_FLIGHT = "baldur.bulkhead.in_flight"
+RETRY_BUDGET_EXHAUSTED = "baldur.retry_budget.exhausted"
 ENABLED_SETTING = "BALDUR_OTEL_ENABLED"
 SPANS_SETTING = "BALDUR_OTEL_SPANS"
 
 #: The gauge value (0, 1, 2) of each state, as the readings give it, and its attribute value.
 _STATE_NAMES = {value: state.value for state, value in STATE_VALUES.items()}
 _ALL_STATES = tuple(state.value for state in (CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN))
+#: Where the retries a budget refused sit in a series' totals.
+_EXHAUSTED_AT = COUNT_FAMILY.index(_EXHAUSTED_FAMILY)
 #: A reading taken by the state gauge's callback serves the other callbacks of the same
 #: collection (they run right after it); an older one is read again.
 _FRESH_SECONDS = 1.0
@@ -152,15 +171,31 @@ class _Readings:
             totals = entry.totals  # read once: the fold replaces it, never changes it
             if totals is ZEROS:
                 continue
-            for value, name, label in zip(totals, COUNT_FAMILY, COUNT_LABEL, strict=True):
+            for value, name, labels in zip(totals, COUNT_FAMILY, COUNT_LABELS, strict=True):
                 if value and name == family:  # a series appears with its first count
-                    yield Observation(value, {"baldur.service": service, key: label})
+                    yield Observation(value, {"baldur.service": service, key: labels[0]})
 
     def calls(self, options: CallbackOptions) -> Iterator[Observation]:
         return self._counts(CALLS, "baldur.outcome")
 
     def rejections(self, options: CallbackOptions) -> Iterator[Observation]:
         return self._counts(BLOCKED, "baldur.reason")
+
+    def exhausted(self, options: CallbackOptions) -> Iterator[Observation]:
+        view = self._read(fresh=False)
+        if view is None:
+            return
+        for service, entry in view.series.items():
+            value = entry.totals[_EXHAUSTED_AT]  # read once: the fold replaces it, never changes it
+            if value:
+                yield Observation(value, {"baldur.service": service})
+
+    def in_flight(self, options: CallbackOptions) -> Iterator[Observation]:
+        view = self._read(fresh=False)
+        if view is None:
+            return
+        for service, held in view.in_flight:
+            yield Observation(held, {"baldur.service": service})
 
     def transitions(self, options: CallbackOptions) -> Iterator[Observation]:
         view = self._read(fresh=False)
@@ -208,6 +243,18 @@ def _create_instruments(meter: metrics.Meter) -> None:
         callbacks=[_readings.transitions],
         unit="{transition}",
         description="State changes of a circuit breaker, by from_state, to_state and trigger.",
+    )
+    meter.create_observable_gauge(
+        BULKHEAD_IN_FLIGHT,
+        callbacks=[_readings.in_flight],
+        unit="{call}",
+        description="Bulkhead slots a service's calls hold in this process now.",
+    )
+    meter.create_observable_counter(
+        RETRY_BUDGET_EXHAUSTED,
+        callbacks=[_readings.exhausted],
+        unit="{retry}",
+        description="Retries a service's retry budget refused.",
     )
     meter.create_observable_gauge(
         EMERGENCY_LEVEL,

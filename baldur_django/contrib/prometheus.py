@@ -14,10 +14,14 @@ Series (every counter also labelled ``service``):
 * ``baldur_circuit_breaker_calls_total{service, outcome}``: final outcomes of the protected
   calls (``success``, ``failure``, ``ignored``, ``rate_limited``);
 * ``baldur_circuit_breaker_blocked_requests_total{service, reason}``: rejections
-  (``open``, ``half_open_full``, ``frozen``);
+  (``open``, ``half_open_full``, ``frozen``; the outbound stages' ``bulkhead_full``,
+  ``throttled``, ``deadline``, ``retry_after``);
 * ``baldur_circuit_breaker_transitions_total{service, from_state, to_state, trigger}``;
 * ``baldur_circuit_breaker_state{service}``: 0 closed, 1 open, 2 half_open;
-* ``baldur_emergency_level``: the Emergency Mode level in force, 0..3.
+* ``baldur_emergency_level``: the Emergency Mode level in force, 0..3;
+* ``baldur_retry_budget_exhausted_total{service}``: retries a retry budget refused;
+* ``baldur_bulkhead_in_flight{service}``: bulkhead slots held in this process (a
+  breaker with a bulkhead; in multiprocess mode one series per process, ``pid``).
 
 Nothing runs per call: the breakers keep counts they already need (or one atomic
 increment where nothing existed, the OPEN rejection), and :class:`BaldurCollector` reads
@@ -80,14 +84,16 @@ except ImportError as exc:  # exercised by tests/metrics (prometheus_client hidd
 from ..core.errors import ConfigError
 from .prometheus_readings import (
     BLOCKED,
+    BULKHEAD_IN_FLIGHT,
     CALLS,
     COUNT_FAMILY,
-    COUNT_LABEL,
+    COUNT_LABELS,
     COUNTERS,
     EMERGENCY_LEVEL,
     HELP,
     LABELS,
     NO_TRANSITIONS,
+    RETRY_BUDGET_EXHAUSTED,
     STATE,
     TRANSITIONS,
     ZEROS,
@@ -112,6 +118,8 @@ __all__ = [
     "TRANSITIONS",
     "STATE",
     "EMERGENCY_LEVEL",
+    "RETRY_BUDGET_EXHAUSTED",
+    "BULKHEAD_IN_FLIGHT",
     "Transition",
     "View",
 ]
@@ -158,8 +166,12 @@ def _families(view: View | None) -> Iterator[Metric]:
     moved = CounterMetricFamily(TRANSITIONS, HELP[TRANSITIONS], labels=LABELS[TRANSITIONS])
     states = GaugeMetricFamily(STATE, HELP[STATE], labels=LABELS[STATE])
     level = GaugeMetricFamily(EMERGENCY_LEVEL, HELP[EMERGENCY_LEVEL])
+    exhausted = CounterMetricFamily(
+        RETRY_BUDGET_EXHAUSTED, HELP[RETRY_BUDGET_EXHAUSTED], labels=LABELS[RETRY_BUDGET_EXHAUSTED]
+    )
+    slots = GaugeMetricFamily(BULKHEAD_IN_FLIGHT, HELP[BULKHEAD_IN_FLIGHT], labels=LABELS[BULKHEAD_IN_FLIGHT])
     if view is not None:
-        family = {CALLS: calls, BLOCKED: blocked}
+        family = {CALLS: calls, BLOCKED: blocked, RETRY_BUDGET_EXHAUSTED: exhausted}
         add = {name: family[name].add_metric for name in COUNT_FAMILY}
         adders = tuple(add[name] for name in COUNT_FAMILY)
         series = view.series
@@ -167,16 +179,18 @@ def _families(view: View | None) -> Iterator[Metric]:
             entry = series[service]
             totals = entry.totals
             if totals is not ZEROS:
-                for value, add_metric, label in zip(totals, adders, COUNT_LABEL, strict=True):
+                for value, add_metric, labels in zip(totals, adders, COUNT_LABELS, strict=True):
                     if value:  # a series that never counted anything is not exported
-                        add_metric((service, label), value)
+                        add_metric((service, *labels), value)
             if entry.transitions:
                 for (before, after, trigger), value in sorted(entry.transitions.items()):
                     moved.add_metric((service, before, after, trigger), value)
         for service, state in sorted(view.states):
             states.add_metric((service,), state)
+        for service, held in sorted(view.in_flight):
+            slots.add_metric((service,), held)
         level.add_metric((), view.level)
-    return iter((calls, blocked, moved, states, level))
+    return iter((calls, blocked, moved, states, level, exhausted, slots))
 
 
 class BaldurCollector:
@@ -228,6 +242,7 @@ class _Flusher:
         self.pushed: dict[str, tuple[int, ...]] = {}  # service -> the totals written
         self.pushed_transitions: dict[str, Mapping[Transition, int]] = {}
         self.states: dict[str, int] = {}
+        self.slots: dict[str, int] = {}  # service -> the bulkhead in-flight gauge written
         self.level: int | None = None
 
     def _metrics(self) -> dict[str, Any]:
@@ -236,6 +251,13 @@ class _Flusher:
 
             made: dict[str, Any] = {name: Counter(name, HELP[name], LABELS[name], registry=None) for name in COUNTERS}
             made[STATE] = Gauge(STATE, HELP[STATE], LABELS[STATE], registry=None, multiprocess_mode="liveall")
+            made[BULKHEAD_IN_FLIGHT] = Gauge(
+                BULKHEAD_IN_FLIGHT,
+                HELP[BULKHEAD_IN_FLIGHT],
+                LABELS[BULKHEAD_IN_FLIGHT],
+                registry=None,
+                multiprocess_mode="liveall",
+            )
             made[EMERGENCY_LEVEL] = Gauge(
                 EMERGENCY_LEVEL, HELP[EMERGENCY_LEVEL], registry=None, multiprocess_mode="livemax"
             )
@@ -284,9 +306,9 @@ class _Flusher:
                 totals = entry.totals  # read once: the fold replaces it, never changes it
                 before = pushed.get(service, ZEROS)
                 if totals is not before:
-                    for now, was, family, label in zip(totals, before, families, COUNT_LABEL, strict=True):
+                    for now, was, family, labels in zip(totals, before, families, COUNT_LABELS, strict=True):
                         if now > was:  # a series reaches the files with its first count
-                            family.labels(service, label).inc(now - was)
+                            family.labels(service, *labels).inc(now - was)
                     pushed[service] = totals
                 transitions = entry.transitions
                 written = pushed_transitions.get(service, NO_TRANSITIONS)
@@ -300,6 +322,10 @@ class _Flusher:
                 if self.states.get(service) != state:
                     metrics[STATE].labels(service).set(state)
                     self.states[service] = state
+            for service, held in view.in_flight:
+                if self.slots.get(service) != held:
+                    metrics[BULKHEAD_IN_FLIGHT].labels(service).set(held)
+                    self.slots[service] = held
             if self.level != view.level:
                 metrics[EMERGENCY_LEVEL].set(view.level)
                 self.level = view.level

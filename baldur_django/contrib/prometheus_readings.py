@@ -19,6 +19,7 @@ from ..core.breaker import core_of
 from ..core.names import show_name
 from ..core.readings import METRIC_COUNTS, metric_values
 from ..core.registry import registry as _breakers
+from ..core.stages.figures import NO_COUNTS, STAGE_COUNTS, stage_counts, stage_reading
 from ..core.states import CircuitState
 
 log = logging.getLogger("baldur.metrics")
@@ -30,13 +31,20 @@ BLOCKED = "baldur_circuit_breaker_blocked_requests"
 TRANSITIONS = "baldur_circuit_breaker_transitions"
 STATE = "baldur_circuit_breaker_state"
 EMERGENCY_LEVEL = "baldur_emergency_level"
+RETRY_BUDGET_EXHAUSTED = "baldur_retry_budget_exhausted"
+BULKHEAD_IN_FLIGHT = "baldur_bulkhead_in_flight"
 
 HELP = {
     CALLS: "Calls through a circuit breaker by final outcome (success, failure, ignored, rate_limited).",
-    BLOCKED: "Requests a circuit breaker refused, by reason (open, half_open_full, frozen).",
+    BLOCKED: (
+        "Requests a circuit breaker or its stages refused, by reason (open, half_open_full, frozen, "
+        "bulkhead_full, throttled, deadline, retry_after)."
+    ),
     TRANSITIONS: "State changes of a circuit breaker, by from_state, to_state and trigger.",
     STATE: "Circuit breaker state: 0 closed, 1 open, 2 half_open.",
     EMERGENCY_LEVEL: "Emergency Mode level in force: 0 normal to 3 (every breaker frozen).",
+    RETRY_BUDGET_EXHAUSTED: "Retries a service's retry budget refused (the attempt's own outcome was final).",
+    BULKHEAD_IN_FLIGHT: "Bulkhead slots a service's calls hold in this process now.",
 }
 LABELS: dict[str, tuple[str, ...]] = {
     CALLS: ("service", "outcome"),
@@ -44,8 +52,10 @@ LABELS: dict[str, tuple[str, ...]] = {
     TRANSITIONS: ("service", "from_state", "to_state", "trigger"),
     STATE: ("service",),
     EMERGENCY_LEVEL: (),
+    RETRY_BUDGET_EXHAUSTED: ("service",),
+    BULKHEAD_IN_FLIGHT: ("service",),
 }
-COUNTERS = (CALLS, BLOCKED, TRANSITIONS)
+COUNTERS = (CALLS, BLOCKED, TRANSITIONS, RETRY_BUDGET_EXHAUSTED)
 STATE_VALUES = {CircuitState.CLOSED: 0, CircuitState.OPEN: 1, CircuitState.HALF_OPEN: 2}
 
 #: A transition's labels: ``(from_state, to_state, trigger)``.
@@ -69,10 +79,15 @@ WARNINGS = Warnings()
 
 
 # ------------------------------------------------------------------------ readings
-# The label value and family of each count of readings.metric_values(), in its order.
-COUNT_FAMILY = tuple(CALLS if group == "calls" else BLOCKED for group, _ in METRIC_COUNTS)
-COUNT_LABEL = tuple(key for _, key in METRIC_COUNTS)
-ZEROS: tuple[int, ...] = (0,) * len(METRIC_COUNTS)
+# The family and the label values after ``service`` of each count a reading gives: those of
+# readings.metric_values(), then the stages' (figures.stage_counts()), in their order.
+_FAMILY_OF = {"calls": CALLS, "blocked": BLOCKED, "retry_budget": RETRY_BUDGET_EXHAUSTED}
+_ALL_COUNTS = METRIC_COUNTS + STAGE_COUNTS
+COUNT_FAMILY = tuple(_FAMILY_OF[group] for group, _ in _ALL_COUNTS)
+COUNT_LABELS: tuple[tuple[str, ...], ...] = tuple(
+    () if group == "retry_budget" else (key,) for group, key in _ALL_COUNTS
+)
+ZEROS: tuple[int, ...] = (0,) * len(_ALL_COUNTS)
 NO_TRANSITIONS: Mapping[Transition, int] = MappingProxyType({})
 
 
@@ -134,14 +149,23 @@ class View:
             ever had (a forgotten breaker's counts stay exported).
         states: ``(service, state gauge value 0/1/2)`` of each breaker registered now.
         level: the emergency level (0..3).
+        in_flight: ``(service, bulkhead slots held in this process)`` of each breaker
+            registered now that has a bulkhead.
     """
 
-    __slots__ = ("series", "states", "level")
+    __slots__ = ("series", "states", "level", "in_flight")
 
-    def __init__(self, series: dict[str, Series], states: list[tuple[str, int]], level: int) -> None:
+    def __init__(
+        self,
+        series: dict[str, Series],
+        states: list[tuple[str, int]],
+        level: int,
+        in_flight: list[tuple[str, int]] | None = None,
+    ) -> None:
         self.series = series
         self.states = states
         self.level = level
+        self.in_flight = [] if in_flight is None else in_flight
 
 
 class Tally:
@@ -182,9 +206,12 @@ class Tally:
             WARNINGS.warn("metrics.sweep_failed: idle breakers were not let go")
         readings = []
         states = []
+        slots = []
         for breaker in _breakers:
             try:
                 state, counts, transitions = metric_values(core_of(breaker))
+                stage, held = stage_reading(breaker)
+                counts += stage if stage is NO_COUNTS else _since_fork(breaker, stage)
             except Exception:
                 WARNINGS.warn(
                     "metrics.read_failed service=%s: its series are left out of this reading", show_name(breaker.name)
@@ -192,6 +219,8 @@ class Tally:
                 continue
             readings.append((breaker, counts, transitions))
             states.append((breaker.name, STATE_VALUES.get(state, 0)))
+            if held is not None:
+                slots.append((breaker.name, held))
         try:
             level = int(emergency.current_level())
         except Exception:  # current_level() never raises; belt and braces
@@ -200,11 +229,14 @@ class Tally:
         with self.lock:
             self._fold(readings)
             series = dict(self._series)
-        return View(series, states, level)
+        return View(series, states, level, slots)
 
     def _fold(self, readings: Iterable[tuple[Any, tuple[int, ...], tuple[tuple[Transition, int], ...]]]) -> None:
         known = self._series
+        width = len(ZEROS)
         for breaker, counts, transitions in readings:
+            if len(counts) < width:  # metric_values() alone: the stages counted nothing
+                counts += NO_COUNTS
             entry = known.get(breaker.name)
             if entry is None:
                 entry = known[breaker.name] = Series(breaker)
@@ -215,6 +247,33 @@ class Tally:
             entry.fold(counts, transitions)
 
 
+#: breaker -> the stage counts it had when this process was forked (a child's are its own)
+_stage_base: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
+
+
+def _since_fork(breaker: Any, counts: tuple[int, ...]) -> tuple[int, ...]:
+    """*counts* (the stages' counts of *breaker*) less what a forked child's parent had
+    counted."""
+    base = _stage_base.get(breaker)
+    if base is None:
+        return counts
+    return tuple(max(0, now - before) for now, before in zip(counts, base, strict=True))
+
+
+def _after_fork_in_child() -> None:
+    """A forked child counts from zero: its tally forgets, and the stages' counts it
+    inherited are noted, to be left out of its readings."""
+    TALLY.reset()
+    _stage_base.clear()
+    for breaker in _breakers:
+        try:
+            counts = stage_counts(breaker)
+        except Exception:  # pragma: no cover - never fail a fork
+            continue
+        if counts is not NO_COUNTS:
+            _stage_base[breaker] = counts
+
+
 TALLY = Tally()
 if hasattr(os, "register_at_fork"):  # POSIX: a forked child's breakers count from zero, so does its tally
-    os.register_at_fork(after_in_child=TALLY.reset)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -139,10 +139,15 @@ class CircuitBreaker:
 
         Returns:
             dict: ``service``, ``state`` (a state value), counts, open and force fields
-            (Unix seconds), ``backend`` and ``config`` (the thresholds in force).
+            (Unix seconds), ``backend`` and ``config`` (the thresholds in force); ``stages``
+            for a breaker with outbound stages (their knobs, figures and refusals by
+            reason; see :func:`~baldur_django.core.stages.figures.stage_section`).
         """
         self._core.refresh()
-        return readings.snapshot(self._core)
+        snap = readings.snapshot(self._core)
+        for section in readings.SNAPSHOT_SECTIONS:
+            section(self, snap)
+        return snap
 
     def metrics(self) -> dict[str, Any]:
         """What this process's breaker counted (for Prometheus); never reads a shared store

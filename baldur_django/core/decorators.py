@@ -22,6 +22,7 @@ from .names import check_name
 from .registry import registry
 from .retry import RetryPolicy, coerce_retry
 from .routes import breaker_for, check_fallback, is_async, refuse_async_fallback, refuse_generators
+from .stages import figures as _figures  # noqa: F401 - adds the stages' section to snapshots
 from .wrappers import async_wrapper, sync_wrapper
 
 __all__ = ["protected", "aprotected", "protect", "aprotect", "circuit_breaker"]

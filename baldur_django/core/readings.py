@@ -7,6 +7,7 @@ adopted; a local one evaluates its recovery timeout first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .machine import Machine
@@ -18,7 +19,12 @@ CLOSED = CircuitState.CLOSED
 OPEN = CircuitState.OPEN
 HALF_OPEN = CircuitState.HALF_OPEN
 
-__all__ = ["snapshot", "metrics", "metric_values", "after_fork", "METRIC_COUNTS"]
+__all__ = ["snapshot", "metrics", "metric_values", "after_fork", "METRIC_COUNTS", "SNAPSHOT_SECTIONS"]
+
+#: What other modules add to a breaker's snapshot: each is called as ``section(breaker,
+#: snap)`` after the breaker's own keys are read and may add keys (the outbound stages'
+#: figures, added by :mod:`.stages.figures` when it is imported). No store I/O.
+SNAPSHOT_SECTIONS: list[Callable[[Any, dict[str, Any]], None]] = []
 
 #: ``(group, key)`` of each count :func:`metric_values` returns, in its order: the keys of
 #: :func:`metrics`' ``calls`` and ``blocked`` dicts.

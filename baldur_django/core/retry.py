@@ -32,6 +32,7 @@ from .events import CallRejected, Retrying, bus
 from .nesting import Mark, settled_elsewhere
 from .retry_target import RetryPermit, RetryTarget
 from .stages.deadline import current as current_deadline
+from .stages.refusals import count_deadline
 
 if TYPE_CHECKING:
     from .config import BreakerConfig
@@ -385,6 +386,7 @@ class _Sequence(Generic[_P]):
                 return False
             remaining = breaker.cooldown_remaining()
             if self.call_deadline is not None and self.now() >= self.call_deadline:
+                count_deadline(breaker)  # the refusal path only
                 yield self.refuse(remaining, DeadlineExceededError(breaker.name))
                 return False
             if remaining <= 0:

@@ -50,6 +50,7 @@ from .emergency import (
 )
 from .forces import force, forget, release
 from .names import check_known, closest_services, known_services
+from .stages import stage_lines, stage_table
 from .status import (
     PAGE_SIZE,
     STATUS_BATCH,
@@ -64,6 +65,8 @@ from .status import (
 )
 
 __all__ = [
+    "stage_lines",
+    "stage_table",
     "UnknownServiceError",
     "BreakerForcedError",
     "NotMigratedError",

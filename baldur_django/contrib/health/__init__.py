@@ -20,8 +20,10 @@ A breaker outside the critical list never takes the instance out of rotation: it
 get a refusal or a fallback, which the instance survives. Anonymous callers see only
 ``status`` and ``emergency_level``; staff users (``request.user.is_staff``), or everyone
 when ``BALDUR_HEALTH_DETAILS`` is on, also see ``breakers`` (every breaker this process
-knows plus the critical ones, name -> state), ``critical`` (the list) and ``store`` (what
-became of the store read, see :class:`Judgement`).
+knows plus the critical ones, name -> state), ``critical`` (the list), ``store`` (what
+became of the store read, see :class:`Judgement`) and, when a breaker of this process has
+outbound stages, ``stages`` (name -> their knobs, this process's figures and refusals by
+reason, read without store I/O).
 
 The view answers within a probe's timeout whatever the store does (:mod:`.reading`): the
 level and the critical breakers' shared records are read once, in a worker thread, with a
@@ -46,10 +48,11 @@ from ...core import emergency as emergency_core
 from ...core.breaker import CircuitBreaker
 from ...core.config import settings
 from ...core.registry import registry
+from ...core.stages.figures import stage_section
 from ...core.states import CircuitState
 from .reading import NO_ANSWER, NO_STORE, Reading, read
 
-__all__ = ["Judgement", "judge", "health_view", "BreakerHealthCheck", "CHECK_PATH"]
+__all__ = ["Judgement", "judge", "health_view", "stage_details", "BreakerHealthCheck", "CHECK_PATH"]
 
 #: The dotted path of :class:`BreakerHealthCheck`, for django-health-check's ``checks`` lists.
 CHECK_PATH = "baldur_django.contrib.health.BreakerHealthCheck"
@@ -141,6 +144,21 @@ def _own_view(breaker: CircuitBreaker) -> CircuitState:
     return breaker.state
 
 
+def stage_details() -> dict[str, dict[str, Any]]:
+    """name -> the stages' section (:func:`~baldur_django.core.stages.figures.stage_section`)
+    of every breaker of this process that has outbound stages; no store I/O.
+
+    Returns:
+        dict: empty when no breaker has stages.
+    """
+    found = {}
+    for breaker in registry:
+        section = stage_section(breaker)
+        if section is not None:
+            found[breaker.name] = section
+    return dict(sorted(found.items()))
+
+
 def _may_see_details(request: HttpRequest) -> bool:
     if settings.get("BALDUR_HEALTH_DETAILS"):
         return True
@@ -151,7 +169,8 @@ def _may_see_details(request: HttpRequest) -> bool:
 @require_safe
 def health_view(request: HttpRequest) -> JsonResponse:
     """The readiness document: ``{"status", "emergency_level"}`` plus, for staff or when
-    ``BALDUR_HEALTH_DETAILS`` is on, ``"breakers"`` and ``"critical"``.
+    ``BALDUR_HEALTH_DETAILS`` is on, ``"breakers"``, ``"critical"``, ``"store"`` and, when a
+    breaker has outbound stages, ``"stages"`` (:func:`stage_details`).
 
     Args:
         request: a GET or HEAD request (others get 405).
@@ -168,6 +187,9 @@ def health_view(request: HttpRequest) -> JsonResponse:
         body["breakers"] = verdict.breakers
         body["critical"] = list(verdict.critical)
         body["store"] = verdict.store
+        stages = stage_details()
+        if stages:
+            body["stages"] = stages
     response = JsonResponse(body, status=verdict.http_status)
     add_never_cache_headers(response)
     if verdict.http_status == 503:

@@ -14,6 +14,7 @@ caller's function runs.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import queue
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..errors import BulkheadFullError, ConfigError
+from .budget import count_of
 
 __all__ = ["Bulkhead", "POLL_SECONDS", "check_limit", "check_wait", "allowed_wait"]
 
@@ -152,7 +154,7 @@ class Bulkhead:
     cancellation); a second :meth:`leave` of the same ticket changes nothing.
     """
 
-    __slots__ = ("service", "limit", "max_wait", "clock", "_lock", "_free", "_take", "_give", "_waiters")
+    __slots__ = ("service", "limit", "max_wait", "clock", "_lock", "_free", "_take", "_give", "_waiters", "_refused")
 
     def __init__(self, service: str, limit: int, max_wait: float, clock: Clock) -> None:
         self.service = service
@@ -166,6 +168,7 @@ class Bulkhead:
         self._take = self._free.get_nowait
         self._give = self._free.put
         self._waiters: deque[_Waiter] = deque()
+        self._refused = itertools.count()  # stepped on the refusal path only (one atomic next())
 
     def __repr__(self) -> str:
         return f"<Bulkhead {self.service!r} {self.in_flight()}/{self.limit} waiting={len(self._waiters)}>"
@@ -178,6 +181,15 @@ class Bulkhead:
     def waiting(self) -> int:
         """The number of calls waiting for a slot now."""
         return len(self._waiters)
+
+    def refused(self) -> int:
+        """The calls refused with :class:`BulkheadFullError` since the bulkhead was made."""
+        return count_of(self._refused)
+
+    def _full(self) -> BulkheadFullError:
+        """Count one refusal and build it (the refusal path only)."""
+        next(self._refused)
+        return BulkheadFullError(self.service)
 
     def enter(self, *, timeout: float | None = None) -> object:
         """Take a slot, waiting (blocking this thread) while every slot is taken.
@@ -267,7 +279,7 @@ class Bulkhead:
                 else:
                     return [self]
             if wait <= 0:
-                raise BulkheadFullError(self.service)
+                raise self._full()
             waiter: _Waiter = _ThreadWaiter() if loop is None else _TaskWaiter(loop)
             self._waiters.append(waiter)
             self._grant_locked()
@@ -327,7 +339,7 @@ class Bulkhead:
             raise
         if self._settle(waiter, keep=True):
             return [self]
-        raise BulkheadFullError(self.service)
+        raise self._full()
 
     async def _wait_in_task(self, waiter: _TaskWaiter, wait: float) -> object:
         clock = self.clock
@@ -344,4 +356,4 @@ class Bulkhead:
             raise
         if self._settle(waiter, keep=True):
             return [self]
-        raise BulkheadFullError(self.service)
+        raise self._full()

@@ -24,6 +24,7 @@ answers. From ``async def`` every round trip runs in a worker thread
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import threading
@@ -37,6 +38,7 @@ from ..errors import BulkheadFullError, ConfigError
 from ..log import log_event
 from ..stores.base import safe_key
 from ..stores.redis import store_errors
+from .budget import count_of
 from .bulkhead import Bulkhead, allowed_wait
 
 __all__ = ["FleetBulkhead", "FIRST_POLL_SECONDS", "MAX_POLL_SECONDS", "STORE_RETRY_SECONDS", "script_text"]
@@ -139,6 +141,7 @@ class FleetBulkhead:
         self._lock = threading.Lock()
         self._held = 0  # fleet slots this process holds
         self._retry_at: float | None = None  # None: Redis answers; else when to ask it again
+        self._refused = itertools.count()  # fleet refusals, stepped on the refusal path only
 
     def __repr__(self) -> str:
         return f"<FleetBulkhead {self.service!r} limit={self.limit} here={self.in_flight()}>"
@@ -147,6 +150,11 @@ class FleetBulkhead:
         """The number of slots this process holds now: fleet leases plus, while Redis is
         unreachable, slots of its own bulkhead."""
         return self._held + self.local.in_flight()
+
+    def refused(self) -> int:
+        """The calls refused with :class:`BulkheadFullError` since the bulkhead was made,
+        those its own bulkhead refused while Redis was unreachable included."""
+        return count_of(self._refused) + self.local.refused()
 
     def store_available(self) -> bool:
         """False while this worker keeps to its own limit because Redis failed."""
@@ -180,6 +188,7 @@ class FleetBulkhead:
             if taken is None:
                 return _Lease(self, None, self.local.enter(timeout=max(0.0, remaining)))
             if remaining <= 0:
+                next(self._refused)
                 raise BulkheadFullError(self.service)
             clock.sleep(min(pause, remaining))
             pause = min(pause * 2, MAX_POLL_SECONDS)
@@ -216,6 +225,7 @@ class FleetBulkhead:
             if taken is None:
                 return _Lease(self, None, await self.local.aenter(timeout=max(0.0, remaining)))
             if remaining <= 0:
+                next(self._refused)
                 raise BulkheadFullError(self.service)
             await asleep(min(pause, remaining))
             pause = min(pause * 2, MAX_POLL_SECONDS)

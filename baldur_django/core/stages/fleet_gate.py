@@ -206,6 +206,14 @@ class FleetGate:
         """Seconds until this process's gate opens (0.0 while open)."""
         return self.gate.remaining()
 
+    def refused(self) -> int:
+        """The calls this process's gate refused since it was made."""
+        return self.gate.refused()
+
+    def end(self) -> float | None:
+        """:meth:`RetryAfterGate.end`: the monotonic time this process's gate opens at, or None."""
+        return self.gate.end()
+
     def close_until(self, until: float) -> float:
         """Close this process's gate until the monotonic time *until* (seconds); no store
         write. Returns the seconds left."""

@@ -26,6 +26,7 @@ negative number, a date already past) closes nothing.
 
 from __future__ import annotations
 
+import itertools
 import math
 from threading import Lock
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 from ..classify import exception_is_rate_limit, exception_status, parse_retry_after, retry_after_of, status_of
 from ..clock import Clock
 from ..errors import ConfigError, RateLimitCooldownError
+from .budget import count_of
 
 __all__ = ["RetryAfterGate", "UNAVAILABLE", "gate_seconds"]
 
@@ -95,7 +97,7 @@ class RetryAfterGate:
             a set of integers.
     """
 
-    __slots__ = ("service", "max_seconds", "rate_limit_codes", "_clock", "_end", "_lock")
+    __slots__ = ("service", "max_seconds", "rate_limit_codes", "_clock", "_end", "_lock", "_refused")
 
     def __init__(
         self,
@@ -117,6 +119,7 @@ class RetryAfterGate:
         self._clock = clock
         self._end = _NEVER  # monotonic seconds; in the past while the gate is open
         self._lock = Lock()
+        self._refused = itertools.count()  # stepped on the refusal path only (one atomic next())
 
     def __repr__(self) -> str:
         return f"<RetryAfterGate {self.service!r} remaining={self.remaining():.3f}s>"
@@ -137,11 +140,16 @@ class RetryAfterGate:
         end = self._end
         if end <= now or forced_closed:
             return
+        next(self._refused)
         raise RateLimitCooldownError(self.service, end - now, reason="retry_after")
 
     def remaining(self) -> float:
         """Seconds until the gate opens; 0.0 while it is open."""
         return max(0.0, self._end - self._clock.monotonic())
+
+    def refused(self) -> int:
+        """The calls :meth:`check` refused since the gate was made."""
+        return count_of(self._refused)
 
     def end(self) -> float | None:
         """The monotonic time (seconds, this process's clock) the gate opens at, or None

@@ -82,7 +82,9 @@ class AdaptiveThrottle:
             ``adaptive_throttling_k`` / ``adaptive_throttling_window``).
     """
 
-    __slots__ = ("service", "k", "window", "_now", "_rand", "_lock", "_live", "_head", "_requests", "_accepts")
+    __slots__ = (
+        "service", "k", "window", "_now", "_rand", "_lock", "_live", "_head", "_requests", "_accepts", "_refused",
+    )  # fmt: skip
 
     def __init__(
         self, service: str, k: float, window: float, clock: Clock, rand: Callable[[], float] = random.random
@@ -98,6 +100,7 @@ class AdaptiveThrottle:
         self._accepts = [0] * seconds
         self._head = _NEVER  # the current second
         self._live = Second(float("-inf"), 0, 0)  # ended before any call: the first one rolls
+        self._refused = itertools.count()  # stepped when admit() refuses, never on an admission
 
     def admit(self) -> bool:
         """Count one request and decide whether it may go ahead.
@@ -112,9 +115,14 @@ class AdaptiveThrottle:
             live = self._roll(now)
         requests = live.base_requests + next(live.requests)  # those before this one
         excess = requests - self.k * (live.base_accepts + live.accepted)
-        if excess <= 0:
+        if excess <= 0 or self._rand() >= excess / (requests + 1):
             return True
-        return self._rand() >= excess / (requests + 1)
+        next(self._refused)
+        return False
+
+    def refused(self) -> int:
+        """The calls :meth:`admit` refused since the throttle was made."""
+        return count_of(self._refused)
 
     def accepted(self) -> None:
         """Count one accept: a call this throttle admitted has succeeded."""

@@ -2,7 +2,9 @@
 
 Lists the known breakers with state, counts and force, or (``--config``) every effective
 ``BALDUR_*`` value with where it came from. While an Emergency Mode level is in force it is
-shown after the table (and as ``"emergency"`` in the JSON document). ``--json`` prints one JSON document and
+shown after the table (and as ``"emergency"`` in the JSON document). A breaker with outbound
+stages gets its stages' knobs and this process's figures in a second table (as ``"stages"``
+in its JSON row). ``--json`` prints one JSON document and
 nothing else on stdout; notices go to stderr. Output is UTF-8 whatever the locale. On the
 memory backend it says on stderr that it shows only its own process. An unknown
 ``--service``, an invalid setting, or a database that ``migrate`` has not prepared yet is a
@@ -230,6 +232,7 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
             return
         self.stdout.write(f"backend: {backend}" + ("" if shared else " (this process only)"))
         self._rows(rows)
+        self._stages(rows)
         if emergency["level"]:
             line = services.describe_emergency(emergency)
             self.stdout.write(line[0].upper() + line[1:] + ".")
@@ -268,6 +271,16 @@ class Command(Utf8OutputMixin, NoticesToStderrMixin, BaseCommand):
             "LAST TRIGGER",
         ]
         self.stdout.write(format_table(header, table))
+
+    def _stages(self, rows: list[dict[str, Any]]) -> None:
+        """The outbound stages of the breakers that have any (this process's figures), as a
+        second table; nothing when none has."""
+        table = [
+            [show_name(service, limit=NAME_COLUMN), stage, text] for service, stage, text in services.stage_table(rows)
+        ]
+        if table:
+            self.stdout.write("stages (this process):")
+            self.stdout.write(format_table(["SERVICE", "STAGE", "FIGURES"], table))
 
     def _config(self, as_json: bool) -> None:
         rows = services.config_report()
