@@ -342,16 +342,16 @@ class Machine(Record):
         return 0.0 if until is None else until
 
     def unix(self, mono: float | None) -> float | None:
-        """A monotonic time of this breaker as Unix seconds, to the microsecond (None stays
-        None). The clocks' difference is the one taken when the record last changed, so the
-        same time reads the same at every call (a difference read now would move with each
-        read by the time between the two clock reads)."""
+        """A monotonic time of this breaker as Unix seconds (None stays None). The clocks'
+        difference is the one taken when the record last changed, so the same time reads the
+        same at every call (a difference read now would move with each read by the time
+        between the two clock reads)."""
         if mono is None:
             return None
         offset = self.wall_offset
         if offset is None:
             offset = self.clock.wall() - self.mono()
-        return round(mono + offset, 6)
+        return mono + offset
 
     def hold_open_until(self, until: float) -> None:
         """OPEN rejects lock-free until *until* (monotonic), unless dry-run lets everything through."""
