@@ -47,15 +47,31 @@ from typing import Any
 
 from ..calls import BreakerCore
 from ..config import BreakerConfig
-from ..errors import DeadlineExceededError
+from ..errors import CallRefusedError, DeadlineExceededError
 from ..events import CallRejected, bus
 from ..runner import acall_fallback, call_fallback
-from .admission import StageRefused, aadmit, admit, after_error, after_result, aleave, leave
-from .deadline import Deadline, current, enter_at
+from .admission import StageRefused, aadmit, acheck_gate, after_error, after_result, aleave, attempt_of, check_gate
+from .deadline import ARMED, Deadline, current, enter_at, reset_deadline, set_deadline
 from .deadline import leave as leave_deadline
 from .service import ServiceStages, service_stages, wants_stages
 
 __all__ = ["Pipeline", "StageRefused", "build_pipeline"]
+
+
+class _Route:
+    """What a call site runs under one configuration of its breaker: the breaker's wrapper
+    of the attempt built for the service's stages then, and the stages the outer wrapper
+    runs itself (rebuilt when the configuration or the store link changes)."""
+
+    __slots__ = ("config", "sync", "inner", "held", "gate", "note_call")
+
+    def __init__(self, core: BreakerCore, inner: Callable[..., Any], held: ServiceStages | None) -> None:
+        self.config = core.config
+        self.sync: object = core.sync
+        self.inner = inner
+        self.held = held
+        self.gate = None if held is None else held.gate
+        self.note_call = None if held is None or held.budget is None else held.budget.note_call
 
 
 class Pipeline:
@@ -70,20 +86,21 @@ class Pipeline:
             bulkhead or retry budget) when the call site was built.
     """
 
-    __slots__ = ("service", "deadline", "staged", "_held")
+    __slots__ = ("service", "deadline", "staged", "_held", "_route")
 
     def __init__(self, service: str, deadline: float | None, *, staged: bool = False) -> None:
         self.service = service
         self.deadline = deadline
         self.staged = staged
         self._held: ServiceStages | None = None
+        self._route: _Route | None = None
 
     def stages(self, core: BreakerCore) -> ServiceStages | None:
         """The service's stages for *core*'s current configuration (None: none is on)."""
         held = self._held
         if held is not None and core.config is held.config and core.sync is held.sync:
             return held
-        held = self._held = service_stages(core)
+        held = self._held = service_stages(core) if self.staged else None
         return held
 
     def enter(self, core: BreakerCore) -> Token[Deadline | None] | DeadlineExceededError | None:
@@ -112,111 +129,114 @@ class Pipeline:
             found = Deadline(found.at, found.clock, core)
         return enter_at(found)
 
-    def begin(self, core: BreakerCore) -> None:
-        """A call begins: the service's retry budget counts it."""
-        held = self._held
-        if held is None or core.config is not held.config or core.sync is not held.sync:
-            held = self.stages(core)
-        if held is not None and held.budget is not None:
-            held.budget.note_call()
+    def route(
+        self, core: BreakerCore, build: Callable[[Callable[..., Any]], Callable[..., Any]], attempt: Any
+    ) -> _Route:
+        """The route of *core*'s current configuration: built again when it changed.
 
-    def attempt(self, core: BreakerCore, func: Callable[..., Any]) -> Callable[..., Any]:
-        """*func* with the per-attempt stages around it (:mod:`.admission`); *func* itself
-        when the call site has none."""
-        if not self.staged:
-            return func
+        Args:
+            build: makes the breaker's wrapper of an attempt.
+            attempt: ``attempt(held)``: the attempt for the service's stages *held* (None:
+                no stage is on).
+        """
+        route = self._route
+        if route is not None and route.config is core.config and route.sync is core.sync:
+            return route
+        held = self.stages(core)
+        route = self._route = _Route(core, build(attempt(held)), held)
+        return route
 
-        def attempt(*args: Any, **kwargs: Any) -> Any:
-            held = self._held  # set by begin() of this call
-            if held is None or not held.per_attempt or held.config is not core.config:
-                return func(*args, **kwargs)
-            ticket, counted = admit(held, core)
-            try:
-                result = func(*args, **kwargs)
-            except BaseException as exc:
-                if after_error(held, exc):
-                    held.gate.observe(exc)  # type: ignore[union-attr]  # asked: a gate exists
-                raise
-            finally:
-                leave(held, ticket)
-            if after_result(held, result, counted):
-                held.gate.observe(result)  # type: ignore[union-attr]
-            return result
+    def around(
+        self,
+        core: BreakerCore,
+        func: Callable[..., Any],
+        build: Callable[[Callable[..., Any]], Callable[..., Any]],
+        fallback: Any,
+        *,
+        retrying: bool = False,
+    ) -> Callable[..., Any]:
+        """The wrapper of a ``def`` with stages: the deadline, the budget's count and the
+        Retry-After gate around the breaker's own wrapper (*build*) of the attempt (see the
+        module's text).
 
-        return attempt
-
-    def aattempt(self, core: BreakerCore, func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        """The async :meth:`attempt`: an attempt still running at the deadline is cancelled
-        and raises ``TimeoutError``, a failure; a fleet stage's store I/O runs off the event
-        loop."""
-        timed = _timed(self.service, func)
-        if not self.staged:
-            return timed
-
-        async def attempt(*args: Any, **kwargs: Any) -> Any:
-            held = self._held  # set by begin() of this call
-            if held is None or not held.per_attempt or held.config is not core.config:
-                return await timed(*args, **kwargs)
-            ticket, counted = await aadmit(held, core)
-            try:
-                result = await timed(*args, **kwargs)
-            except BaseException as exc:
-                if after_error(held, exc):
-                    await _observe(held, exc)
-                raise
-            finally:
-                await aleave(held, ticket)
-            if after_result(held, result, counted):
-                await _observe(held, result)
-            return result
-
-        return attempt
-
-    def around(self, core: BreakerCore, inner: Callable[..., Any], fallback: Any) -> Callable[..., Any]:
-        """The wrapper of a ``def`` with stages: the deadline and the budget's count around
-        *inner*, the breaker's own wrapper of :meth:`attempt` (see the module's text).
+        Args:
+            func: the protected function.
+            build: ``build(attempt)``: the breaker's wrapper of *attempt* (called again
+                after a reconfiguration).
+            fallback: answers a refusal, or None.
+            retrying: the call site has a retry policy (each retry checks the gate too).
 
         Returns:
-            A function with *inner*'s signature; it raises DeadlineExceededError (or another
+            A function with *func*'s signature; it raises DeadlineExceededError (or another
             stage's refusal) when no fallback is given.
         """
-        staged_site = self.staged
+        seconds = self.deadline
+        clock = core.clock
+        mono = clock.monotonic
+
+        def attempt(held: ServiceStages | None) -> Callable[..., Any]:
+            return func if held is None else attempt_of(held, core, func, retrying=retrying)
 
         def staged(*args: Any, **kwargs: Any) -> Any:
-            token = self.enter(core)
-            if type(token) is DeadlineExceededError:
-                if fallback is None:
-                    raise token
-                return call_fallback(fallback, args, kwargs, token)
+            route = self._route
+            if route is None or route.config is not core.config or route.sync is not core.sync:
+                route = self.route(core, build, attempt)
+            if seconds is not None and current() is None:  # the knob alone: nothing to compare
+                if not ARMED:
+                    ARMED.append(True)
+                token: Any = set_deadline(Deadline(mono() + seconds, clock, core))
+            elif ARMED:
+                token = self.enter(core)
+                if type(token) is DeadlineExceededError:
+                    return _refuse(fallback, args, kwargs, token)
+            else:
+                token = None
             try:
-                if staged_site:
-                    self.begin(core)
-                return inner(*args, **kwargs)
+                if route.note_call is not None:
+                    route.note_call()
+                if route.gate is not None:
+                    check_gate(route.held, core)  # type: ignore[arg-type]  # a gate: a holder
+                return route.inner(*args, **kwargs)
             except StageRefused as carried:
-                if fallback is None:
-                    raise carried.refusal from None
-                return call_fallback(fallback, args, kwargs, carried.refusal)
+                return _refuse(fallback, args, kwargs, carried.refusal)
             finally:
-                leave_deadline(token)  # type: ignore[arg-type]  # a Token or None here
+                if token is not None:
+                    reset_deadline(token)
 
         return staged
 
     def aaround(
-        self, core: BreakerCore, inner: Callable[..., Awaitable[Any]], fallback: Any
+        self,
+        core: BreakerCore,
+        func: Callable[..., Awaitable[Any]],
+        build: Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]],
+        fallback: Any,
+        *,
+        retrying: bool = False,
     ) -> Callable[..., Awaitable[Any]]:
-        """The async :meth:`around`; a coroutine-function fallback is awaited."""
-        staged_site = self.staged
+        """The async :meth:`around`: an attempt still running at the deadline is cancelled
+        and raises ``TimeoutError``, a failure; a fleet stage's store I/O runs off the event
+        loop; a coroutine-function fallback is awaited."""
+        timed = _timed(self.service, func)
+
+        def attempt(held: ServiceStages | None) -> Callable[..., Awaitable[Any]]:
+            return timed if held is None or not held.per_attempt else _aattempt(held, core, timed, retrying)
 
         async def staged(*args: Any, **kwargs: Any) -> Any:
+            route = self._route
+            if route is None or route.config is not core.config or route.sync is not core.sync:
+                route = self.route(core, build, attempt)
             token = self.enter(core)
             if type(token) is DeadlineExceededError:
                 if fallback is None:
                     raise token
                 return await acall_fallback(fallback, args, kwargs, token)
             try:
-                if staged_site:
-                    self.begin(core)
-                return await inner(*args, **kwargs)
+                if route.note_call is not None:
+                    route.note_call()
+                if route.gate is not None:
+                    await acheck_gate(route.held, core)  # type: ignore[arg-type]  # a gate: a holder
+                return await route.inner(*args, **kwargs)
             except StageRefused as carried:
                 if fallback is None:
                     raise carried.refusal from None
@@ -225,6 +245,36 @@ class Pipeline:
                 leave_deadline(token)  # type: ignore[arg-type]  # a Token or None here
 
         return staged
+
+
+def _refuse(fallback: Any, args: tuple[Any, ...], kwargs: dict[str, Any], refusal: CallRefusedError) -> Any:
+    """Raise *refusal*, or answer it with *fallback*."""
+    if fallback is None:
+        raise refusal
+    return call_fallback(fallback, args, kwargs, refusal)
+
+
+def _aattempt(
+    held: ServiceStages, core: BreakerCore, timed: Callable[..., Awaitable[Any]], retrying: bool
+) -> Callable[..., Awaitable[Any]]:
+    """The attempt of an ``async def`` with the per-attempt stages of *held* around it."""
+    gated = retrying and held.gate is not None
+
+    async def attempt(*args: Any, **kwargs: Any) -> Any:
+        ticket, counted = await aadmit(held, core, gated=gated)
+        try:
+            result = await timed(*args, **kwargs)
+        except BaseException as exc:
+            if after_error(held, exc):
+                await _observe(held, exc)
+            raise
+        finally:
+            await aleave(held, ticket)
+        if after_result(held, result, counted):
+            await _observe(held, result)
+        return result
+
+    return attempt
 
 
 def _timed(service: str, func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
