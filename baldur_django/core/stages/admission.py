@@ -179,7 +179,28 @@ def attempt_of(
         if bulkhead is None:
             return func
         return _bulkhead_attempt(stages, core, func)
+    if stages.gate is None and stages.bulkhead is None:
+        return _throttle_attempt(stages, core, func)
     return _attempt(stages, core, func, retrying)
+
+
+def _throttle_attempt(stages: ServiceStages, core: BreakerCore, func: Callable[..., Any]) -> Callable[..., Any]:
+    throttle: Any = stages.throttle
+    ask, accepted = throttle.admit, throttle.accepted
+    config = stages.config
+    plain = config.plain_types
+
+    def attempt(*args: Any, **kwargs: Any) -> Any:
+        if core.state is not _CLOSED or core.forced is not None:
+            return func(*args, **kwargs)  # throttling is for the CLOSED state only
+        if not ask():
+            raise refused(core, ThrottledError(core.name))
+        result = func(*args, **kwargs)
+        if type(result) in plain or config.classifier.result(result, stages.service) == SUCCESS:
+            accepted()
+        return result
+
+    return attempt
 
 
 def _bulkhead_attempt(stages: ServiceStages, core: BreakerCore, func: Callable[..., Any]) -> Callable[..., Any]:

@@ -47,10 +47,20 @@ from typing import Any
 
 from ..calls import BreakerCore
 from ..config import BreakerConfig
-from ..errors import CallRefusedError, DeadlineExceededError
+from ..errors import CallRefusedError, DeadlineExceededError, RateLimitCooldownError
 from ..events import CallRejected, bus
 from ..runner import acall_fallback, call_fallback
-from .admission import StageRefused, aadmit, acheck_gate, after_error, after_result, aleave, attempt_of, check_gate
+from .admission import (
+    StageRefused,
+    aadmit,
+    acheck_gate,
+    after_error,
+    after_result,
+    aleave,
+    attempt_of,
+    check_gate,
+    refused,
+)
 from .deadline import ARMED, Deadline, current, enter_at, reset_deadline, set_deadline
 from .deadline import leave as leave_deadline
 from .service import ServiceStages, service_stages, wants_stages
@@ -63,7 +73,7 @@ class _Route:
     of the attempt built for the service's stages then, and the stages the outer wrapper
     runs itself (rebuilt when the configuration or the store link changes)."""
 
-    __slots__ = ("config", "sync", "inner", "held", "gate", "note_call")
+    __slots__ = ("config", "sync", "inner", "held", "gate", "fleet_gate", "note_call")
 
     def __init__(self, core: BreakerCore, inner: Callable[..., Any], held: ServiceStages | None) -> None:
         self.config = core.config
@@ -71,6 +81,7 @@ class _Route:
         self.inner = inner
         self.held = held
         self.gate = None if held is None else held.gate
+        self.fleet_gate = held is not None and held.fleet_gate
         self.note_call = None if held is None or held.budget is None else held.budget.note_call
 
 
@@ -195,7 +206,14 @@ class Pipeline:
                 if route.note_call is not None:
                     route.note_call()
                 if route.gate is not None:
-                    check_gate(route.held, core)  # type: ignore[arg-type]  # a gate: a holder
+                    if route.fleet_gate:
+                        check_gate(route.held, core)  # type: ignore[arg-type]  # a gate: a holder
+                    else:
+                        try:
+                            route.gate.check()
+                        except RateLimitCooldownError as refusal:
+                            if core.forced != "closed":
+                                raise refused(core, refusal) from None
                 return route.inner(*args, **kwargs)
             except StageRefused as carried:
                 return _refuse(fallback, args, kwargs, carried.refusal)
