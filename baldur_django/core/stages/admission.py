@@ -93,10 +93,9 @@ def check_gate(stages: ServiceStages, core: BreakerCore) -> None:
     if stages.fleet_gate:
         stages.learn(core.clock.monotonic(), core.config.sync_interval)
     try:
-        stages.gate.check()  # type: ignore[union-attr]  # asked: a gate exists
+        stages.gate.check(forced_closed=core.forced == "closed")  # type: ignore[union-attr]  # asked: a gate
     except RateLimitCooldownError as refusal:
-        if core.forced != "closed":
-            raise refused(core, refusal) from None
+        raise refused(core, refusal) from None
 
 
 async def acheck_gate(stages: ServiceStages, core: BreakerCore) -> None:
@@ -104,10 +103,9 @@ async def acheck_gate(stages: ServiceStages, core: BreakerCore) -> None:
     if stages.fleet_gate and stages.read_due(core.clock.monotonic()):
         await asyncio.to_thread(stages.learn, core.clock.monotonic(), core.config.sync_interval)
     try:
-        stages.gate.check()  # type: ignore[union-attr]  # asked: a gate exists
+        stages.gate.check(forced_closed=core.forced == "closed")  # type: ignore[union-attr]  # asked: a gate
     except RateLimitCooldownError as refusal:
-        if core.forced != "closed":
-            raise refused(core, refusal) from None
+        raise refused(core, refusal) from None
 
 
 def _throttled(stages: ServiceStages, core: BreakerCore) -> bool:

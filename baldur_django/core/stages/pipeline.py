@@ -210,10 +210,9 @@ class Pipeline:
                         check_gate(route.held, core)  # type: ignore[arg-type]  # a gate: a holder
                     else:
                         try:
-                            route.gate.check()
+                            route.gate.check(forced_closed=core.forced == "closed")
                         except RateLimitCooldownError as refusal:
-                            if core.forced != "closed":
-                                raise refused(core, refusal) from None
+                            raise refused(core, refusal) from None
                 return route.inner(*args, **kwargs)
             except StageRefused as carried:
                 return _refuse(fallback, args, kwargs, carried.refusal)
