@@ -63,6 +63,7 @@ from .admission import (
 )
 from .deadline import ARMED, Deadline, current, enter_at, reset_deadline, set_deadline
 from .deadline import leave as leave_deadline
+from .refusals import count_deadline
 from .service import ServiceStages, service_stages, wants_stages
 
 __all__ = ["Pipeline", "StageRefused", "build_pipeline"]
@@ -133,6 +134,7 @@ class Pipeline:
             clock = core.clock
             return enter_at(Deadline(clock.monotonic() + seconds, clock, core))
         if left <= 0:
+            count_deadline(core)  # the refusal path only
             if bus.wants_rejections():  # tracing: a refusal, as the retry stage's are published
                 bus.publish(CallRejected(self.service, core.clock.wall(), reason="deadline", retry_after=None))
             return DeadlineExceededError(self.service)
