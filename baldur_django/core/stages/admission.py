@@ -179,7 +179,29 @@ def attempt_of(
         return _bulkhead_attempt(stages, core, func)
     if stages.gate is None and stages.bulkhead is None:
         return _throttle_attempt(stages, core, func)
+    if stages.throttle is None and stages.bulkhead is None and not retrying:
+        return _observed(stages, func)
     return _attempt(stages, core, func, retrying)
+
+
+def _observed(stages: ServiceStages, func: Callable[..., Any]) -> Callable[..., Any]:
+    """*func* with the gate looking at its outcome (a gate alone, without retries: the
+    gate was checked before the breaker)."""
+    observe = stages.gate.observe  # type: ignore[union-attr]  # asked: a gate exists
+    plain = stages.config.plain_types
+
+    def attempt(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = func(*args, **kwargs)
+        except BaseException as exc:
+            if after_error(stages, exc):
+                observe(exc)
+            raise
+        if type(result) not in plain and after_result(stages, result, False):
+            observe(result)
+        return result
+
+    return attempt
 
 
 def _throttle_attempt(stages: ServiceStages, core: BreakerCore, func: Callable[..., Any]) -> Callable[..., Any]:
