@@ -10,26 +10,30 @@ state and the retry engine (:mod:`..runner`, :mod:`..retry`). A :class:`Pipeline
 rest around and inside it:
 
 * **outside** the breaker's wrapper (:meth:`Pipeline.around` / :meth:`Pipeline.aaround`):
-  the deadline and the retry budget's count. A call whose deadline has passed is refused
-  with :class:`~baldur_django.core.errors.DeadlineExceededError` before anything else
-  (nothing contacted, nothing recorded) and answered by the fallback; otherwise the call's
-  deadline is made current (:mod:`.deadline`), so the retry plan never waits past it and
-  refuses an attempt that would start after it. A service with a retry budget counts the
-  call (``note_call()``); the retry plan asks the budget before each retry
-  (:func:`.service.budget_of`);
-* **inside**, around every attempt (:meth:`Pipeline.attempt` / :meth:`Pipeline.aattempt`):
-  the Retry-After gate, adaptive throttling and the bulkhead (:mod:`.admission`), then the
-  call; an ``async def`` attempt still running at the deadline is cancelled and raises
-  ``TimeoutError`` (a failure, as any timeout). A refusal there is carried out of the
-  breaker's wrapper as :class:`StageRefused` (a ``BaseException`` that is not an
-  ``Exception``: recorded as neither outcome, never retried, a trial's slot given back) and
-  handed to the fallback by the outer wrapper.
+  the deadline, the retry budget's count and the Retry-After gate. A call whose deadline
+  has passed is refused with :class:`~baldur_django.core.errors.DeadlineExceededError`
+  before anything else (nothing contacted, nothing recorded) and answered by the fallback;
+  otherwise the call's deadline is made current (:mod:`.deadline`), so the retry plan never
+  waits past it and refuses an attempt that would start after it. A service with a retry
+  budget counts the call (``note_call()``); the retry plan asks the budget before each
+  retry (:func:`.service.budget_of`). The gate is asked before the breaker's state check,
+  so a call it refuses never takes a HALF_OPEN trial slot;
+* **inside**, around every attempt (:func:`.admission.attempt_of`): adaptive throttling
+  and the bulkhead (and the gate again for the retries of a call), then the call; the gate
+  looks at the outcome. An ``async def`` attempt still running at the deadline is
+  cancelled and raises ``TimeoutError`` (a failure, as any timeout). A refusal there is
+  carried out of the breaker's wrapper as :class:`StageRefused` (a ``BaseException`` that
+  is not an ``Exception``: recorded as neither outcome, never retried, a trial's slot given
+  back) and handed to the fallback by the outer wrapper.
 
 The gate, throttle, bulkhead and budget are the service's, shared by every call site of the
-breaker (:mod:`.service`); a pipeline finds them through the breaker's core on each call
-and follows a reconfiguration. Which stages a call site has at all is chosen when it is
-built (:func:`build_pipeline`, once per decorated function or route): without any stage
-knob it is None and the breaker's wrapper runs exactly as before. A deadline set by
+breaker (:mod:`.service`). Which stages a call site has at all is chosen when it is built
+(:func:`build_pipeline`, once per decorated function or route): without any stage knob it
+is None and the breaker's wrapper runs exactly as before. With stages, the call site keeps
+one route per configuration of its breaker (:meth:`Pipeline.route`): the breaker's wrapper
+of an attempt made for exactly the stages that are on, their methods bound once; a
+reconfiguration (or a new store link) builds the next route on the following call, so no
+call looks the stages up or loops over them. A deadline set by
 :func:`~.deadline.deadline` or the request middleware reaches the calls of breakers without
 a pipeline too: their wrapper tests :data:`~.deadline.ARMED` (empty until a deadline was
 ever set) and, while a deadline is current, runs the call through ``run_staged`` of
@@ -169,15 +173,12 @@ class Pipeline:
         retrying: bool = False,
     ) -> Callable[..., Any]:
         """The wrapper of a ``def`` with stages: the deadline, the budget's count and the
-        Retry-After gate around the breaker's own wrapper (*build*) of the attempt (see the
-        module's text).
+        gate around the breaker's own wrapper (*build*) of the attempt (module's text).
 
         Args:
-            func: the protected function.
-            build: ``build(attempt)``: the breaker's wrapper of *attempt* (called again
-                after a reconfiguration).
-            fallback: answers a refusal, or None.
-            retrying: the call site has a retry policy (each retry checks the gate too).
+            func: the protected function; fallback: answers a refusal, or None.
+            build: ``build(attempt)``: the breaker's wrapper of *attempt* (again after a
+                reconfiguration); retrying: a retry policy is set (retries check the gate).
 
         Returns:
             A function with *func*'s signature; it raises DeadlineExceededError (or another
