@@ -24,6 +24,7 @@ from .scenarios import (
     BenchSettings,
     ScenarioResult,
 )
+from .stage_rows import STAGE_GOALS
 
 __all__ = ["Goal", "GOALS", "Verdict", "evaluate", "evaluate_runs", "format_report", "to_json"]
 
@@ -146,6 +147,7 @@ GOALS = (
         2.0,
     ),
     Goal("memory per breaker, default config (window of 100) <= 2048 bytes", "memory", CIRCUIT_BREAKER, None, 2048),
+    *(Goal(text, "stages", row, reference, limit) for text, row, reference, limit in STAGE_GOALS),
 )
 
 

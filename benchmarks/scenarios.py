@@ -574,6 +574,14 @@ def bench_memory(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     )
 
 
+def bench_stages(settings: BenchSettings = DEFAULT) -> ScenarioResult:
+    """(g) The CLOSED success with one outbound stage on (:mod:`.stage_rows`)."""
+    from .stage_rows import bench_stages as run
+
+    result: ScenarioResult = run(settings)
+    return result
+
+
 SCENARIOS = {
     "closed": bench_closed,
     "open": bench_open,
@@ -581,6 +589,7 @@ SCENARIOS = {
     "threads": bench_threads,
     "create": bench_create,
     "memory": bench_memory,
+    "stages": bench_stages,
 }
 
 

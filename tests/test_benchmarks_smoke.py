@@ -54,8 +54,10 @@ def test_bench_every_scenario_reports_every_contender():
     """FAC-1, CB-4 (exercised): closed/open/async/threads each give numbers for every
     contender, or an n/a with a reason (pybreaker has no asyncio support)."""
     results = run_all(TINY)
-    assert list(results) == ["closed", "open", "async", "threads", "create", "memory"]
+    assert list(results) == ["closed", "open", "async", "threads", "create", "memory", "stages"]
     for key, result in results.items():
+        if key == "stages":  # no contender: rows of baldur's own (test below)
+            continue
         if key == "memory":
             assert result.unit == "B" and result.bare == 0.0
             assert set(result.missing) == {"protected"}
@@ -234,3 +236,22 @@ def test_bench_scale_cli_refuses_an_unreachable_redis(capsys):
     """FAC-1 (exercised): ``--scale`` against a Redis that is not there exits 2 with a message."""
     assert main(["--scale", "--counts", "2", "--runs", "1", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
     assert "cannot reach Redis" in capsys.readouterr().err
+
+
+def test_bench_stages_rows_each_stage_and_its_goal():
+    """RS-9 (exercised): the stages scenario measures the CLOSED success with each outbound
+    stage on alone, and the two references, in every round; each stage row has its goal
+    against its reference; the deadline row leaves the process disarmed (no other row, nor
+    a later scenario, pays for a deadline read)."""
+    from baldur_django.core.stages.deadline import ARMED
+    from benchmarks.stage_rows import STAGE_ROWS
+
+    result = run_all(TINY, ["stages"])["stages"]
+    assert not ARMED
+    assert set(result.extra) == {*STAGE_ROWS, "protected, no stage", "protected(retry), no stage"}
+    for row, sample in result.extra.items():
+        assert len(sample.per_call) == TINY.rounds and all(_finite(v) for v in sample.per_call), row
+    goals = {v.goal.subject: v for v in evaluate({"stages": result})}
+    assert set(goals) == set(STAGE_ROWS)
+    for row, (_, reference) in STAGE_ROWS.items():
+        assert goals[row].goal.reference == reference and goals[row].status in ("PASS", "MISS")

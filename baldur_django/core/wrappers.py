@@ -481,8 +481,12 @@ def async_wrapper(
 def _staged_def(
     core: BreakerCore, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any, pipeline: Pipeline
 ) -> Callable[..., Any]:
-    inner = build_wrapper(core, pipeline.attempt(core, func), policy, trial_policy(policy), fallback)
-    return pipeline.around(core, inner, fallback)
+    trials = trial_policy(policy)
+
+    def build(attempt: Callable[..., Any]) -> Callable[..., Any]:
+        return build_wrapper(core, attempt, policy, trials, fallback)
+
+    return pipeline.around(core, func, build, fallback, retrying=policy is not None)
 
 
 def _staged_async(
@@ -492,8 +496,12 @@ def _staged_async(
     fallback: Any,
     pipeline: Pipeline,
 ) -> Callable[..., Awaitable[Any]]:
-    inner = build_awrapper(core, pipeline.aattempt(core, func), policy, trial_policy(policy), fallback)
-    return pipeline.aaround(core, inner, fallback)
+    trials = trial_policy(policy)
+
+    def build(attempt: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        return build_awrapper(core, attempt, policy, trials, fallback)
+
+    return pipeline.aaround(core, func, build, fallback, retrying=policy is not None)
 
 
 def run_staged(

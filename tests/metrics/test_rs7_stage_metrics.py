@@ -181,7 +181,6 @@ def test_rs7_refusals_through_a_decorated_function_reach_the_counter(scraper, cl
     assert scraper.value(BLOCKED, service="rs7-e2e", reason="retry_after") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the pipeline's deadline refusal does not count it yet (pipeline.py)")
 def test_rs7_a_call_refused_by_the_pipeline_for_its_deadline_is_counted(scraper, clock):
     """RS-7: a call whose deadline has passed before it starts is refused by the deadline
     stage, and counted as ``deadline``."""

@@ -238,6 +238,60 @@ def test_rs1_a_gate_closed_call_never_touches_the_bulkhead(clock):
         holder.join(30)
 
 
+def test_rs1_the_gate_refuses_before_the_breaker_s_state_check_takes_a_trial_slot(clock, events):
+    """RS-1: the Retry-After gate comes before the breaker's state check. An OPEN breaker
+    whose recovery time has passed, with its gate closed, refuses with the gate's reason
+    ("retry_after", not the breaker's) and moves nothing: no call is admitted as a
+    HALF_OPEN trial (no transition to half_open) and nothing is contacted; once the gate
+    reopens the trial runs and closes the breaker."""
+    made: list[str] = []
+    outcome = ["down"]
+
+    @baldur.protected("api", honor_retry_after=True, failure_threshold=1, recovery_timeout=5, half_open_max_calls=1)
+    def api() -> str:
+        made.append(outcome[0])
+        if outcome[0] == "down":
+            raise ConnectionError("down")
+        return "ok"
+
+    with pytest.raises(ConnectionError):
+        api()
+    breaker = baldur.get_breaker("api")
+    assert breaker.snapshot()["state"] == "open"
+    clock.advance(6)  # the next admitted call would be the trial
+    stages_of(breaker).gate.close_for(20)
+    outcome[0] = "up"
+    for _ in range(3):
+        with pytest.raises(RateLimitCooldownError) as caught:
+            api()
+        assert caught.value.reason == "retry_after"
+    assert made == ["down"] and [t[1] for t in events.transitions()] == ["open"]
+    clock.advance(21)
+    assert api() == "ok" and [t[1] for t in events.transitions()] == ["open", "half_open", "closed"]
+
+
+def test_rs1_the_gate_refuses_an_async_call_before_the_state_check_too(clock, events):
+    """RS-1: as for a def, an async def refused by the closed gate is admitted as no
+    trial (the breaker makes no transition to half_open)."""
+
+    @baldur.protected("aapi", honor_retry_after=True, failure_threshold=1, recovery_timeout=5, half_open_max_calls=1)
+    async def aapi(fail: bool) -> str:
+        if fail:
+            raise ConnectionError("down")
+        return "ok"
+
+    async def main() -> str:
+        with pytest.raises(ConnectionError):
+            await aapi(True)
+        clock.advance(6)
+        stages_of(baldur.get_breaker("aapi")).gate.close_for(20)
+        with pytest.raises(RateLimitCooldownError):
+            await aapi(False)
+        return [t[1] for t in events.transitions()]
+
+    assert asyncio.run(main()) == ["open"]
+
+
 def test_rs1_rs6_a_throttled_call_holds_no_slot_and_is_no_failure(clock):
     """RS-1, RS-6: a call refused by adaptive throttling never reaches the bulkhead and
     moves none of the breaker's counts."""

@@ -191,6 +191,17 @@ class Bulkhead:
         next(self._refused)
         return BulkheadFullError(self.service)
 
+    def try_enter(self) -> object | None:
+        """Take a free slot without waiting: a ticket for :meth:`leave`, or None when every
+        slot is taken or a call is waiting for one (then :meth:`enter` queues up behind it)."""
+        if self._waiters:
+            return None
+        try:
+            self._take()
+        except queue.Empty:
+            return None
+        return [self]
+
     def enter(self, *, timeout: float | None = None) -> object:
         """Take a slot, waiting (blocking this thread) while every slot is taken.
 

@@ -26,6 +26,8 @@ __all__ = [
     "Deadline",
     "ARMED",
     "current",
+    "set_deadline",
+    "reset_deadline",
     "time_left",
     "enter",
     "enter_at",
@@ -70,6 +72,10 @@ ARMED: list[bool] = []
 
 #: The context variable's reader, bound once (``current()`` is the current deadline or None).
 current = _current.get
+#: Its setter and resetter, bound once, for a wrapper that arms the process itself (see
+#: :data:`ARMED`): ``set_deadline(d)`` returns the token ``reset_deadline`` takes.
+set_deadline = _current.set
+reset_deadline = _current.reset
 
 
 def time_left() -> float | None:

@@ -10,26 +10,30 @@ state and the retry engine (:mod:`..runner`, :mod:`..retry`). A :class:`Pipeline
 rest around and inside it:
 
 * **outside** the breaker's wrapper (:meth:`Pipeline.around` / :meth:`Pipeline.aaround`):
-  the deadline and the retry budget's count. A call whose deadline has passed is refused
-  with :class:`~baldur_django.core.errors.DeadlineExceededError` before anything else
-  (nothing contacted, nothing recorded) and answered by the fallback; otherwise the call's
-  deadline is made current (:mod:`.deadline`), so the retry plan never waits past it and
-  refuses an attempt that would start after it. A service with a retry budget counts the
-  call (``note_call()``); the retry plan asks the budget before each retry
-  (:func:`.service.budget_of`);
-* **inside**, around every attempt (:meth:`Pipeline.attempt` / :meth:`Pipeline.aattempt`):
-  the Retry-After gate, adaptive throttling and the bulkhead (:mod:`.admission`), then the
-  call; an ``async def`` attempt still running at the deadline is cancelled and raises
-  ``TimeoutError`` (a failure, as any timeout). A refusal there is carried out of the
-  breaker's wrapper as :class:`StageRefused` (a ``BaseException`` that is not an
-  ``Exception``: recorded as neither outcome, never retried, a trial's slot given back) and
-  handed to the fallback by the outer wrapper.
+  the deadline, the retry budget's count and the Retry-After gate. A call whose deadline
+  has passed is refused with :class:`~baldur_django.core.errors.DeadlineExceededError`
+  before anything else (nothing contacted, nothing recorded) and answered by the fallback;
+  otherwise the call's deadline is made current (:mod:`.deadline`), so the retry plan never
+  waits past it and refuses an attempt that would start after it. A service with a retry
+  budget counts the call (``note_call()``); the retry plan asks the budget before each
+  retry (:func:`.service.budget_of`). The gate is asked before the breaker's state check,
+  so a call it refuses never takes a HALF_OPEN trial slot;
+* **inside**, around every attempt (:func:`.admission.attempt_of`): adaptive throttling
+  and the bulkhead (and the gate again for the retries of a call), then the call; the gate
+  looks at the outcome. An ``async def`` attempt still running at the deadline is
+  cancelled and raises ``TimeoutError`` (a failure, as any timeout). A refusal there is
+  carried out of the breaker's wrapper as :class:`StageRefused` (a ``BaseException`` that
+  is not an ``Exception``: recorded as neither outcome, never retried, a trial's slot given
+  back) and handed to the fallback by the outer wrapper.
 
 The gate, throttle, bulkhead and budget are the service's, shared by every call site of the
-breaker (:mod:`.service`); a pipeline finds them through the breaker's core on each call
-and follows a reconfiguration. Which stages a call site has at all is chosen when it is
-built (:func:`build_pipeline`, once per decorated function or route): without any stage
-knob it is None and the breaker's wrapper runs exactly as before. A deadline set by
+breaker (:mod:`.service`). Which stages a call site has at all is chosen when it is built
+(:func:`build_pipeline`, once per decorated function or route): without any stage knob it
+is None and the breaker's wrapper runs exactly as before. With stages, the call site keeps
+one route per configuration of its breaker (:meth:`Pipeline.route`): the breaker's wrapper
+of an attempt made for exactly the stages that are on, their methods bound once; a
+reconfiguration (or a new store link) builds the next route on the following call, so no
+call looks the stages up or loops over them. A deadline set by
 :func:`~.deadline.deadline` or the request middleware reaches the calls of breakers without
 a pipeline too: their wrapper tests :data:`~.deadline.ARMED` (empty until a deadline was
 ever set) and, while a deadline is current, runs the call through ``run_staged`` of
@@ -47,15 +51,43 @@ from typing import Any
 
 from ..calls import BreakerCore
 from ..config import BreakerConfig
-from ..errors import DeadlineExceededError
+from ..errors import CallRefusedError, DeadlineExceededError, RateLimitCooldownError
 from ..events import CallRejected, bus
 from ..runner import acall_fallback, call_fallback
-from .admission import StageRefused, aadmit, admit, after_error, after_result, aleave, leave
-from .deadline import Deadline, current, enter_at
+from .admission import (
+    StageRefused,
+    aadmit,
+    acheck_gate,
+    after_error,
+    after_result,
+    aleave,
+    attempt_of,
+    check_gate,
+    refused,
+)
+from .deadline import ARMED, Deadline, current, enter_at, reset_deadline, set_deadline
 from .deadline import leave as leave_deadline
+from .refusals import count_deadline
 from .service import ServiceStages, service_stages, wants_stages
 
 __all__ = ["Pipeline", "StageRefused", "build_pipeline"]
+
+
+class _Route:
+    """What a call site runs under one configuration of its breaker: the breaker's wrapper
+    of the attempt built for the service's stages then, and the stages the outer wrapper
+    runs itself (rebuilt when the configuration or the store link changes)."""
+
+    __slots__ = ("config", "sync", "inner", "held", "gate", "fleet_gate", "note_call")
+
+    def __init__(self, core: BreakerCore, inner: Callable[..., Any], held: ServiceStages | None) -> None:
+        self.config = core.config
+        self.sync: object = core.sync
+        self.inner = inner
+        self.held = held
+        self.gate = None if held is None else held.gate
+        self.fleet_gate = held is not None and held.fleet_gate
+        self.note_call = None if held is None or held.budget is None else held.budget.note_call
 
 
 class Pipeline:
@@ -70,20 +102,21 @@ class Pipeline:
             bulkhead or retry budget) when the call site was built.
     """
 
-    __slots__ = ("service", "deadline", "staged", "_held")
+    __slots__ = ("service", "deadline", "staged", "_held", "_route")
 
     def __init__(self, service: str, deadline: float | None, *, staged: bool = False) -> None:
         self.service = service
         self.deadline = deadline
         self.staged = staged
         self._held: ServiceStages | None = None
+        self._route: _Route | None = None
 
     def stages(self, core: BreakerCore) -> ServiceStages | None:
         """The service's stages for *core*'s current configuration (None: none is on)."""
         held = self._held
         if held is not None and core.config is held.config and core.sync is held.sync:
             return held
-        held = self._held = service_stages(core)
+        held = self._held = service_stages(core) if self.staged else None
         return held
 
     def enter(self, core: BreakerCore) -> Token[Deadline | None] | DeadlineExceededError | None:
@@ -105,6 +138,7 @@ class Pipeline:
             clock = core.clock
             return enter_at(Deadline(clock.monotonic() + seconds, clock, core))
         if left <= 0:
+            count_deadline(core)  # the refusal path only
             if bus.wants_rejections():  # tracing: a refusal, as the retry stage's are published
                 bus.publish(CallRejected(self.service, core.clock.wall(), reason="deadline", retry_after=None))
             return DeadlineExceededError(self.service)
@@ -112,111 +146,117 @@ class Pipeline:
             found = Deadline(found.at, found.clock, core)
         return enter_at(found)
 
-    def begin(self, core: BreakerCore) -> None:
-        """A call begins: the service's retry budget counts it."""
-        held = self._held
-        if held is None or core.config is not held.config or core.sync is not held.sync:
-            held = self.stages(core)
-        if held is not None and held.budget is not None:
-            held.budget.note_call()
+    def route(
+        self, core: BreakerCore, build: Callable[[Callable[..., Any]], Callable[..., Any]], attempt: Any
+    ) -> _Route:
+        """The route of *core*'s current configuration: built again when it changed.
 
-    def attempt(self, core: BreakerCore, func: Callable[..., Any]) -> Callable[..., Any]:
-        """*func* with the per-attempt stages around it (:mod:`.admission`); *func* itself
-        when the call site has none."""
-        if not self.staged:
-            return func
+        Args:
+            build: makes the breaker's wrapper of an attempt.
+            attempt: ``attempt(held)``: the attempt for the service's stages *held* (None:
+                no stage is on).
+        """
+        route = self._route
+        if route is not None and route.config is core.config and route.sync is core.sync:
+            return route
+        held = self.stages(core)
+        route = self._route = _Route(core, build(attempt(held)), held)
+        return route
 
-        def attempt(*args: Any, **kwargs: Any) -> Any:
-            held = self._held  # set by begin() of this call
-            if held is None or not held.per_attempt or held.config is not core.config:
-                return func(*args, **kwargs)
-            ticket, counted = admit(held, core)
-            try:
-                result = func(*args, **kwargs)
-            except BaseException as exc:
-                if after_error(held, exc):
-                    held.gate.observe(exc)  # type: ignore[union-attr]  # asked: a gate exists
-                raise
-            finally:
-                leave(held, ticket)
-            if after_result(held, result, counted):
-                held.gate.observe(result)  # type: ignore[union-attr]
-            return result
+    def around(
+        self,
+        core: BreakerCore,
+        func: Callable[..., Any],
+        build: Callable[[Callable[..., Any]], Callable[..., Any]],
+        fallback: Any,
+        *,
+        retrying: bool = False,
+    ) -> Callable[..., Any]:
+        """The wrapper of a ``def`` with stages: the deadline, the budget's count and the
+        gate around the breaker's own wrapper (*build*) of the attempt (module's text).
 
-        return attempt
-
-    def aattempt(self, core: BreakerCore, func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        """The async :meth:`attempt`: an attempt still running at the deadline is cancelled
-        and raises ``TimeoutError``, a failure; a fleet stage's store I/O runs off the event
-        loop."""
-        timed = _timed(self.service, func)
-        if not self.staged:
-            return timed
-
-        async def attempt(*args: Any, **kwargs: Any) -> Any:
-            held = self._held  # set by begin() of this call
-            if held is None or not held.per_attempt or held.config is not core.config:
-                return await timed(*args, **kwargs)
-            ticket, counted = await aadmit(held, core)
-            try:
-                result = await timed(*args, **kwargs)
-            except BaseException as exc:
-                if after_error(held, exc):
-                    await _observe(held, exc)
-                raise
-            finally:
-                await aleave(held, ticket)
-            if after_result(held, result, counted):
-                await _observe(held, result)
-            return result
-
-        return attempt
-
-    def around(self, core: BreakerCore, inner: Callable[..., Any], fallback: Any) -> Callable[..., Any]:
-        """The wrapper of a ``def`` with stages: the deadline and the budget's count around
-        *inner*, the breaker's own wrapper of :meth:`attempt` (see the module's text).
+        Args:
+            func: the protected function; fallback: answers a refusal, or None.
+            build: ``build(attempt)``: the breaker's wrapper of *attempt* (again after a
+                reconfiguration); retrying: a retry policy is set (retries check the gate).
 
         Returns:
-            A function with *inner*'s signature; it raises DeadlineExceededError (or another
+            A function with *func*'s signature; it raises DeadlineExceededError (or another
             stage's refusal) when no fallback is given.
         """
-        staged_site = self.staged
+        seconds = self.deadline
+        clock = core.clock
+        mono = clock.monotonic
+
+        def attempt(held: ServiceStages | None) -> Callable[..., Any]:
+            return func if held is None else attempt_of(held, core, func, retrying=retrying)
 
         def staged(*args: Any, **kwargs: Any) -> Any:
-            token = self.enter(core)
-            if type(token) is DeadlineExceededError:
-                if fallback is None:
-                    raise token
-                return call_fallback(fallback, args, kwargs, token)
+            route = self._route
+            if route is None or route.config is not core.config or route.sync is not core.sync:
+                route = self.route(core, build, attempt)
+            if seconds is not None and current() is None:  # the knob alone: nothing to compare
+                if not ARMED:
+                    ARMED.append(True)
+                token: Any = set_deadline(Deadline(mono() + seconds, clock, core))
+            elif ARMED:
+                token = self.enter(core)
+                if type(token) is DeadlineExceededError:
+                    return _refuse(fallback, args, kwargs, token)
+            else:
+                token = None
             try:
-                if staged_site:
-                    self.begin(core)
-                return inner(*args, **kwargs)
+                if route.note_call is not None:
+                    route.note_call()
+                if route.gate is not None:
+                    if route.fleet_gate:
+                        check_gate(route.held, core)  # type: ignore[arg-type]  # a gate: a holder
+                    else:
+                        try:
+                            route.gate.check(forced_closed=core.forced == "closed")
+                        except RateLimitCooldownError as refusal:
+                            raise refused(core, refusal) from None
+                return route.inner(*args, **kwargs)
             except StageRefused as carried:
-                if fallback is None:
-                    raise carried.refusal from None
-                return call_fallback(fallback, args, kwargs, carried.refusal)
+                return _refuse(fallback, args, kwargs, carried.refusal)
             finally:
-                leave_deadline(token)  # type: ignore[arg-type]  # a Token or None here
+                if token is not None:
+                    reset_deadline(token)
 
         return staged
 
     def aaround(
-        self, core: BreakerCore, inner: Callable[..., Awaitable[Any]], fallback: Any
+        self,
+        core: BreakerCore,
+        func: Callable[..., Awaitable[Any]],
+        build: Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]],
+        fallback: Any,
+        *,
+        retrying: bool = False,
     ) -> Callable[..., Awaitable[Any]]:
-        """The async :meth:`around`; a coroutine-function fallback is awaited."""
-        staged_site = self.staged
+        """The async :meth:`around`: an attempt still running at the deadline is cancelled
+        and raises ``TimeoutError``, a failure; a fleet stage's store I/O runs off the event
+        loop; a coroutine-function fallback is awaited."""
+        timed = _timed(self.service, func)
+
+        def attempt(held: ServiceStages | None) -> Callable[..., Awaitable[Any]]:
+            return timed if held is None or not held.per_attempt else _aattempt(held, core, timed, retrying)
 
         async def staged(*args: Any, **kwargs: Any) -> Any:
+            route = self._route
+            if route is None or route.config is not core.config or route.sync is not core.sync:
+                route = self.route(core, build, attempt)
             token = self.enter(core)
             if type(token) is DeadlineExceededError:
                 if fallback is None:
                     raise token
                 return await acall_fallback(fallback, args, kwargs, token)
             try:
-                if staged_site:
-                    self.begin(core)
-                return await inner(*args, **kwargs)
+                if route.note_call is not None:
+                    route.note_call()
+                if route.gate is not None:
+                    await acheck_gate(route.held, core)  # type: ignore[arg-type]  # a gate: a holder
+                return await route.inner(*args, **kwargs)
             except StageRefused as carried:
                 if fallback is None:
                     raise carried.refusal from None
@@ -225,6 +265,36 @@ class Pipeline:
                 leave_deadline(token)  # type: ignore[arg-type]  # a Token or None here
 
         return staged
+
+
+def _refuse(fallback: Any, args: tuple[Any, ...], kwargs: dict[str, Any], refusal: CallRefusedError) -> Any:
+    """Raise *refusal*, or answer it with *fallback*."""
+    if fallback is None:
+        raise refusal
+    return call_fallback(fallback, args, kwargs, refusal)
+
+
+def _aattempt(
+    held: ServiceStages, core: BreakerCore, timed: Callable[..., Awaitable[Any]], retrying: bool
+) -> Callable[..., Awaitable[Any]]:
+    """The attempt of an ``async def`` with the per-attempt stages of *held* around it."""
+    gated = retrying and held.gate is not None
+
+    async def attempt(*args: Any, **kwargs: Any) -> Any:
+        ticket, counted = await aadmit(held, core, gated=gated)
+        try:
+            result = await timed(*args, **kwargs)
+        except BaseException as exc:
+            if after_error(held, exc):
+                await _observe(held, exc)
+            raise
+        finally:
+            await aleave(held, ticket)
+        if after_result(held, result, counted):
+            await _observe(held, result)
+        return result
+
+    return attempt
 
 
 def _timed(service: str, func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
