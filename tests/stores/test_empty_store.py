@@ -248,3 +248,28 @@ def test_st4_store_back_empty_before_the_open_time_ends_with_no_consult_since_th
         dependency()
     assert dependency.calls == ["call"]
     assert store.inner.raw("empty-alone").state == "open"
+
+
+def test_st4_open_decided_while_the_store_was_down_is_written_back_to_the_empty_store(
+    fresh_registry, monkeypatch, clock
+):
+    """ST-4 (found by the chaos test's invariant 9): the store is down from the worker's
+    first call, so the worker has adopted no record when it trips alone; the store comes
+    back empty before its open time ends. The call made when the open time is over asks the
+    store for a probe and gets a fresh CLOSED record (version 0, like the worker's own count):
+    it is not taken as CLOSED. The open is written back and the dependency sees no call."""
+    store = SwitchedStore(clock)
+    store.down = True
+    dependency = worker(fresh_registry, monkeypatch, Emptied(store, store.wipe, lambda n: "?"), "down-first", sync=5)
+    with pytest.raises(DependencyDown):
+        dependency()  # first use: the store does not answer; the worker trips alone
+    with pytest.raises(baldur.CircuitOpenError):
+        dependency()
+    clock.advance(RECOVERY - 2.25)
+    store.wipe()  # back, empty, 2.25 s before the open time ends
+    store.down = False
+    clock.advance(2.25 + 0.1)  # the open time is over
+    with pytest.raises(baldur.CircuitOpenError):
+        dependency()
+    assert dependency.calls == ["call"]
+    assert store.inner.raw("down-first").state == "open"
