@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import multiprocessing
 import os
 import random
@@ -33,13 +34,14 @@ from baldur_django.core.stages import budget as budget_module
 from baldur_django.core.stages import pipeline as pipeline_module
 from baldur_django.core.stages import service as service_module
 from baldur_django.core.stages import throttle as throttle_module
+from baldur_django.core.stages.budget import count_of
 from baldur_django.core.stages.bulkhead import Bulkhead
 from baldur_django.core.stages.fleet_budget import FLUSH_SECONDS
 from baldur_django.core.stages.service import stages_of
 from baldur_django.core.stores.redis import connect
 from tests.conftest import need_server
 from tests.stages import wired_race_worker as worker
-from tests.stages.budget_helpers import run_threads, unlocked
+from tests.stages.budget_helpers import SharedClock, YieldingCounts, run_threads, unlocked
 from tests.stages.race_tools import Meter, fast_switching
 from tests.stages.test_bulkhead_races import YieldingBulkhead
 from tests.stages.test_fleet_retry_budget import most_in_any_span
@@ -284,3 +286,348 @@ def test_rs10_meta_without_the_give_back_the_exit_test_fails(monkeypatch):
     monkeypatch.setattr(pipeline_module, "aleave", keep)
 
     assert asyncio.run(exits(Meter())) != EXPECTED_EXITS
+
+
+# ================================================================ RS-5: the retry budget
+ONE_RETRY = RetryPolicy(max_attempts=2, backoff_initial=0, jitter=0)
+RATIO, PER_SECOND = 0.1, 1.0
+
+
+def budget_limit(calls: int) -> float:
+    """RS-5's bound: ratio * calls + min_per_second * 10."""
+    return RATIO * calls + PER_SECOND * 10
+
+
+def failing_once(retries: list[int]):
+    """A remote call whose first attempt fails and whose retry succeeds; ``body(first)``
+    with ``first = [True]`` per call; each retry made is counted in *retries*."""
+
+    def body(first: list[bool]) -> str:
+        if first[0]:
+            first[0] = False
+            raise ConnectionError("the first attempt fails")
+        retries.append(1)
+        return "ok"
+
+    return body
+
+
+BUDGET_KNOBS = {
+    "retry": ONE_RETRY,
+    "retry_budget_ratio": RATIO,
+    "retry_budget_min_per_second": PER_SECOND,
+    **NEVER_OPENS,
+}
+
+
+class Ledger:
+    """The calls begun and retries made so far, counted by the test without a lock
+    (``itertools.count``: one atomic step each), and the most the retries ever stood above
+    the budget's bound at the moment one was made."""
+
+    def __init__(self) -> None:
+        self.calls = itertools.count()
+        self.retries = itertools.count()
+        self.made = 0
+        self.worst = float("-inf")
+
+    def begin(self) -> None:
+        next(self.calls)
+
+    def retry(self) -> None:
+        made = next(self.retries) + 1
+        # the calls the budget had counted when it allowed this retry were begun before it:
+        # with the budget keeping its bound, this is never above 0
+        self.worst = max(self.worst, made - budget_limit(count_of(self.calls)))
+        self.made = max(self.made, made)
+
+
+class SleepyCounts(YieldingCounts):
+    """The budget's counts, giving up the GIL whenever the retries spent are read: another
+    thread runs between the budget's check and its spend (meta-tests, without the lock)."""
+
+    __slots__ = ()
+
+    def _get_spent(self) -> int:
+        time.sleep(0)
+        return self._spent
+
+    spent = property(_get_spent, YieldingCounts._set_spent)  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def broken_budget(patch: pytest.MonkeyPatch | None):
+    """Budgets built in this block have no lock and :class:`SleepyCounts` (with *patch*);
+    without *patch*, nothing changes."""
+    if patch is None:
+        yield
+        return
+    with unlocked(budget_module, patch), patch.context() as inner:
+        inner.setattr(budget_module, "CallCounts", SleepyCounts)
+        yield
+
+
+def budget_threads(ledger: Ledger, patch: pytest.MonkeyPatch | None = None) -> None:
+    """16 threads make CALLS calls through a decorated function with one retry and a retry
+    budget (built by a first call, which retries nothing; broken when *patch* is given,
+    :func:`broken_budget`); the ledger counts the calls begun and checks each retry made."""
+
+    def body(first: list[bool | None]) -> str:
+        if first[0] is None:  # a call that succeeds at once
+            return "ok"
+        if first[0]:
+            first[0] = False
+            raise ConnectionError("the first attempt fails")
+        ledger.retry()
+        return "ok"
+
+    pay = baldur.protected("pay", fallback=lambda first: "failed", **BUDGET_KNOBS)(body)
+    with broken_budget(patch):
+        ledger.begin()
+        assert pay([None]) == "ok"  # builds the service's budget: one call, no retry
+
+    def work(_: int) -> None:
+        for _ in range(CALLS // THREADS):
+            ledger.begin()
+            pay([True])
+
+    with fast_switching():
+        run_threads(THREADS, work, timeout=JOIN)
+
+
+@pytest.mark.parametrize("counts", ["plain", "sleepy"])
+def test_rs10_rs5_sixteen_threads_through_the_decorator_stay_within_the_retry_budget(clock, monkeypatch, counts):
+    """RS-10, RS-5: 16 threads make 10,000 calls (plus the first) through a decorated
+    function whose every first attempt fails, with one retry, retry_budget_ratio=0.1 and
+    min_per_second=1 (the clock stands still: one window): at no retry did the retries made
+    pass 0.1 * the calls begun + 10, and the budget is used up in the end (none lost). The
+    "sleepy" counts give up the GIL between the budget's check and its spend, which the
+    lock makes harmless."""
+    if counts == "sleepy":
+        monkeypatch.setattr(budget_module, "CallCounts", SleepyCounts)
+    ledger = Ledger()
+    budget_threads(ledger)
+    limit = budget_limit(CALLS + 1)
+    assert ledger.worst <= 0, f"a retry was made {ledger.worst:g} over the budget's bound at that moment"
+    assert limit - THREADS <= ledger.made <= limit
+    assert stages().budget.left() == pytest.approx(limit - ledger.made)
+
+
+def test_rs10_meta_without_the_budget_s_lock_the_wired_thread_test_fails(clock, monkeypatch):
+    """RS-10 (meta): the same run with the decorator's budget built without its lock (and
+    counting through a getter and setter, a switch point between check and spend, as a
+    free-threaded interpreter has) makes a retry over the bound within a few rounds."""
+    for _ in range(RACE_ROUNDS):
+        registry.clear()
+        ledger = Ledger()
+        budget_threads(ledger, monkeypatch)
+        if ledger.worst > 0:
+            return
+    pytest.fail("without its lock the wired budget never overspent: the thread test would not notice")
+
+
+@pytest.mark.parametrize("entry", ["aprotected", "aprotect"])
+def test_rs10_rs5_two_hundred_tasks_through_the_decorator_stay_within_the_retry_budget(clock, entry):
+    """RS-10, RS-5: 200 asyncio tasks, 50 calls each (10,000), through ``@aprotected`` /
+    ``aprotect``, every first attempt failing and yielding to the loop: the retries made
+    never pass 0.1 * calls + 10, and the budget is used up."""
+    retries: list[int] = []
+    sync_body = failing_once(retries)
+
+    async def body(first: list[bool]) -> str:
+        await asyncio.sleep(0)
+        return sync_body(first)
+
+    if entry == "aprotected":
+        call = baldur.aprotected("pay", fallback=lambda first: "failed", **BUDGET_KNOBS)(body)
+    else:
+        call = lambda first: baldur.aprotect("pay", lambda: body(first), fallback=lambda: "failed", **BUDGET_KNOBS)  # noqa: E731
+
+    async def task() -> None:
+        for _ in range(CALLS // TASKS):
+            await call([True])
+
+    async def main() -> None:
+        await asyncio.gather(*(task() for _ in range(TASKS)))
+
+    asyncio.run(main())
+    limit = budget_limit(CALLS)
+    assert limit - TASKS * RATIO - 1 <= len(retries) <= limit
+
+
+# ================================================================ RS-6: adaptive throttling
+RACE_ROUNDS = 20
+
+
+class Throttled:
+    """A decorated function with adaptive throttling (K = 2) whose admitted calls succeed
+    when asked to (else raise ValueError, ignored by the breaker: no accept, no failure);
+    refusals raise ThrottledError (no fallback)."""
+
+    def __init__(self, window: float) -> None:
+        @baldur.protected("pay", adaptive_throttling_k=2, adaptive_throttling_window=window, ignore_exceptions=[ValueError])
+        def pay(succeed: bool) -> str:
+            if succeed:
+                return "ok"
+            raise ValueError("not served")
+
+        self.pay = pay
+        pay(True)  # builds the service's throttle (one request, one accept)
+        self.throttle = stages().throttle
+
+    def call(self, succeed: bool) -> tuple[float, int]:
+        """One call: (the refusal probability just before it, 1 if refused)."""
+        before = self.throttle.probability()
+        try:
+            self.pay(succeed)
+        except ThrottledError:
+            return before, 1
+        except ValueError:
+            pass
+        return before, 0
+
+
+@pytest.fixture
+def seeded(monkeypatch):
+    """The throttles built from here on draw from a seeded random source (the throttle
+    module's default, which the service stages use)."""
+    monkeypatch.setattr(throttle_module, "default_rand", random.Random(11).random)
+
+
+#: requests a thread run may leave uncounted: one counted by a thread that read the current
+#: second just before another closed it (a few per roll at most; 0 in practice on CPython)
+STRAGGLERS = 32
+
+
+def throttle_threads(throttled: Throttled, clock: SharedClock) -> tuple[float, int]:
+    """16 threads, 10,000 calls, each moving the shared clock 10 ms (the run crosses 100 s,
+    so the current second is closed about 100 times while threads count); 40 % of the calls
+    would succeed. Returns (summed probability before each call, refusals)."""
+    totals = [(0.0, 0)] * THREADS
+
+    def work(i: int) -> None:
+        success = random.Random(i)
+        expected, refused = 0.0, 0
+        for _ in range(CALLS // THREADS):
+            before, no = throttled.call(success.random() < 0.4)
+            expected += before
+            refused += no
+            clock.advance(0.01)
+        totals[i] = (expected, refused)
+
+    with fast_switching():
+        run_threads(THREADS, work, timeout=JOIN)
+    return sum(e for e, _ in totals), sum(r for _, r in totals)
+
+
+def all_counted(throttled: Throttled) -> bool:
+    requests, _ = throttled.throttle.counts()
+    return 0 <= CALLS + 1 - requests <= STRAGGLERS
+
+
+@pytest.mark.usefixtures("seeded")
+def test_rs10_rs6_sixteen_threads_through_the_decorator_throttle_at_the_formula_s_rate(fresh_registry):
+    """RS-10, RS-6: 16 threads make 10,000 calls through a decorated function with
+    adaptive_throttling_k=2 (window 120 s) over 100 s of a shared clock, 40 % of them
+    succeeding, seeded: the refusals match the summed max(0, (requests - K * accepts) /
+    (requests + 1)) within 3 percentage points, the run did throttle, and every request was
+    counted."""
+    clock = fresh_registry.clock = SharedClock(start=1000.5)
+    throttled = Throttled(window=120)
+    expected, refused = throttle_threads(throttled, clock)
+    assert abs(refused - expected) / CALLS <= TOLERANCE, (refused, expected)
+    assert refused > 0.2 * CALLS
+    assert all_counted(throttled), throttled.throttle.counts()
+
+
+@pytest.mark.usefixtures("seeded")
+def test_rs10_meta_without_the_throttle_s_lock_the_wired_thread_test_fails(fresh_registry, monkeypatch):
+    """RS-10 (meta): with the decorator's throttle built with a lock that protects nothing,
+    two threads close the same second: counts are lost or a second leaves the totals twice,
+    which the thread test above sees within a few rounds."""
+    for _ in range(RACE_ROUNDS):
+        fresh_registry.clear()
+        clock = fresh_registry.clock = SharedClock(start=1000.5)
+        with unlocked(throttle_module, monkeypatch):
+            throttled = Throttled(window=120)
+        try:
+            throttle_threads(throttled, clock)
+        except ZeroDivisionError:
+            return  # the window's totals went below zero: seen as well
+        if not all_counted(throttled):
+            return
+    pytest.fail("without its lock the wired throttle counted right in every round")
+
+
+@pytest.mark.usefixtures("seeded")
+@pytest.mark.parametrize("entry", ["aprotected", "aprotect"])
+def test_rs10_rs6_two_hundred_tasks_through_the_decorator_throttle_at_the_formula_s_rate(clock, entry):
+    """RS-10, RS-6: 200 asyncio tasks, 50 calls each (10,000), through ``@aprotected`` /
+    ``aprotect`` with adaptive_throttling_k=2, 40 % succeeding, seeded: the refusals match
+    the summed probabilities within 3 percentage points."""
+    knobs = {"adaptive_throttling_k": 2, "adaptive_throttling_window": 60, "ignore_exceptions": [ValueError]}
+
+    async def body(succeed: bool) -> str:
+        await asyncio.sleep(0)
+        if succeed:
+            return "ok"
+        raise ValueError("not served")
+
+    if entry == "aprotected":
+        call = baldur.aprotected("pay", **knobs)(body)
+    else:
+        call = lambda succeed: baldur.aprotect("pay", lambda: body(succeed), **knobs)  # noqa: E731
+    success = random.Random(99)
+    totals = [0.0, 0]
+
+    async def task() -> None:
+        for _ in range(CALLS // TASKS):
+            totals[0] += throttle.probability()
+            try:
+                await call(success.random() < 0.4)
+            except ThrottledError:
+                totals[1] += 1
+            except ValueError:
+                pass
+
+    async def main() -> None:
+        await asyncio.gather(*(task() for _ in range(TASKS)))
+
+    asyncio.run(call(True))  # builds the service's throttle
+    throttle = stages().throttle
+    asyncio.run(main())
+    assert abs(totals[1] - totals[0]) / CALLS <= TOLERANCE, totals
+    assert totals[1] > 0.2 * CALLS and throttle.counts()[0] == CALLS + 1
+
+
+@pytest.mark.usefixtures("seeded")
+def test_rs10_rs6_protect_sheds_a_saturated_service_s_excess_at_the_formula_s_rate(clock):
+    """RS-10, RS-6: 1,000 calls a second for 10 s through ``protect`` (K = 2, W = 5 s)
+    against a service that serves at most 100 a second, seeded: refusals match the summed
+    probabilities within 3 points, and once settled the refusal rate is the formula's
+    (1000 - 2 * 100) / (1000 + 1), 0.8, within 3 points."""
+    served: dict[int, int] = {}
+
+    def provider() -> str:
+        second = int(clock.monotonic())
+        if served.get(second, 0) >= 100:
+            raise ValueError("over capacity")
+        served[second] = served.get(second, 0) + 1
+        return "ok"
+
+    knobs = {"adaptive_throttling_k": 2, "adaptive_throttling_window": 5, "ignore_exceptions": [ValueError]}
+    outcomes = []
+    expected = 0.0
+    for i in range(CALLS):
+        held = stages()
+        expected += 0.0 if held is None else held.throttle.probability()
+        try:
+            outcomes.append(baldur.protect("pay", provider, **knobs))
+        except ThrottledError:
+            outcomes.append("refused")
+        except ValueError:
+            outcomes.append("failed")
+        clock.advance(0.001)
+    refused = outcomes.count("refused")
+    assert abs(refused - expected) / CALLS <= TOLERANCE, (refused, expected)
+    assert abs(outcomes[8_000:].count("refused") / 2_000 - 0.8) <= TOLERANCE
