@@ -631,3 +631,157 @@ def test_rs10_rs6_protect_sheds_a_saturated_service_s_excess_at_the_formula_s_ra
     refused = outcomes.count("refused")
     assert abs(refused - expected) / CALLS <= TOLERANCE, (refused, expected)
     assert abs(outcomes[8_000:].count("refused") / 2_000 - 0.8) <= TOLERANCE
+
+
+# ================================================================ processes: the fleet stages
+@pytest.fixture
+def prefix():
+    """A key prefix of this test's own on DB 6; its keys are deleted afterwards."""
+    need_server("Redis at 127.0.0.1:6379", reachable("127.0.0.1", 6379))
+    name = f"race-{uuid.uuid4().hex[:12]}"
+    yield name
+    client = connect(worker.REDIS_URL)
+    for key in client.scan_iter(f"{name}*"):
+        client.delete(key)
+    client.close()
+
+
+def crowd(prefix: str, atomic: bool, processes: int = 4, calls: int = 60) -> list[tuple]:
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    workers = [ctx.Process(target=worker.crowd, args=(prefix, atomic, calls, start, out)) for _ in range(processes)]
+    for process in workers:
+        process.start()
+    start.set()
+    results = [out.get(timeout=JOIN) for _ in workers]
+    for process in workers:
+        process.join(JOIN)
+    return results
+
+
+@pytest.mark.multiprocess
+def test_rs10_rs4_four_processes_through_the_decorator_never_exceed_the_fleet_bulkhead(prefix):
+    """RS-10, RS-4: 4 processes call a function decorated with max_concurrent_calls=2 and
+    bulkhead_scope="fleet" (a long wait) on one Redis store: the calls in flight across the
+    fleet, metered on the server, never exceed 2; every call is served and every lease is
+    given back."""
+    results = crowd(prefix, atomic=True)
+    assert all(not errors for _, _, errors in results), results
+    assert sum(made for _, made, _ in results) == 4 * 60
+    assert max(most for most, _, _ in results) <= worker.FLEET_LIMIT, results
+    client = connect(worker.REDIS_URL)
+    assert not client.zcard(f"{prefix}:{{pay}}:bulkhead")
+
+
+@pytest.mark.multiprocess
+def test_rs10_meta_a_non_atomic_slot_script_lets_the_wired_process_test_fail(prefix):
+    """RS-10 (meta): the same 4 processes, with the slot script's steps sent as separate
+    commands (count, then add), put more than 2 calls in flight: the test above can see the
+    race the script's atomicity prevents."""
+    for _ in range(3):  # a race is a matter of chance: a few rounds are allowed
+        if max(most for most, _, _ in crowd(prefix, atomic=False)) > worker.FLEET_LIMIT:
+            return
+    pytest.fail("without an atomic script the decorated fleet bulkhead held the limit in every round")
+
+
+LEASE = 1.5  # seconds: BALDUR_BULKHEAD_LEASE_SECONDS of the SIGKILL test
+
+
+@pytest.mark.multiprocess
+def test_rs10_rs4_a_sigkilled_process_s_fleet_slots_come_back_within_the_lease(prefix, monkeypatch):
+    """RS-10, RS-4: a process holds 2 of 3 fleet slots inside a decorated function
+    (BALDUR_BULKHEAD_LEASE_SECONDS=1.5) and is SIGKILLed; here, the same decorated function
+    with a long max_wait gets a slot at once, is refused the fourth at once (max_wait 0
+    under a deadline), and two calls waiting for a slot (polling, with a deadline) get the
+    killed process's slots within the lease, plus a second of slack, of the kill."""
+    monkeypatch.setenv("BALDUR_BULKHEAD_LEASE_SECONDS", str(LEASE))
+    worker.share(prefix, LEASE)
+    ctx = multiprocessing.get_context("spawn")
+    taken = ctx.Event()
+    holder = ctx.Process(target=worker.hold, args=(prefix, LEASE, 2, taken))
+    holder.start()
+    try:
+        assert taken.wait(JOIN), "the holder never took its slots"
+        release = asyncio.Event()
+        waited: list[float] = []
+
+        @baldur.aprotected("pay", max_concurrent_calls=3, max_wait=30, bulkhead_scope="fleet")
+        async def pay(hold: bool) -> str:
+            if hold:
+                await release.wait()
+            return "ok"
+
+        async def main() -> list[str]:
+            kept = asyncio.ensure_future(pay(True))  # the third slot, held here throughout
+            await until(lambda: stages() is not None and stages().bulkhead.in_flight() == 1, "the third slot is held")
+            with baldur.deadline(0.2):
+                refused = await asyncio.gather(pay(False), return_exceptions=True)
+            os.kill(holder.pid, signal.SIGKILL)
+            await asyncio.to_thread(holder.join, JOIN)
+            killed = time.monotonic()
+            answers = await asyncio.gather(pay(False), pay(False))
+            waited.append(time.monotonic() - killed)
+            release.set()
+            return [type(refused[0]).__name__, *answers, await kept]
+
+        assert asyncio.run(main()) == ["BulkheadFullError", "ok", "ok", "ok"]
+        assert waited[0] <= LEASE + 1.0, f"the slots came back {waited[0]:.2f} s after the kill"
+        assert not connect(worker.REDIS_URL).zcard(f"{prefix}:{{pay}}:bulkhead")
+    finally:
+        if holder.is_alive():
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.join(JOIN)
+
+
+def fleet_budget_run(prefix: str, summed: bool = True) -> list[tuple]:
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    roles = ["call", "retry", "call", "retry"]
+    workers = [ctx.Process(target=worker.spend, args=(prefix, role, CALLS // 4, summed, start, out)) for role in roles]
+    for process in workers:
+        process.start()
+    start.set()
+    answers = [out.get(timeout=JOIN) for _ in workers]
+    for process in workers:
+        process.join(JOIN)
+        assert process.exitcode == 0
+    return answers
+
+
+@pytest.mark.multiprocess
+def test_rs10_rs5_four_processes_through_the_decorator_stay_within_the_fleet_retry_budget(prefix):
+    """RS-10, RS-5: 4 processes share retry_budget_scope="fleet" through a decorated
+    function with one retry (ratio 0.2, min_per_second 1), 2,500 calls each of about 0.5 ms:
+    two only call, two fail every first attempt. The retries made stay within ratio * the
+    fleet's 10,000 calls + 10, plus the retries the others made in the flush intervals a
+    retrying process had not seen yet; and the retrying processes get more than they could
+    alone (each: a fifth of its own calls plus the floor), so the fleet's calls are summed."""
+    made, bound, unseen = fleet_budget_figures(fleet_budget_run(prefix))
+    assert made <= bound + unseen, (made, bound, unseen)
+    alone = 2 * (worker.RATIO * CALLS / 4 + worker.PER_SECOND * 10)
+    assert made > alone, (made, alone)
+
+
+@pytest.mark.multiprocess
+def test_rs10_meta_a_fleet_that_does_not_sum_retries_fails_the_wired_process_test(prefix):
+    """RS-10 (meta): the same 4 processes with the flush script adding calls but not retries
+    (no process learns of another's retries) spend past the bound the test above allows."""
+    made, bound, unseen = fleet_budget_figures(fleet_budget_run(prefix, summed=False))
+    assert made > bound + unseen, (made, bound, unseen)
+
+
+def fleet_budget_figures(answers: list[tuple]) -> tuple[int, float, int]:
+    """(retries made, RS-5's bound over the fleet's calls, the most retries the other
+    retrying process made in any span of three flush intervals: what one process may not
+    have seen when it decided - the others' unsent counts, its own unread totals, a flush's
+    own time)."""
+    per_worker = [times for role, times, _ in answers if role == "retry"]
+    calls = sum(made for _, _, made in answers)
+    assert max(max(times, default=0) for times in per_worker) - min(min(times) for times in per_worker) < 9, (
+        "the run must fit in the budget's 10 s window; the machine is too slow"
+    )
+    unseen = max(
+        most_in_any_span([t for j, times in enumerate(per_worker) if j != i for t in times], 3 * FLUSH_SECONDS)
+        for i in range(len(per_worker))
+    )
+    return sum(len(times) for times in per_worker), worker.RATIO * calls + worker.PER_SECOND * 10, unseen

@@ -88,15 +88,33 @@ def hold(prefix: str, lease: float, slots: int, taken: Any) -> None:
     never.wait(FOREVER)
 
 
-def spend(prefix: str, role: str, calls: int, start: Any, out: Any) -> None:
+def retries_dropped(client: Any) -> None:
+    """Make the fleet retry budget's flush script (registered on *client* when the budget is
+    built) add this process's calls but not its retries: the fleet sums calls only, so no
+    process learns of another's retries (the meta-test's broken budget)."""
+    register = client.register_script
+
+    def register_script(text: str) -> Any:
+        script = register(text)
+        if "add_retries" not in text:
+            return script
+        return lambda keys, args: script(keys=keys, args=[args[0], 0, *args[2:]])
+
+    client.register_script = register_script
+
+
+def spend(prefix: str, role: str, calls: int, summed: bool, start: Any, out: Any) -> None:
     """One of four processes sharing a fleet retry budget through a protected function with
     one retry: a "call" process's calls succeed at once, a "retry" process's first attempt
-    fails and the retry succeeds when the budget allows it. Each call takes about 1 ms (the
-    remote call's own time), so the run spans several flush intervals. Puts (role, monotonic
-    times of the retries made, calls made) on *out*."""
+    fails and the retry succeeds when the budget allows it. Each call takes about 0.5 ms (the
+    remote call's own time), so the run spans several flush intervals. Not *summed*: the
+    flush adds no retries (:func:`retries_dropped`). Puts (role, monotonic times of the
+    retries made, calls made) on *out*."""
     import baldur_django as baldur
 
-    share(prefix)
+    client = share(prefix)
+    if not summed:
+        retries_dropped(client)
     retries: list[float] = []
     first = [True]
 
@@ -111,7 +129,7 @@ def spend(prefix: str, role: str, calls: int, start: Any, out: Any) -> None:
         fallback=lambda: "failed",
     )
     def pay() -> str:
-        time.sleep(0.001)  # the remote call's own time, not a synchronisation
+        time.sleep(0.0005)  # the remote call's own time, not a synchronisation
         if role == "retry" and first[0]:
             first[0] = False
             raise ConnectionError("the first attempt fails")
