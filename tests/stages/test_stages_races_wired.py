@@ -465,7 +465,9 @@ class Throttled:
     refusals raise ThrottledError (no fallback)."""
 
     def __init__(self, window: float) -> None:
-        @baldur.protected("pay", adaptive_throttling_k=2, adaptive_throttling_window=window, ignore_exceptions=[ValueError])
+        @baldur.protected(
+            "pay", adaptive_throttling_k=2, adaptive_throttling_window=window, ignore_exceptions=[ValueError]
+        )
         def pay(succeed: bool) -> str:
             if succeed:
                 return "ok"
@@ -618,7 +620,7 @@ def test_rs10_rs6_protect_sheds_a_saturated_service_s_excess_at_the_formula_s_ra
     knobs = {"adaptive_throttling_k": 2, "adaptive_throttling_window": 5, "ignore_exceptions": [ValueError]}
     outcomes = []
     expected = 0.0
-    for i in range(CALLS):
+    for _ in range(CALLS):
         held = stages()
         expected += 0.0 if held is None else held.throttle.probability()
         try:
