@@ -16,12 +16,14 @@ give-back) and sees the same test fail.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import multiprocessing
 import os
 import random
 import signal
+import threading
 import time
 import uuid
 
@@ -38,6 +40,7 @@ from baldur_django.core.stages.budget import count_of
 from baldur_django.core.stages.bulkhead import Bulkhead
 from baldur_django.core.stages.fleet_budget import FLUSH_SECONDS
 from baldur_django.core.stages.service import stages_of
+from baldur_django.core.stores.base import safe_key
 from baldur_django.core.stores.redis import connect
 from tests.conftest import need_server
 from tests.stages import wired_race_worker as worker
@@ -648,6 +651,11 @@ def prefix():
     client.close()
 
 
+def slots_key(prefix: str) -> str:
+    """The Redis key of service "pay"'s fleet slots under *prefix*."""
+    return f"{prefix}:{{{safe_key('pay')}}}:bulkhead"
+
+
 def crowd(prefix: str, atomic: bool, processes: int = 4, calls: int = 60) -> list[tuple]:
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
@@ -672,7 +680,7 @@ def test_rs10_rs4_four_processes_through_the_decorator_never_exceed_the_fleet_bu
     assert sum(made for _, made, _ in results) == 4 * 60
     assert max(most for most, _, _ in results) <= worker.FLEET_LIMIT, results
     client = connect(worker.REDIS_URL)
-    assert not client.zcard(f"{prefix}:{{pay}}:bulkhead")
+    assert not client.zcard(slots_key(prefix))
 
 
 @pytest.mark.multiprocess
@@ -728,7 +736,7 @@ def test_rs10_rs4_a_sigkilled_process_s_fleet_slots_come_back_within_the_lease(p
 
         assert asyncio.run(main()) == ["BulkheadFullError", "ok", "ok", "ok"]
         assert waited[0] <= LEASE + 1.0, f"the slots came back {waited[0]:.2f} s after the kill"
-        assert not connect(worker.REDIS_URL).zcard(f"{prefix}:{{pay}}:bulkhead")
+        assert not connect(worker.REDIS_URL).zcard(slots_key(prefix))
     finally:
         if holder.is_alive():
             os.kill(holder.pid, signal.SIGKILL)
@@ -787,3 +795,44 @@ def fleet_budget_figures(answers: list[tuple]) -> tuple[int, float, int]:
         for i in range(len(per_worker))
     )
     return sum(len(times) for times in per_worker), worker.RATIO * calls + worker.PER_SECOND * 10, unseen
+
+
+def test_rs4_a_task_cancelled_while_giving_its_fleet_slot_back_still_gives_it_back(prefix):
+    """RS-4, RS-10: a task through ``@aprotected`` with a fleet bulkhead returns, and is
+    cancelled while its slot's give-back waits for a worker thread (the loop's executor is
+    busy, as with many tasks at once): the give-back still reaches Redis, so the slot is
+    free at once, not when its lease ends (60 s)."""
+    worker.share(prefix)
+    client = connect(worker.REDIS_URL)
+    key = slots_key(prefix)
+
+    @baldur.aprotected("pay", max_concurrent_calls=3, bulkhead_scope="fleet")
+    async def pay(release: asyncio.Event) -> str:
+        await release.wait()
+        return "ok"
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+        release, busy, occupied = asyncio.Event(), threading.Event(), threading.Event()
+        task = asyncio.ensure_future(pay(release))
+        await until(lambda: stages() is not None and stages().bulkhead.in_flight() == 1, "the task holds a slot")
+        assert client.zcard(key) == 1
+
+        def occupy() -> None:  # the executor's only thread, until the task is cancelled
+            occupied.set()
+            busy.wait(JOIN)
+
+        blocker = loop.run_in_executor(None, occupy)
+        await until(occupied.is_set, "the executor is busy")
+        release.set()
+        await until(lambda: stages().bulkhead.in_flight() == 0, "the task is giving its slot back")
+        task.cancel()
+        outcome = (await asyncio.gather(task, return_exceptions=True))[0]
+        busy.set()
+        await blocker
+        await loop.run_in_executor(None, lambda: None)  # whatever was queued before has run
+        return type(outcome).__name__
+
+    assert asyncio.run(main()) == "CancelledError"
+    assert client.zcard(key) == 0, "the cancelled task's slot stays leased until its lease ends"
