@@ -242,10 +242,13 @@ class FleetBulkhead:
             self._run(_GIVE, token)
 
     async def aleave(self, ticket: object) -> None:
-        """:meth:`leave` for ``async def``: the round trip runs in a worker thread."""
+        """:meth:`leave` for ``async def``: the round trip runs in a worker thread, and runs
+        even when the task is cancelled while it waits for one (the lease is given back, not
+        left to end)."""
         token = self._surrender(ticket)
         if token is not None:
-            await asyncio.to_thread(self._run, _GIVE, token)
+            give = asyncio.get_running_loop().run_in_executor(None, self._run, _GIVE, token)
+            await asyncio.shield(give)
 
     def _surrender(self, ticket: object) -> str | None:
         """Mark *ticket* given back; the token whose lease must be given back, if any."""

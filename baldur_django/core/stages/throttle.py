@@ -30,10 +30,15 @@ from collections.abc import Callable
 from ..clock import Clock
 from .budget import checked_number, count_of
 
-__all__ = ["AdaptiveThrottle", "Second"]
+__all__ = ["AdaptiveThrottle", "Second", "default_rand"]
 
 _floor = math.floor
 _NEVER = -(1 << 62)  # "no second seen yet"
+
+#: The random source of a throttle built without ``rand`` (as the service stages build
+#: theirs), read when it is built: a test replaces it with a seeded one
+#: (``random.Random(7).random``) to seed the throttles of decorated functions.
+default_rand: Callable[[], float] = random.random
 
 
 class Second:
@@ -74,8 +79,9 @@ class AdaptiveThrottle:
             healthy service is throttled).
         window (float): seconds of history, at least 1 (rounded up to whole seconds).
         clock (Clock): time source; its ``monotonic()`` seconds place the counts.
-        rand (Callable[[], float]): uniform random numbers in [0, 1); injectable so a test
-            can seed it (``random.Random(7).random``).
+        rand (Callable[[], float] | None): uniform random numbers in [0, 1); injectable so
+            a test can seed it (``random.Random(7).random``); None: :data:`default_rand`
+            as it is when the throttle is built.
 
     Raises:
         ConfigError: *k* or *window* is not a finite number in range (the message names
@@ -87,13 +93,13 @@ class AdaptiveThrottle:
     )  # fmt: skip
 
     def __init__(
-        self, service: str, k: float, window: float, clock: Clock, rand: Callable[[], float] = random.random
+        self, service: str, k: float, window: float, clock: Clock, rand: Callable[[], float] | None = None
     ) -> None:
         self.service = service
         self.k = checked_number("adaptive_throttling_k", k, minimum=0.0, above=True)
         self.window = checked_number("adaptive_throttling_window", window, minimum=1.0)
         self._now = clock.monotonic
-        self._rand = rand
+        self._rand = default_rand if rand is None else rand
         self._lock = threading.Lock()  # taken once a second, to close the current second
         seconds = math.ceil(self.window)
         self._requests = [0] * seconds  # per closed second of the window (the current one: 0)
