@@ -3,12 +3,14 @@
 ``python -m testproject.demo [--short] [--no-color] [--no-plot] [--json-summary PATH]
 [--out-dir DIR]`` (what ``./dev demo`` runs).
 
-It starts five processes on free loopback ports: the payments stand-in
+It starts six processes on free loopback ports: the payments stand-in
 (``testproject.upstream``), two more of them as the shop's shipping carriers (one host
-each), and two instances of the test project's Django server (``testproject.serve``,
-Django's threaded development server), shop A and shop B, which share the breaker's state
-through the project's SQLite database. It waits until all answer, and drives them over
-HTTP through eleven phases (all but the tenth on shop A alone):
+each), and three instances of the test project's Django server (``testproject.serve``,
+Django's threaded development server), shops A, B and C, which share the breaker's state
+through the project's SQLite database (shop C serves at most 4 requests at once, like a
+worker with a fixed pool of request threads). It waits until all answer, and drives them
+over HTTP through fifteen phases (phases 1-9 and 11 on shop A alone, 10, 12 and 13 on
+shops A and B, 14 and 15 on shop C):
 
 1. healthy traffic;
 2. the payments service answers 503: the ``payments`` breaker trips CLOSED -> OPEN and
@@ -34,7 +36,17 @@ HTTP through eleven phases (all but the tenth on shop A alone):
 11. per-host breakers: shop A asks both carriers for shipping quotes through one requests
    adapter with a breaker per host (``BreakerAdapter()``); one carrier answers 503 and its
    host's breaker opens, the other's stays CLOSED. The carriers' own counters show the
-   failing host spared once its breaker is OPEN and every call to the healthy host answered.
+   failing host spared once its breaker is OPEN and every call to the healthy host answered;
+12. the outbound stages (``testproject.demo_stages``): the payments stand-in's rates API
+   answers 429 with ``Retry-After: 2``; the documentation's retry example holds each
+   retried web request for the pauses, and a call site without retry keeps calling;
+13. the same with a 1 s request deadline (``RequestDeadlineMiddleware``) and
+   ``honor_retry_after``: no request held past it, one call per shop process within the
+   provider's Retry-After (the database store keeps the gate per process);
+14. the rates API hangs: on shop C's 4 request threads, a burst of lookups takes every
+   thread and a view that calls nothing waits behind them;
+15. the same with a bulkhead (``max_concurrent_calls=2, max_wait=0.0``): the excess is
+   refused at once (``bulkhead_full``) and the other view answers at once.
 
 Each run uses a throwaway SQLite database in the output directory (``demo-out/`` by
 default, beside the servers' logs), so the breaker always starts CLOSED even though the
@@ -1879,7 +1891,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--short",
         action="store_true",
-        help="fewer requests and short hang phases (about 30 s; the full run takes about 40 s)",
+        help="fewer requests and short hang phases (about 45 s; the full run takes about 55 s)",
     )
     parser.add_argument("--no-color", action="store_true", help="no ANSI colours")
     parser.add_argument("--no-plot", action="store_true", help="do not draw timeline.png (needs matplotlib)")

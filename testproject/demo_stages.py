@@ -250,6 +250,8 @@ def run_retry_after(demo: Any, index: int, plan: PhasePlan, result: PhaseResult)
     _header(demo, index, plan, f"the rates API answers 429 with Retry-After: {RETRY_AFTER:g}; {how}")
     _mode(demo, {"mode": "limit", "retry_after": RETRY_AFTER})
     mark, started = _calls_mark(demo), time.monotonic()
+    service = "rates_guarded" if guarded else "rates"
+    reasons_before = _reasons(demo, service, "AB")
     headers = {"X-Request-Deadline": f"{DEADLINE:g}"} if guarded else None
     jobs = []
     for i in range(plan.count or 0):
@@ -260,35 +262,27 @@ def run_retry_after(demo: Any, index: int, plan: PhasePlan, result: PhaseResult)
     requests = _schedule(jobs)
     calls = _calls_since(demo, mark)
     _tally(demo, plan, result, requests, calls)
+    # the servers count every refusal, the retry stage's after an attempt included (as the
+    # responses' "rejected" does)
+    result.reasons = _since(reasons_before, _reasons(demo, service, "AB"))
+    result.server_rejections = sum(result.reasons.values())
     result.stages = _retry_after_figures(requests, calls, guarded)
-    result.stages["bands"] = _band(plan, result, requests, "rates_guarded" if guarded else "rates")
+    result.stages["bands"] = _band(plan, result, requests, service)
     _say_retry_after(demo, result.stages)
     return _finish(demo, result, started)
 
 
 def _retry_after_figures(requests: list[dict[str, Any]], calls: list[dict[str, Any]], guarded: bool) -> dict[str, Any]:
     """Per shop: requests, time held, calls the provider counted, and those in the Retry-After
-    of its first 429 to that shop (after the first call, before the quiet ended)."""
+    of its first 429 to that shop (from the first call, before the quiet ended)."""
     order_shop = {str(r["order"]): r["server"] for r in requests}
-    shops: dict[str, Any] = {}
-    for shop in ("A", "B"):
-        mine = [r for r in requests if r["server"] == shop]
-        times = sorted(c["t"] for c in calls if order_shop.get(str(c.get("order"))) == shop)
-        first = times[0] if times else None
-        held = [r["held"] for r in mine]
-        shops[shop] = {
-            "requests": len(mine),
-            "held_max": round(max(held, default=0.0), 3),
-            "held_median": round(statistics.median(held), 3) if held else None,
-            "calls": len(times),
-            "calls_in_retry_after": 0 if first is None else sum(1 for t in times if first <= t < first + RETRY_AFTER),
-            "fallback": sum(1 for r in mine if r["served_by"] == "fallback"),
-            "reasons": _count(r["reason"] for r in mine if r["rejected"] and not r["calls"]),
-            "held_max_by_call_site": {
-                c: round(max(r["held"] for r in mine if r["client"] == c), 3)
-                for c in sorted({r["client"] for r in mine})
-            },
-        }
+    shops = {
+        shop: _shop_figures(
+            [r for r in requests if r["server"] == shop],
+            sorted(c["t"] for c in calls if order_shop.get(str(c.get("order"))) == shop),
+        )
+        for shop in ("A", "B")
+    }
     return {
         "client": "guarded" if guarded else "retry",
         "retry_after": RETRY_AFTER,
@@ -298,6 +292,33 @@ def _retry_after_figures(requests: list[dict[str, Any]], calls: list[dict[str, A
         "calls": len(calls),
         "gate_scope": "process (database store)",
     }
+
+
+def _shop_figures(mine: list[dict[str, Any]], times: list[float]) -> dict[str, Any]:
+    """One shop's figures in a 429 phase: its requests *mine*, its calls' arrival *times*."""
+    first = times[0] if times else None
+    held = [r["held"] for r in mine]
+    sites = sorted({r["client"] for r in mine})
+    return {
+        "requests": len(mine),
+        "held_max": _most(held),
+        "held_median": _median(held),
+        "calls": len(times),
+        "calls_in_retry_after": 0 if first is None else sum(1 for t in times if t < first + RETRY_AFTER),
+        "fallback": sum(1 for r in mine if r["served_by"] == "fallback"),
+        "reasons": _count(r["reason"] for r in mine if r["rejected"] and not r["calls"]),
+        "held_max_by_call_site": {c: _most(r["held"] for r in mine if r["client"] == c) for c in sites},
+    }
+
+
+def _median(seconds: list[float]) -> float | None:
+    """The median of *seconds*, rounded to the millisecond; None for none."""
+    return round(statistics.median(seconds), 3) if seconds else None
+
+
+def _most(seconds: Any) -> float:
+    """The largest of *seconds*, rounded to the millisecond; 0.0 for none."""
+    return round(max(seconds, default=0.0), 3)
 
 
 def _say_retry_after(demo: Any, f: dict[str, Any]) -> None:
@@ -328,8 +349,7 @@ def run_bulkhead(demo: Any, index: int, plan: PhasePlan, result: PhaseResult) ->
     _mode(demo, {"mode": "ok"})  # nothing hangs past the phase
     calls = _calls_since(demo, mark)
     _tally(demo, plan, result, requests, calls)
-    after = _reasons(demo, "rates_bulkhead" if with_bulkhead else "rates_pool")
-    result.reasons = {r: n - reasons_before.get(r, 0) for r, n in after.items() if n > reasons_before.get(r, 0)}
+    result.reasons = _since(reasons_before, _reasons(demo, "rates_bulkhead" if with_bulkhead else "rates_pool"))
     result.server_rejections = sum(result.reasons.values())
     result.stages = _bulkhead_figures(requests, calls, result.reasons, with_bulkhead)
     result.stages["bands"] = _band(plan, result, requests, "rates_bulkhead" if with_bulkhead else "rates_pool")
@@ -337,31 +357,49 @@ def run_bulkhead(demo: Any, index: int, plan: PhasePlan, result: PhaseResult) ->
     return _finish(demo, result, started)
 
 
-def _reasons(demo: Any, service: str) -> dict[str, int]:
-    reply = http_call("GET", demo.base_c + "/breakers/", timeout=5)
-    data = reply.data if reply.status == 200 and isinstance(reply.data, dict) else {}
-    return dict(data.get("rejections", {}).get(service, {}))
+def _reasons(demo: Any, service: str, shops: str = "C") -> dict[str, int]:
+    """The rejections of *service* by reason, summed over *shops* (their ``/breakers/``)."""
+    found: dict[str, int] = {}
+    for shop in shops:
+        base = {"A": demo.base, "B": demo.base_b, "C": demo.base_c}[shop]
+        reply = http_call("GET", base + "/breakers/", timeout=5)
+        data = reply.data if reply.status == 200 and isinstance(reply.data, dict) else {}
+        for reason, n in data.get("rejections", {}).get(service, {}).items():
+            found[reason] = found.get(reason, 0) + n
+    return found
+
+
+def _since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {r: n - before.get(r, 0) for r, n in sorted(after.items()) if n > before.get(r, 0)}
 
 
 def _bulkhead_figures(
     requests: list[dict[str, Any]], calls: list[dict[str, Any]], reasons: dict[str, int], with_bulkhead: bool
 ) -> dict[str, Any]:
+    """The figures of a hang phase: the lookups, the provider's calls, the refusals, and the
+    other view's requests."""
     lookups = [r for r in requests if not r.get("probe")]
-    probes = [r for r in requests if r.get("probe")]
     return {
         "client": "bulkhead" if with_bulkhead else "pool",
         "threads": THREADS,
         "slots": BULKHEAD_SLOTS if with_bulkhead else None,
         "lookups": len(lookups),
-        "lookups_held_max": round(max((r["held"] for r in lookups), default=0.0), 3),
+        "lookups_held_max": _most(r["held"] for r in lookups),
         "calls": len(calls),
         "refused": _count(r["reason"] for r in lookups if r["rejected"]),
         "server_rejections_by_reason": dict(reasons),
-        "refused_held_max": round(max((r["held"] for r in lookups if r["rejected"]), default=0.0), 3),
+        "refused_held_max": _most(r["held"] for r in lookups if r["rejected"]),
+        **_other_view([r for r in requests if r.get("probe")]),
+    }
+
+
+def _other_view(probes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of the requests to the view that calls nothing."""
+    return {
         "other_view": len(probes),
         "other_view_answered": sum(1 for r in probes if r["status"] == 200),
-        "other_view_held_max": round(max((r["held"] for r in probes), default=0.0), 3),
-        "other_view_held_median": round(statistics.median(r["held"] for r in probes), 3) if probes else None,
+        "other_view_held_max": _most(r["held"] for r in probes),
+        "other_view_held_median": _median([r["held"] for r in probes]),
     }
 
 
@@ -402,9 +440,12 @@ def run(demo: Any, index: int, plan: PhasePlan, result: PhaseResult) -> PhaseRes
 # ------------------------------------------------------------------------- judging
 def problems(by_key: dict[str, PhaseResult]) -> list[str]:
     """What went wrong in the stage phases, as report lines."""
+    return _retry_after_problems(by_key) + _bulkhead_problems(by_key)
+
+
+def _retry_after_problems(by_key: dict[str, PhaseResult]) -> list[str]:
     found = []
-    docs, guarded = by_key["retry_after_docs"].stages, by_key["retry_after_guarded"].stages
-    for shop, s in docs["shops"].items():
+    for shop, s in by_key["retry_after_docs"].stages["shops"].items():
         held = s["held_max_by_call_site"].get("retry", 0.0)
         if held < RETRY_AFTER or s["calls"] <= s["requests"] or s["calls_in_retry_after"] < 2:
             found.append(
@@ -412,7 +453,7 @@ def problems(by_key: dict[str, PhaseResult]) -> list[str]:
                 f"{s['requests']} requests made {s['calls']} calls, {s['calls_in_retry_after']} within the Retry-After: "
                 f"expected requests held for the provider's {RETRY_AFTER:g} s cooldowns and calls during them"
             )
-    for shop, s in guarded["shops"].items():
+    for shop, s in by_key["retry_after_guarded"].stages["shops"].items():
         if s["held_max"] > DEADLINE + SLACK:
             found.append(
                 f"guarded 429 phase: shop {shop} held a request {s['held_max']:.2f} s, past its {DEADLINE:g} s deadline"
@@ -426,6 +467,11 @@ def problems(by_key: dict[str, PhaseResult]) -> list[str]:
             found.append(
                 f"guarded 429 phase: {s['fallback']} of shop {shop}'s {s['requests']} requests got the fallback"
             )
+    return found
+
+
+def _bulkhead_problems(by_key: dict[str, PhaseResult]) -> list[str]:
+    found = []
     pool, bulk = by_key["hang_no_bulkhead"].stages, by_key["hang_bulkhead"].stages
     if pool["calls"] != pool["lookups"] or pool["other_view_held_max"] < 1.0:
         found.append(
