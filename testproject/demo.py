@@ -3,12 +3,14 @@
 ``python -m testproject.demo [--short] [--no-color] [--no-plot] [--json-summary PATH]
 [--out-dir DIR]`` (what ``./dev demo`` runs).
 
-It starts five processes on free loopback ports: the payments stand-in
+It starts six processes on free loopback ports: the payments stand-in
 (``testproject.upstream``), two more of them as the shop's shipping carriers (one host
-each), and two instances of the test project's Django server (``testproject.serve``,
-Django's threaded development server), shop A and shop B, which share the breaker's state
-through the project's SQLite database. It waits until all answer, and drives them over
-HTTP through eleven phases (all but the tenth on shop A alone):
+each), and three instances of the test project's Django server (``testproject.serve``,
+Django's threaded development server), shops A, B and C, which share the breaker's state
+through the project's SQLite database (shop C serves at most 4 requests at once, like a
+worker with a fixed pool of request threads). It waits until all answer, and drives them
+over HTTP through fifteen phases (phases 1-9 and 11 on shop A alone, 10, 12 and 13 on
+shops A and B, 14 and 15 on shop C):
 
 1. healthy traffic;
 2. the payments service answers 503: the ``payments`` breaker trips CLOSED -> OPEN and
@@ -34,7 +36,17 @@ HTTP through eleven phases (all but the tenth on shop A alone):
 11. per-host breakers: shop A asks both carriers for shipping quotes through one requests
    adapter with a breaker per host (``BreakerAdapter()``); one carrier answers 503 and its
    host's breaker opens, the other's stays CLOSED. The carriers' own counters show the
-   failing host spared once its breaker is OPEN and every call to the healthy host answered.
+   failing host spared once its breaker is OPEN and every call to the healthy host answered;
+12. the outbound stages (``testproject.demo_stages``): the payments stand-in's rates API
+   answers 429 with ``Retry-After: 2``; the documentation's retry example holds each
+   retried web request for the pauses, and a call site without retry keeps calling;
+13. the same with a 1 s request deadline (``RequestDeadlineMiddleware``) and
+   ``honor_retry_after``: no request held past it, one call per shop process within the
+   provider's Retry-After (the database store keeps the gate per process);
+14. the rates API hangs: on shop C's 4 request threads, a burst of lookups takes every
+   thread and a view that calls nothing waits behind them;
+15. the same with a bulkhead (``max_concurrent_calls=2, max_wait=0.0``): the excess is
+   refused at once (``bulkhead_full``) and the other view answers at once.
 
 Each run uses a throwaway SQLite database in the output directory (``demo-out/`` by
 default, beside the servers' logs), so the breaker always starts CLOSED even though the
@@ -55,7 +67,6 @@ processes are always stopped, and they also exit by themselves if this process d
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import select
@@ -72,6 +83,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
+
+from testproject import demo_stages
+from testproject.demo_http import Reply, SetupError, http_call
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
@@ -151,49 +165,7 @@ class Display:
             self.stream.flush()
 
 
-# ------------------------------------------------------------------------------ http
-@dataclass
-class Reply:
-    """One HTTP exchange: ``status`` None when no answer came (``error`` says why)."""
-
-    status: int | None
-    data: Any
-    seconds: float
-    error: str = ""
-
-
-def http_call(method: str, url: str, body: Any = None, timeout: float = 15.0) -> Reply:
-    """One request on a fresh connection; JSON in and out. Never raises for network errors."""
-    parts = urlsplit(url)
-    path = parts.path + (f"?{parts.query}" if parts.query else "")
-    headers = {"Accept": "application/json"}
-    payload = None
-    if body is not None:
-        payload = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-    started = time.perf_counter()
-    try:
-        conn.request(method, path, body=payload, headers=headers)
-        response = conn.getresponse()
-        raw = response.read()
-        elapsed = time.perf_counter() - started
-    except (OSError, http.client.HTTPException) as exc:
-        return Reply(None, None, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
-    finally:
-        conn.close()
-    try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        data = None
-    return Reply(response.status, data, elapsed)
-
-
 # ------------------------------------------------------------------------- processes
-class SetupError(RuntimeError):
-    """The servers could not be started or did not become ready."""
-
-
 class Child:
     """A server subprocess that prints ``... listening on URL`` on stdout when ready."""
 
@@ -308,6 +280,10 @@ class PhasePlan:
     # "step_down" (Demo.run_step_down: like the release phase, after a step-down)
     emergency: str | None = None
     per_host: bool = False  # the per-host breakers phase (Demo.run_per_host), on the carriers
+    # the outbound-stage phases (testproject.demo_stages): "retry_after" or "bulkhead", and
+    # the shop's rate client they use (testproject.shop.rates.CLIENTS)
+    stage: str | None = None
+    client: str = ""
 
 
 @dataclass
@@ -331,6 +307,7 @@ class PhaseResult:
     emergency: dict[str, Any] = field(default_factory=dict)  # the Emergency Mode phases' own figures
     reasons: dict[str, int] = field(default_factory=dict)  # the server's rejections by reason
     per_host: dict[str, Any] = field(default_factory=dict)  # the per-host phase's own figures
+    stages: dict[str, Any] = field(default_factory=dict)  # an outbound-stage phase's own figures
 
     @property
     def median_ms(self) -> float | None:
@@ -354,6 +331,7 @@ class PhaseResult:
             **({"fleet": self.fleet} if self.fleet else {}),
             **({"emergency": self.emergency} if self.emergency else {}),
             **({"per_host": self.per_host} if self.per_host else {}),
+            **({"stages": self.stages} if self.stages else {}),
         }
 
 
@@ -394,7 +372,7 @@ def summary_table(results: list[PhaseResult]) -> list[str]:
 
 
 def plans(short: bool) -> list[PhasePlan]:
-    """The eleven phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
+    """The fifteen phases; ``--short`` sends fewer requests and keeps the hang phases brief."""
     protected = PROTECTED_PATH
     unprotected = "/orders/{id}/charge-unprotected/"
     hang_count = 16 if short else 32
@@ -524,6 +502,8 @@ def plans(short: bool) -> list[PhasePlan]:
             label="one carrier down,\nbreaker per host",
             per_host=True,
         ),
+        # the outbound stages: a 429 with Retry-After and a hanging service, each before and after
+        *(PhasePlan(**spec) for spec in demo_stages.stage_plans(short)),
     ]
 
 
@@ -691,12 +671,19 @@ class Demo:
         # side by side, on the same database (so the same breaker store).
         # Shop B waits up to 10 s for payments (A: the project's 1.5 s, which the hang phases
         # show): in the fleet phase B's trial calls are held upstream while A gets requests.
+        # Shop C (the hang phases of the outbound stages) serves at most THREADS requests at
+        # once, like a gunicorn worker with a fixed pool of request threads.
         shops = []
-        for name, log, timeout in (("django server", "django.log", None), ("django server B", "django-b.log", "10")):
+        for name, log, timeout, threads in (
+            ("django server", "django.log", None, 0),
+            ("django server B", "django-b.log", "10", 0),
+            ("django server C", "django-c.log", None, demo_stages.THREADS),
+        ):
             extra = {"PAYMENTS_TIMEOUT": timeout} if timeout else {}
             shop = Child(
                 name,
-                [sys.executable, "-m", "testproject.serve", "--port", "0", "--exit-with-parent"],
+                [sys.executable, "-m", "testproject.serve", "--port", "0", "--exit-with-parent"]
+                + (["--threads", str(threads)] if threads else []),
                 self.out_dir / log,
                 self.env(
                     PAYMENTS_URL=self.upstream,
@@ -707,11 +694,13 @@ class Demo:
             )
             self.children.append(shop)
             shops.append(shop)
-        self.django, self.django_b = shops
+        self.django, self.django_b, self.django_c = shops
         self.base = self.django.wait_url(30)
         self.base_b = self.django_b.wait_url(30)
+        self.base_c = self.django_c.wait_url(30)
         wait_ready(self.base + "/breakers/", self.django, 30)
         wait_ready(self.base_b + "/breakers/", self.django_b, 30)
+        wait_ready(self.base_c + "/breakers/", self.django_c, 30)
 
     def stop(self) -> None:
         for monitor in (self.monitor, self.monitor_b):
@@ -876,6 +865,8 @@ class Demo:
             return self.run_fleet(index, plan, result)
         if plan.per_host:
             return self.run_per_host(index, plan, result)
+        if plan.stage:
+            return demo_stages.run(self, index, plan, result)
         if plan.emergency == "freeze":
             return self.run_freeze(index, plan, result)
         if plan.emergency == "step_down":
@@ -1436,6 +1427,11 @@ class Demo:
         d.line(f"  shop A {self.base}  ->  payments {self.upstream}   (breaker state store: {breaker['backend']})")
         fleet_phase = next(i for i, p in enumerate(plans(self.args.short), 1) if p.fleet)
         d.line(f"  shop B {self.base_b}  (same database: joins in phase {fleet_phase})")
+        first_stage = next(i for i, p in enumerate(plans(self.args.short), 1) if p.stage)
+        d.line(
+            f"  shop C {self.base_c}  (same database, {demo_stages.THREADS} request threads: "
+            f"the hanging-service phases from phase {first_stage + 2})"
+        )
         d.line(
             "  shipping carriers "
             + ", ".join(f"{name} {url}" for name, url in self.carriers.items())
@@ -1448,7 +1444,9 @@ class Demo:
         d.line()
         phase_plans = plans(self.args.short)
         self.phase_count = len(phase_plans)
-        self.create_orders(sum(2 * ((p.count or 0) + p.extra) if p.fleet else (p.count or 60) for p in phase_plans))
+        self.create_orders(
+            sum(2 * ((p.count or 0) + p.extra) if p.fleet or p.stage else (p.count or 60) for p in phase_plans)
+        )
         self.monitor = Monitor(self.base, "payments", self.on_transition)
         self.monitor.poll()
         self.monitor.start()
@@ -1533,6 +1531,7 @@ class Demo:
                 f"{fleet['after_paid']} of {fleet['after_sent']} requests were paid"
             )
         problems += self.per_host_problems(by_key["per_host"])
+        problems += demo_stages.problems(by_key)
         log_lines = self.breaker_log_lines()
         if not any("circuit_breaker.opened" in line for line in log_lines):
             problems.append("no 'circuit_breaker.opened' line on the server's stderr")
@@ -1553,13 +1552,16 @@ class Demo:
             d.line(
                 f"  median latency while the upstream hangs: {on_ms:.0f} ms with the breaker, {off_ms:.0f} ms without{factor}"
             )
+        per_host_phase = next(i for i, r in enumerate(results, 1) if r.key == "per_host")
         d.line(
-            f"  rejected fast by an open breaker: {total['rejected']} (requests, and in phase {len(results)} calls to a carrier; "
-            f"server-side count: {sum(r.server_rejections for r in results)})"
+            f"  rejected fast: {total['rejected']} (by an open breaker, and from phase {per_host_phase + 1} by the "
+            f"outbound stages; in phase {per_host_phase} calls to a carrier; server-side count: "
+            f"{sum(r.server_rejections for r in results)})"
         )
         d.line(
             f"  fallbacks served: {total['fallback']}; the upstreams counted {total['upstream_counted']} calls "
-            f"(charges, and the carriers' quotes in phase {len(results)}) for {total['sent']} requests sent"
+            f"(charges, the carriers' quotes in phase {per_host_phase}, rate lookups after it) for {total['sent']} "
+            "requests sent"
         )
         d.line(
             f"  fleet of two shops, breaker HALF_OPEN: {fleet['burst_sent']} requests, the upstream counted "
@@ -1577,6 +1579,8 @@ class Demo:
                 f"{d.state(per_host['states_after'][good])}, {per_host['calls'][good]['quoted']} of "
                 f"{by_key['per_host'].sent} quotes answered"
             )
+        for line in demo_stages.summary_lines(by_key):
+            d.line(line)
         freeze = by_key["emergency"].emergency
         if freeze.get("frozen_rejections"):
             d.line(
@@ -1607,8 +1611,9 @@ class Demo:
                 d.paint("RESULT: OK", "32;1")
                 + " - the breaker tripped, served fallbacks, recovered, obeyed an operator's force,"
                 " held OPEN under Emergency Level 3 and recovered after the step-down, kept latency low while the upstream"
-                " hung, two servers shared one round of trial calls, and a failing carrier tripped only its own"
-                " host's breaker"
+                " hung, two servers shared one round of trial calls, a failing carrier tripped only its own"
+                " host's breaker, a request deadline with the Retry-After gate kept a 429 from holding web requests,"
+                " and a bulkhead kept a hanging service from taking every request thread"
             )
         summary = {
             "ok": not problems,
@@ -1736,8 +1741,12 @@ class Demo:
                 "title": plan.title,
                 "start": r.started - origin,
                 "end": r.ended - origin,
-                "breaker": plan.path in (PROTECTED_PATH, QUOTES_PATH),
+                "breaker": plan.path in (PROTECTED_PATH, QUOTES_PATH) or bool(plan.stage),
             }
+            if plan.stage:  # its own breakers, one strip per shop, and the time each request was held
+                phase["bands"] = r.stages.get("bands", [])
+                phase["held"] = True
+                phase["deadline"] = r.stages.get("deadline")
             if plan.per_host:
                 phase["bands"] = [
                     {
@@ -1760,7 +1769,11 @@ class Demo:
             states.append({"t": mark["t"] - origin, "state": mark["state"], "note": mark["note"]})
         commands = [dict(c, start=c["start"] - origin, end=c["end"] - origin) for c in self.commands]
         requests = [
-            {"t": r["t"] - origin, "outcome": r["outcome"], **({"host": r["host"]} if "host" in r else {})}
+            {
+                "t": r["t"] - origin,
+                "outcome": r["outcome"],
+                **{k: r[k] for k in ("host", "held", "probe") if k in r},
+            }
             for r in self.requests
         ]
         by_key = {r.key: r for r in self.results}
@@ -1836,6 +1849,7 @@ class Demo:
                         f"{per_host['calls'][good]['quoted']}",
                     }
                 )
+        notes += demo_stages.notes(by_key)
         return {
             "title": "baldur_django demo: the 'payments' breaker over one run",
             "subtitle": (
@@ -1844,7 +1858,9 @@ class Demo:
                 f"{config['failure_threshold']} failures in a row, waits {config['recovery_timeout']:g} s, then closes after "
                 f"{config['half_open_max_calls']} successful trial calls. State shared in the database "
                 f"(phase {next((i for i, p in enumerate(self.plans, 1) if p.fleet), len(self.plans))}: by two servers). "
-                f"Last, shipping quotes from two carriers through one adapter with a breaker per host."
+                f"Then shipping quotes from two carriers through one adapter with a breaker per host. Last, the "
+                f"outbound stages: a 429 with Retry-After, and a hanging service on a worker with "
+                f"{demo_stages.THREADS} request threads, each without and with the stage that helps."
             ),
             "phases": phases,
             "states": states,
@@ -1875,7 +1891,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--short",
         action="store_true",
-        help="fewer requests and short hang phases (about 30 s; the full run takes about 40 s)",
+        help="fewer requests and short hang phases (about 45 s; the full run takes about 55 s)",
     )
     parser.add_argument("--no-color", action="store_true", help="no ANSI colours")
     parser.add_argument("--no-plot", action="store_true", help="do not draw timeline.png (needs matplotlib)")

@@ -110,8 +110,21 @@ BALDUR_SERVICES = {
         "failure_threshold": 3,
         "recovery_timeout": 2,
         "half_open_max_calls": 2,
-    }
+    },
+    # the exchange-rates API of the demo's outbound-stage phases (testproject.shop.rates): a
+    # provider answering 429 is asking for quiet, not down, so its breakers leave it to the
+    # stages (a 20-failure threshold the demo never reaches); "rates_guarded" honours the
+    # provider's Retry-After for every call site
+    "rates": {"failure_threshold": 20},
+    "rates_guarded": {"failure_threshold": 20, "honor_retry_after": True},
 }
+
+# The outbound stages (docs/outbound-stages.md): each request gets a deadline from the
+# X-Request-Deadline header when it carries one (seconds), so every protected call made
+# while serving it stops waiting there. The demo sends it in its Retry-After phase; a
+# site would rather set BALDUR_REQUEST_DEADLINE_SECONDS for every request.
+MIDDLEWARE.insert(0, "baldur_django.middleware.RequestDeadlineMiddleware")
+BALDUR_REQUEST_DEADLINE_HEADER = "X-Request-Deadline"
 
 # Breaker lines (logger "baldur.circuit_breaker") go to stderr next to the request log.
 LOGGING = {

@@ -18,6 +18,10 @@ figure for tests to inspect):
   became of it (a key of :data:`OUTCOMES`); in the per-host phase, each call the shop made
   to a carrier (``"host"`` names it), two per request to the shop, drawn as one bar per
   host side by side, so each bar still counts requests;
+* a phase marked ``"held": True`` (the outbound-stage phases) also shows how long each
+  request was held (its request's ``"held"``, seconds) as a dot over when it was sent, on
+  a right-hand axis of seconds, with its ``"deadline"`` (seconds or None) as a dashed line
+  (:mod:`testproject.timeline_held`);
 * ``notes``: ``[{"t": s, "text": str}, ...]``: what to look at, marked in the panel of the
   phase they fall in and spelled out under it;
 * ``commands``: ``[{"start": s, "end": s, "text": str}, ...]``: an operator's
@@ -37,12 +41,13 @@ matplotlib draws off-screen (the Agg backend); it comes with the ``dev`` extra.
 
 from __future__ import annotations
 
-import itertools
 import math
 import textwrap
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from testproject import timeline_held, timeline_legend
 
 #: The states the band can show, in legend order: ``state -> (label, colour)``. The band
 #: is drawn from this table alone, so a new state is one more line. ``frozen`` is an OPEN
@@ -68,6 +73,10 @@ OUTCOMES: dict[str, tuple[str, str]] = {
     "quoted": ("reached a carrier: quoted (the per-host phase)", "#7cc6d6"),
     "failed": ("reached the upstream: failed (503 or timeout)", "#e8743b"),
     "rejected": ("rejected fast by the breaker (fallback, upstream untouched)", "#9aa3b5"),
+    "retry_after": ("refused fast: the provider's Retry-After (fallback, untouched)", "#b58fd1"),
+    "bulkhead_full": ("refused fast: bulkhead full (fallback, untouched)", "#d9a441"),
+    "deadline": ("refused: the request's deadline had passed", "#8c6d62"),
+    "other_view": ("another view of the same worker: answered", "#9ccf8a"),
     "error": ("no answer", "#333333"),
 }
 
@@ -85,7 +94,7 @@ LEFT, RIGHT, WSPACE = 0.055, 0.99, 0.09
 #: Heights in inches: the title and subtitle over the panels, the band, the bars, the gap
 #: between these and the caption, from the caption's top to its text (the time axis's
 #: labels), and the legends and the note on time under the panels.
-HEADER_IN, BAND_IN, BARS_IN, SUB_GAP_IN, CAPTION_TOP_IN, FOOTER_IN = 1.2, 0.43, 2.35, 0.065, 0.24, 1.75
+HEADER_IN, BAND_IN, BARS_IN, SUB_GAP_IN, CAPTION_TOP_IN, FOOTER_IN = 1.2, 0.43, 2.35, 0.065, 0.24, 2.2
 
 
 def segments(states: list[dict[str, Any]], end: float) -> list[tuple[float, float, str, str]]:
@@ -460,6 +469,8 @@ def build(data: dict[str, Any]) -> Any:
             # --- the requests, stacked by outcome, per BIN seconds
             bars.set_xlim(start, stop)
             _draw_bars(bars, counts, index, hosts if len(hosts) > 1 else [], shown_outcomes)
+            if phase.get("held"):
+                timeline_held.draw(fig, bars, number, phase, requests)
             for lo, hi, text in spans:
                 any_command = True
                 _, face, edge = COMMAND
@@ -520,68 +531,8 @@ def build(data: dict[str, Any]) -> Any:
     assert first_bars is not None
     first_bars.set_ylim(0, peak * 1.18 + 0.5)  # room for the note markers over the bars
     first_bars.yaxis.set_major_locator(MaxNLocator(integer=True))
-    _legends(fig, phases, shown_states, shown_outcomes, any_unprotected, any_command)
+    timeline_legend.legends(fig, phases, shown_states, shown_outcomes, any_unprotected, any_command)
     return fig
-
-
-def _legends(
-    fig: Any,
-    phases: list[dict[str, Any]],
-    shown_states: list[str],
-    shown_outcomes: set[str],
-    any_unprotected: bool,
-    any_command: bool,
-) -> None:
-    """The legends of the band and the bars, and the note on time, under the panels."""
-    from matplotlib.patches import Patch
-
-    height = fig.get_figheight()
-    handles = [Patch(color=BAND_STATES[s][1], label=BAND_STATES[s][0]) for s in BAND_STATES if s in shown_states]
-    handles += [Patch(color=UNKNOWN_STATE[1], label=UNKNOWN_STATE[0]) for s in shown_states if s not in BAND_STATES][:1]
-    if any_unprotected:
-        handles.append(Patch(facecolor=NO_BREAKER[1], edgecolor=NO_BREAKER[2], hatch="///", label=NO_BREAKER[0]))
-    fig.legend(
-        handles=handles,
-        loc="lower left",
-        bbox_to_anchor=(LEFT - 0.008, 1.0 / height),
-        ncol=4,
-        frameon=False,
-        fontsize=9,
-        title="the band: the breaker's state",
-        title_fontsize=9,
-        alignment="left",
-    )
-    outcome_handles = [Patch(color=OUTCOMES[o][1], label=OUTCOMES[o][0]) for o in OUTCOMES if o in shown_outcomes]
-    if any_command:
-        outcome_handles.append(Patch(facecolor=COMMAND[1], edgecolor=COMMAND[2], hatch="..", label=COMMAND[0]))
-    fig.legend(
-        handles=outcome_handles,
-        loc="lower left",
-        bbox_to_anchor=(LEFT - 0.008, 0.38 / height),
-        ncol=3,
-        frameon=False,
-        fontsize=9,
-        title="the bars: what became of each request, by when it was sent",
-        title_fontsize=9,
-        alignment="left",
-    )
-    fig.text(LEFT, 0.1 / height, _time_note(phases), fontsize=9, wrap=True, color="#333333")
-
-
-def _time_note(phases: list[dict[str, Any]]) -> str:
-    """The note on time under the picture: the clock, and what the panels leave out (the
-    start-up before the first phase, and the time between phases: none when each phase
-    starts as the one before it ends, as the demo's do)."""
-    gaps = [max(0.0, b["start"] - a["end"]) for a, b in itertools.pairwise(phases)]
-    between = (
-        f"; and {sum(gaps):.2f} s between phases (at most {max(gaps):.2f} s at once)"
-        if gaps and round(sum(gaps), 2) > 0
-        else "; nothing between phases (each starts as the one before ends)"
-    )
-    return (
-        "Time: seconds since the demo started, as in the console's timestamps. Each panel is one phase, from its start "
-        f"to its end; left out: the first {phases[0]['start']:.1f} s (starting the servers){between}."
-    )
 
 
 def draw(path: Path, data: dict[str, Any]) -> Path:

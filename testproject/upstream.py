@@ -12,21 +12,31 @@ connections. Endpoints:
     Mode ``fail``: 503 ``{"error": ...}``. Mode ``hang``: no answer until the client
     gives up (closes its connection), the hang limit passes (then 504), or the server
     shuts down.
+``GET /rate?order=ID``
+    An exchange rate (the shop's rates API, a GET it may retry), counted apart
+    (``rate_requests``) and answered as the mode says: 200 ``{"rate": float, ...}``, 503,
+    429 or a hang.
 ``GET /quote?order=ID&amount_cents=N``
     A shipping quote (the shop's carriers), counted apart from the charges
     (``quote_requests``) and answered as the mode says, like ``/charge``: 200
     ``{"quote_id": "q_<n>", "price_cents": int, "days": int, ...}``, 503 or a hang. The demo
     runs two of these servers as the shop's two carriers, one host each.
 ``POST /control/mode``
-    Body ``{"mode": "ok" | "fail" | "hang" | "recover", "hang_seconds": float}`` (or the
-    bare mode as text). ``recover`` is ``ok`` after trouble; it is counted in the stats.
-    ``hang_seconds`` (default 10, at most 60) bounds each hang. Answers 200 with the new
-    mode, 400 naming what was wrong.
+    Body ``{"mode": "ok" | "fail" | "hang" | "recover" | "limit", "hang_seconds": float,
+    "retry_after": float}`` (or the bare mode as text). ``recover`` is ``ok`` after
+    trouble; it is counted in the stats. ``limit`` answers every counted request 429 with
+    ``Retry-After: retry_after`` (seconds, default 2, at most 60). ``hang_seconds``
+    (default 10, at most 60) bounds each hang. Answers 200 with the new mode, 400 naming
+    what was wrong.
 ``POST /control/hold`` and ``POST /control/release``
     While held, each ``/charge`` is counted on arrival and then kept waiting (``held`` in
     the stats) until the release, the hang limit (then 504) or shutdown; on release the
     waiting charges are answered as the mode then says. The demo uses it to keep a fleet's
     trial calls in flight until every other request has been answered.
+``GET /control/calls?since=N``
+    ``{"calls": [{"n": int, "kind": "charge" | "quote" | "rate", "order": str | None,
+    "t": Unix seconds}, ...]}``: every counted request from the ``n``-th on (the last
+    5,000 kept), as it arrived; the demo tells which shop sent each by its order.
 ``GET /control/stats``
     ``{"charge_requests": int, "requests": int, "by_outcome": {...}, "mode": str,
     "holding": bool, "held": int, ...}``: every request received is counted, control ones
@@ -49,13 +59,17 @@ import signal
 import socket
 import sys
 import threading
+import time
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-MODES = ("ok", "fail", "hang", "recover")
+MODES = ("ok", "fail", "hang", "recover", "limit")
 DEFAULT_HANG_SECONDS = 10.0
 MAX_HANG_SECONDS = 60.0
+DEFAULT_RETRY_AFTER = 2.0
+MAX_CALLS_KEPT = 5000
 _POLL = 0.02  # seconds between checks for a departed client while hanging
 
 
@@ -75,8 +89,10 @@ class UpstreamState:
         self.changed = threading.Condition(self.lock)  # notified whenever a counter moves
         self.mode = "ok"
         self.hang_seconds = hang_seconds
+        self.retry_after = DEFAULT_RETRY_AFTER
         self.holding = False
         self.held = 0
+        self.calls: deque[dict[str, Any]] = deque(maxlen=MAX_CALLS_KEPT)
         self.stopping = threading.Event()
         self.reset()
 
@@ -86,11 +102,21 @@ class UpstreamState:
             self.requests = 0
             self.charge_requests = 0
             self.quote_requests = 0
+            self.rate_requests = 0
+            self.calls.clear()
             self.recoveries = 0
-            self.by_outcome = {"ok": 0, "fail": 0, "hang_abandoned": 0, "hang_timeout": 0, "hang_shutdown": 0}
+            self.by_outcome = {
+                "ok": 0,
+                "fail": 0,
+                "limited": 0,
+                "hang_abandoned": 0,
+                "hang_timeout": 0,
+                "hang_shutdown": 0,
+            }
 
-    def set_mode(self, mode: str, hang_seconds: float | None = None) -> str:
-        """Switch mode; returns the previous one. ``recover`` means ``ok``."""
+    def set_mode(self, mode: str, hang_seconds: float | None = None, retry_after: float | None = None) -> str:
+        """Switch mode; returns the previous one. ``recover`` means ``ok``; *retry_after*
+        (seconds) is what mode ``limit`` asks for."""
         with self.lock:
             previous = self.mode
             if mode == "recover":
@@ -99,7 +125,29 @@ class UpstreamState:
             self.mode = mode
             if hang_seconds is not None:
                 self.hang_seconds = hang_seconds
+            if retry_after is not None:
+                self.retry_after = retry_after
             return previous
+
+    def arrived(self, kind: str, order: str | None) -> int:
+        """Count one ``/charge``, ``/quote`` or ``/rate`` request (lock held by the caller)
+        and log its arrival; returns its number among its kind."""
+        name = f"{kind}_requests"
+        number = getattr(self, name) + 1
+        setattr(self, name, number)
+        self.calls.append({"kind": kind, "order": order, "t": time.time()})
+        self.changed.notify_all()
+        return number
+
+    def calls_since(self, since: int) -> list[dict[str, Any]]:
+        """The logged arrivals numbered *since* and later (from 0, oldest first)."""
+        with self.lock:
+            first = self.logged() - len(self.calls)
+            return [dict(c, n=first + i) for i, c in enumerate(self.calls) if first + i >= since]
+
+    def logged(self) -> int:
+        """How many arrivals were ever logged (lock held by the caller)."""
+        return self.charge_requests + self.quote_requests + self.rate_requests
 
     def shut_down(self) -> None:
         """Set :attr:`stopping` and wake every held charge (they end as ``hang_shutdown``)."""
@@ -135,6 +183,8 @@ class UpstreamState:
             return {
                 "charge_requests": self.charge_requests,
                 "quote_requests": self.quote_requests,
+                "rate_requests": self.rate_requests,
+                "retry_after": self.retry_after,
                 "requests": self.requests,
                 "by_outcome": dict(self.by_outcome),
                 "mode": self.mode,
@@ -158,28 +208,55 @@ class UpstreamState:
             return bool(self.changed.wait_for(lambda: predicate(self), timeout))
 
 
-def _parse_mode(body: bytes) -> tuple[str, float | None]:
-    """Read ``{"mode": ..., "hang_seconds": ...}`` or a bare mode; ValueError names the problem."""
+def _seconds_field(data: dict[str, Any], name: str) -> float | None:
+    """``data[name]`` as seconds above 0 and at most MAX_HANG_SECONDS, None when absent;
+    ValueError names the field."""
+    if name not in data:
+        return None
+    raw = data[name]
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= MAX_HANG_SECONDS:
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds above 0 and at most {MAX_HANG_SECONDS:g}")
+    return float(raw)
+
+
+def _parse_mode(body: bytes) -> tuple[str, float | None, float | None]:
+    """Read ``{"mode": ..., "hang_seconds": ..., "retry_after": ...}`` or a bare mode;
+    ValueError names the problem."""
     text = body.decode("utf-8", "replace").strip()
-    hang_seconds = None
+    hang_seconds = retry_after = None
     if text.startswith("{"):
         try:
             data = json.loads(text)
         except ValueError:
             raise ValueError("body is not valid JSON") from None
         mode = data.get("mode")
-        if "hang_seconds" in data:
-            raw = data["hang_seconds"]
-            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= MAX_HANG_SECONDS:
-                raise ValueError(
-                    f"hang_seconds={raw!r}: expected a number of seconds above 0 and at most {MAX_HANG_SECONDS:g}"
-                )
-            hang_seconds = float(raw)
+        hang_seconds = _seconds_field(data, "hang_seconds")
+        retry_after = _seconds_field(data, "retry_after")
     else:
         mode = text.strip('"')
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
-    return mode, hang_seconds
+    return mode, hang_seconds, retry_after
+
+
+def _answer(kind: str, number: int, request: dict[str, Any]) -> dict[str, Any]:
+    """The body of a successful ``/charge``, ``/quote`` or ``/rate``, the *number*-th of its kind."""
+    if kind == "quote":
+        amount = str(request.get("amount_cents", ""))
+        return {
+            "quote_id": f"q_{number}",
+            "order": request.get("order"),
+            "price_cents": 490 + (int(amount) if amount.isdigit() else 0) // 50,
+            "days": 2,
+        }
+    if kind == "rate":
+        return {"rate_id": f"r_{number}", "order": request.get("order"), "pair": "EUR/USD", "rate": 1.08}
+    return {
+        "charge_id": f"ch_{number}",
+        "status": "succeeded",
+        "order": request.get("order"),
+        "amount_cents": request.get("amount_cents"),
+    }
 
 
 class UpstreamHandler(BaseHTTPRequestHandler):
@@ -201,10 +278,12 @@ class UpstreamHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length > 0 else b""
 
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
+    def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -233,8 +312,13 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             self._json(200, self.state.stats())
         elif self.path == "/health":
             self._json(200, {"ok": True})
-        elif self.path.partition("?")[0] == "/quote":
-            self._charge(self.path.partition("?")[2].encode(), kind="quote")
+        elif self.path.partition("?")[0] in ("/quote", "/rate"):
+            route, _, query = self.path.partition("?")
+            self._charge(query.encode(), kind=route[1:])
+        elif self.path.partition("?")[0] == "/control/calls":
+            query = {k: v[-1] for k, v in parse_qs(self.path.partition("?")[2]).items()}
+            since = int(query["since"]) if query.get("since", "").isdigit() else 0
+            self._json(200, {"calls": self.state.calls_since(since)})
         else:
             self._json(404, {"error": f"no GET route {self.path}"})
 
@@ -245,12 +329,20 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             self._charge(body)
         elif self.path == "/control/mode":
             try:
-                mode, hang_seconds = _parse_mode(body)
+                mode, hang_seconds, retry_after = _parse_mode(body)
             except ValueError as exc:
                 self._json(400, {"error": str(exc)})
                 return
-            previous = self.state.set_mode(mode, hang_seconds)
-            self._json(200, {"mode": self.state.mode, "previous": previous, "hang_seconds": self.state.hang_seconds})
+            previous = self.state.set_mode(mode, hang_seconds, retry_after)
+            self._json(
+                200,
+                {
+                    "mode": self.state.mode,
+                    "previous": previous,
+                    "hang_seconds": self.state.hang_seconds,
+                    "retry_after": self.state.retry_after,
+                },
+            )
         elif self.path == "/control/hold":
             self.state.hold()
             self._json(200, {"holding": True})
@@ -264,20 +356,22 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no POST route {self.path}"})
 
     def _charge(self, body: bytes, kind: str = "charge") -> None:
-        """Answer a ``/charge`` (JSON *body*) or, *kind* ``"quote"``, a ``/quote`` (*body*:
-        its query string) as the mode and the hold say."""
+        """Answer a ``/charge`` (JSON *body*) or, *kind* ``"quote"`` or ``"rate"``, a
+        ``/quote`` or ``/rate`` (*body*: its query string) as the mode and the hold say."""
         state = self.state
+        if kind == "charge":
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                request = {}
+            request = request if isinstance(request, dict) else {}
+        else:
+            request = {k: v[-1] for k, v in parse_qs(body.decode(errors="replace")).items()}
+        order = request.get("order")
         with state.changed:
-            if kind == "quote":
-                state.quote_requests += 1
-                number = state.quote_requests
-            else:
-                state.charge_requests += 1
-                number = state.charge_requests
-            state.changed.notify_all()
+            number = state.arrived(kind, None if order is None else str(order))
             released = not state.holding or state.wait_release(state.hang_seconds)
-            mode = state.mode
-            hang_seconds = state.hang_seconds
+            mode, hang_seconds, retry_after = state.mode, state.hang_seconds, state.retry_after
         if not released:
             if state.stopping.is_set():
                 state.outcome("hang_shutdown")
@@ -285,43 +379,18 @@ class UpstreamHandler(BaseHTTPRequestHandler):
                 state.outcome("hang_timeout")
                 self._json(504, {"error": f"held for {hang_seconds:g} s"})
             return
-        if mode == "fail":
-            state.outcome("fail")
-            self._json(
-                503, {"error": f"{'shipping quotes' if kind == 'quote' else 'payments'} temporarily unavailable"}
-            )
-            return
         if mode == "hang":
             self._hang(hang_seconds)
-            return
-        if kind == "quote":
-            query = {k: v[-1] for k, v in parse_qs(body.decode(errors="replace")).items()}
+        elif mode == "fail":
+            state.outcome("fail")
+            what = {"quote": "shipping quotes", "rate": "exchange rates"}.get(kind, "payments")
+            self._json(503, {"error": f"{what} temporarily unavailable"})
+        elif mode == "limit":
+            state.outcome("limited")
+            self._json(429, {"error": "too many requests"}, {"Retry-After": f"{retry_after:g}"})
+        else:
             state.outcome("ok")
-            amount = int(query["amount_cents"]) if query.get("amount_cents", "").isdigit() else 0
-            self._json(
-                200,
-                {
-                    "quote_id": f"q_{number}",
-                    "order": query.get("order"),
-                    "price_cents": 490 + amount // 50,
-                    "days": 2,
-                },
-            )
-            return
-        try:
-            request = json.loads(body or b"{}")
-        except ValueError:
-            request = {}
-        state.outcome("ok")
-        self._json(
-            200,
-            {
-                "charge_id": f"ch_{number}",
-                "status": "succeeded",
-                "order": request.get("order"),
-                "amount_cents": request.get("amount_cents"),
-            },
-        )
+            self._json(200, _answer(kind, number, request))
 
     def _hang(self, limit: float) -> None:
         """Send nothing until the client leaves, *limit* seconds pass (then 504) or shutdown."""

@@ -73,17 +73,21 @@ class CircuitOpenTransportError(CircuitOpenError, httpx.TransportError):
 
 
 class RateLimitCooldownTransportError(RateLimitCooldownError, httpx.TransportError):
-    """The retry stage refused an attempt during a 429 cooldown; nothing was sent.
+    """The retry stage refused an attempt during a 429 cooldown, or the Retry-After gate
+    refused the request; nothing was sent.
 
     Both a :class:`baldur_django.RateLimitCooldownError` and an ``httpx.TransportError``.
 
     Attributes:
         service (str): the breaker's name.
         remaining (float): seconds of cooldown left.
+        reason (str): ``"cooldown"`` (the retry stage) or ``"retry_after"`` (the gate).
     """
 
-    def __init__(self, service: str, remaining: float, *, request: httpx.Request | None = None) -> None:
-        RateLimitCooldownError.__init__(self, service, remaining)
+    def __init__(
+        self, service: str, remaining: float, reason: str = "cooldown", *, request: httpx.Request | None = None
+    ) -> None:
+        RateLimitCooldownError.__init__(self, service, remaining, reason)
         message = str(self)
         httpx.TransportError.__init__(self, message, request=request)
         self.args = (message,)
@@ -104,7 +108,7 @@ def _refusal(error: BaseException, request: httpx.Request) -> BaseException | No
     if type(error) is CircuitOpenError:
         return CircuitOpenTransportError(error.service, error.reason, error.retry_after, request=request)
     if type(error) is RateLimitCooldownError:
-        return RateLimitCooldownTransportError(error.service, error.remaining, request=request)
+        return RateLimitCooldownTransportError(error.service, error.remaining, error.reason, request=request)
     return None
 
 

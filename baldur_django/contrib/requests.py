@@ -89,19 +89,23 @@ class CircuitOpenRequestError(CircuitOpenError, requests.ConnectionError):
 
 
 class RateLimitCooldownRequestError(RateLimitCooldownError, requests.ConnectionError):
-    """The retry stage refused an attempt during a 429 cooldown; nothing was sent.
+    """The retry stage refused an attempt during a 429 cooldown, or the Retry-After gate
+    refused the request; nothing was sent.
 
     Both a :class:`baldur_django.RateLimitCooldownError` and a ``requests.ConnectionError``.
 
     Attributes:
         service (str): the breaker's name.
         remaining (float): seconds of cooldown left.
+        reason (str): ``"cooldown"`` (the retry stage) or ``"retry_after"`` (the gate).
         request (PreparedRequest | None): the refused request.
         response (None): never a response.
     """
 
-    def __init__(self, service: str, remaining: float, *, request: PreparedRequest | None = None) -> None:
-        RateLimitCooldownError.__init__(self, service, remaining)
+    def __init__(
+        self, service: str, remaining: float, reason: str = "cooldown", *, request: PreparedRequest | None = None
+    ) -> None:
+        RateLimitCooldownError.__init__(self, service, remaining, reason)
         self.request = request
         self.response = None
 
@@ -268,7 +272,7 @@ class BreakerAdapter(BaseAdapter):
             if type(refusal) is not RateLimitCooldownError:
                 raise
             raise RateLimitCooldownRequestError(
-                refusal.service, refusal.remaining, request=request
+                refusal.service, refusal.remaining, refusal.reason, request=request
             ) from refusal.__cause__
         finally:
             breakers.leave_bounds(bounds)

@@ -12,6 +12,7 @@ urlpatterns = [
     path("orders/<int:order_id>/charge/", views.charge, name="charge"),
     path("orders/<int:order_id>/charge-unprotected/", views.charge_unprotected, name="charge-unprotected"),
     path("orders/<int:order_id>/shipping-quotes/", views.shipping_quotes, name="shipping-quotes"),
+    path("orders/<int:order_id>/rate/<str:client>/", views.rate, name="rate"),
     path("breakers/", views.breakers, name="breakers"),
     path("emergency/", views.emergency, name="emergency"),
 ]

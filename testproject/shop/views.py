@@ -3,6 +3,8 @@
 ``/orders/<id>/charge/`` charges through the ``payments`` breaker (fallback: queue the
 order); ``/orders/<id>/charge-unprotected/`` makes the same call with no breaker;
 ``/orders/<id>/shipping-quotes/`` asks every carrier for a quote, one breaker per host;
+``/orders/<id>/rate/<client>/`` looks up an exchange rate through one of the rate
+clients (``testproject.shop.rates``: with and without the outbound stages);
 ``/breakers/`` is a JSON view of every known breaker plus the transition log;
 ``/emergency/`` is the Emergency Mode level as this process sees it; ``/`` is a page
 listing what to visit. The JSON endpoints are CSRF-exempt: they are a demo
@@ -24,7 +26,7 @@ import baldur_django as baldur
 from baldur_django import emergency as baldur_emergency
 from baldur_django.core.registry import registry
 
-from . import breaker_log, payments, shipping
+from . import breaker_log, payments, rates, shipping
 from .models import Order
 
 MAX_ORDERS_PER_REQUEST = 1000
@@ -159,6 +161,24 @@ def shipping_quotes(request: HttpRequest, order_id: int) -> HttpResponse:
         return _error(404, f"no order with id {order_id}")
     result = shipping.quotes(order)
     return JsonResponse({"order": order.pk, **result}, status=200 if result["best"] else 503)
+
+
+@require_GET
+def rate(request: HttpRequest, order_id: int, client: str) -> HttpResponse:
+    """An exchange rate for an order through the rate client *client* (``retry``,
+    ``guarded``, ``pool`` or ``bulkhead``, see ``testproject.shop.rates``).
+
+    Answers 200 ``{"status": "rated", "served_by": "upstream", ...}`` or 202 ``{"status":
+    "unpriced", "served_by": "fallback", "rejected": bool, "reason": str, ...}``; 404 for an
+    unknown order or client.
+    """
+    if client not in rates.CLIENTS:
+        return _error(404, f"no rate client {client!r}: expected one of {', '.join(rates.CLIENTS)}")
+    order = Order.objects.filter(pk=order_id).first()
+    if order is None:
+        return _error(404, f"no order with id {order_id}")
+    result = rates.lookup(client, order)
+    return JsonResponse({"order": order.pk, **result}, status=200 if result["status"] == "rated" else 202)
 
 
 @require_GET

@@ -1,8 +1,8 @@
 """End to end: the short scripted demo (``python -m testproject.demo --short``) with its
-real server processes (the payments stand-in and two shop servers), judged from the JSON
+real server processes (the payments stand-in, two carriers and three shop servers), judged from the JSON
 summary and the timeline picture it writes.
 
-The demo runs once per module (about 40 s); each test checks one claim."""
+The demo runs once per module (about 45 s); each test checks one claim."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def test_timeline_picture_is_written_and_shows_the_run(demo_run):
     for outcome in ("paid", "failed", "rejected"):
         assert pixels[rgb(OUTCOMES[outcome][1])] > 200, f"no {outcome} bars"
     timeline = summary["timeline"]
-    assert len(timeline["phases"]) == 11
+    assert len(timeline["phases"]) == 15
     states = sorted(timeline["states"], key=lambda s: s["t"])
     assert [s["state"] for s in states][:2] == ["closed", "open"]
     assert "forced_open" in [s["state"] for s in states]
@@ -302,7 +302,57 @@ def test_hc1_one_failing_carrier_trips_only_its_own_host_breaker(demo_run):
     assert f"{hosts[bad]} ({bad}) OPEN" in line and f"{hosts[good]} ({good}) CLOSED" in line
     assert f"breaker {hosts[bad]}: CLOSED -> OPEN  (consecutive_failures)" in result.stdout
     # the picture: its own panel, named in words, one band per host breaker
-    shown = summary["timeline"]["phases"][-1]
-    assert shown["key"] == "per_host" and "breaker per host" in shown["title"]
+    shown = next(p for p in summary["timeline"]["phases"] if p["key"] == "per_host")
+    assert "breaker per host" in shown["title"]
     assert [b["name"] for b in shown["bands"]] == [f"{hosts[bad]} ({bad})", f"{hosts[good]} ({good})"]
     assert phase["seconds"] < 10
+
+
+def test_rs2_rs3_a_429_holds_web_requests_until_a_deadline_and_the_gate_stop_it(demo_run):
+    """Issue 28 item 10, RS-2, RS-3: the rates API answers 429 with Retry-After. With the
+    docs' retry example the retried requests are held for the cooldowns (at least the
+    Retry-After) and the call site without retry keeps calling during the quiet; with a
+    request deadline and honor_retry_after no request is held past its deadline, every one
+    is answered by the fallback, and exactly one call per shop process reaches the provider
+    within its Retry-After (the database store keeps the gate per process)."""
+    _result, summary = demo_run
+    before = summary["phases"]["retry_after_docs"]["stages"]
+    after = summary["phases"]["retry_after_guarded"]["stages"]
+    retry_after, deadline = before["retry_after"], after["deadline"]
+    for shop in ("A", "B"):
+        b, a = before["shops"][shop], after["shops"][shop]
+        assert b["held_max_by_call_site"]["retry"] >= retry_after
+        assert b["calls"] > b["requests"] and b["calls_in_retry_after"] >= 2
+        assert a["held_max"] <= deadline + 0.25
+        assert a["calls"] == a["calls_in_retry_after"] == 1
+        assert a["fallback"] == a["requests"] > 1
+        assert set(a["reasons"]) <= {"retry_after", "cooldown"} and a["reasons"].get("retry_after", 0) >= 1
+    assert after["calls"] == 2 < before["calls"]
+    assert after["gate_scope"].startswith("process")
+
+
+def test_rs4_a_bulkhead_refuses_the_excess_fast_and_other_views_keep_answering(demo_run):
+    """Issue 28 item 10, RS-4: on shop C (4 request threads) with the rates API hanging,
+    without a bulkhead every lookup reaches the provider and a view that calls nothing waits
+    behind the doomed calls; with max_concurrent_calls=2 and max_wait=0 at most 2 calls reach
+    it, the excess is refused fast with reason bulkhead_full (counted by the server too) and
+    answered by the fallback, and the other view answers at once."""
+    _result, summary = demo_run
+    without = summary["phases"]["hang_no_bulkhead"]["stages"]
+    with_ = summary["phases"]["hang_bulkhead"]["stages"]
+    assert without["calls"] == without["lookups"] == 8
+    assert without["other_view_held_max"] >= 1.0
+    assert with_["calls"] <= with_["slots"] == 2
+    assert with_["refused"]["bulkhead_full"] == with_["lookups"] - with_["calls"] > 0
+    assert with_["server_rejections_by_reason"]["bulkhead_full"] == with_["refused"]["bulkhead_full"]
+    assert with_["refused_held_max"] < 1.0
+    assert with_["other_view_answered"] == with_["other_view"] > 0
+    assert with_["other_view_held_max"] < 1.0 <= without["other_view_held_max"]
+    held = [r for r in summary["timeline"]["requests"] if "held" in r]
+    assert {p["key"] for p in summary["timeline"]["phases"] if p.get("held")} == {
+        "retry_after_docs",
+        "retry_after_guarded",
+        "hang_no_bulkhead",
+        "hang_bulkhead",
+    }
+    assert {r["outcome"] for r in held} >= {"failed", "retry_after", "bulkhead_full", "other_view"}

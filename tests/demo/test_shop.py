@@ -3,6 +3,7 @@ server (``testproject.upstream`` in a thread). Time moves with the FakeClock onl
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -361,3 +362,24 @@ def test_shipping_quotes_with_every_carrier_down_answer_503_and_unknown_order_40
     assert body["best"] is None and {q["status"] for q in body["quotes"].values()} == {"unavailable"}
     assert client.get("/orders/999999/shipping-quotes/").status_code == 404
     assert sum(server.state.stats()["quote_requests"] for server in carriers.values()) == 2
+
+
+def test_rs3_rate_lookup_through_the_guarded_service_is_refused_after_a_429(shop, shop_app, client, upstream):
+    """RS-3, RS-1 in the shop: ``/orders/<id>/rate/<client>/`` answers from the fallback when
+    the rates API answers 429; on the service with honor_retry_after on, the next lookup is
+    refused before it is sent (reason retry_after), while the service without it sends every
+    lookup; an unknown client is a 404."""
+    from testproject.shop import rates
+
+    importlib.reload(rates)
+    order = make_order(shop_app)
+    assert client.get(f"/orders/{order.pk}/rate/plain/").json()["status"] == "rated"
+    upstream.state.set_mode("limit", retry_after=20)
+    replies = [client.get(f"/orders/{order.pk}/rate/{name}/") for name in ("plain", "plain")]
+    assert [r.status_code for r in replies] == [202, 202]
+    assert [(r.json()["rejected"], r.json()["reason"]) for r in replies] == [(False, "HTTP 429")] * 2
+    assert upstream.state.rate_requests == 3
+    guarded = [client.get(f"/orders/{order.pk}/rate/guarded_plain/").json() for _ in range(3)]
+    assert [(g["rejected"], g["reason"]) for g in guarded] == [(False, "HTTP 429")] + [(True, "retry_after")] * 2
+    assert upstream.state.rate_requests == 4
+    assert client.get(f"/orders/{order.pk}/rate/nope/").status_code == 404

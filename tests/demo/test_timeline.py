@@ -117,7 +117,7 @@ STATE_COLOURS = {colour for _label, colour in timeline.BAND_STATES.values()} | {
 
 
 def recorded_demo(tmp_path, first_phase_at: float = 7.0):
-    """A :class:`testproject.demo.Demo` that "ran" without servers: the eleven short phases
+    """A :class:`testproject.demo.Demo` that "ran" without servers: the fifteen short phases
     one after the other from *first_phase_at* seconds (the servers' start-up before), each
     1.2 s long but the fleet's (0.8 s), and a console that writes to a buffer."""
     console = io.StringIO()
@@ -200,7 +200,7 @@ def test_no_state_band_where_no_breaker_is_in_use(tmp_path, figures):
 
 
 def test_every_phase_has_a_readable_panel_named_in_words(tmp_path, figures):
-    """Each of the eleven phases gets its own panel (band and bars) spanning exactly the phase,
+    """Each of the fifteen phases gets its own panel (band and bars) spanning exactly the phase,
     titled with its number and its name in words; the title fits its panel; and no panel
     is a sliver, the fleet's 0.8 s of a 12 s run included (each at least 8 % of the figure's
     width, at least half the mean)."""
@@ -209,7 +209,7 @@ def test_every_phase_has_a_readable_panel_named_in_words(tmp_path, figures):
     fig = figures(data)
     renderer = fig.canvas.get_renderer()
     panels = timeline.panels(fig)
-    assert sorted(panels) == list(range(1, 12))
+    assert sorted(panels) == list(range(1, 16))
     widths = []
     for number, phase in enumerate(data["phases"], 1):
         band, bars = panels[number]["band"], panels[number]["bars"]
@@ -220,8 +220,9 @@ def test_every_phase_has_a_readable_panel_named_in_words(tmp_path, figures):
         assert band.title.get_window_extent(renderer).width <= band.get_window_extent(renderer).width + 1
         widths.append(bars.get_position().width)
     assert min(widths) >= 0.08
-    last_row = widths[timeline.PER_ROW :]
-    assert widths[-2] >= 0.5 * sum(last_row) / len(last_row)  # the fleet's
+    fleet = [p["key"] for p in data["phases"]].index("fleet")
+    row = widths[fleet - fleet % timeline.PER_ROW :][: timeline.PER_ROW]
+    assert widths[fleet] >= 0.5 * sum(row) / len(row)  # the fleet's
 
 
 def test_quiet_spans_and_gaps_are_explained(tmp_path, figures):
@@ -248,7 +249,7 @@ def test_quiet_spans_and_gaps_are_explained(tmp_path, figures):
     legend_texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     assert timeline.COMMAND[0] in legend_texts
     footer = " ".join(t.get_text() for t in fig.texts)
-    assert "first 7.0 s" in footer and "0.50 s between phases (at most 0.05 s at once)" in footer
+    assert "first 7.0 s" in footer and "0.70 s between phases (at most 0.05 s at once)" in footer
 
 
 def test_the_note_on_time_says_nothing_lies_between_phases_that_follow_each_other(tmp_path, figures):
@@ -429,3 +430,47 @@ def test_hc1_each_host_strip_is_named_with_its_host_however_narrow(tmp_path, fig
     texts = [t.get_text() for t in band.texts]
     for host in phase.per_host["breakers"].values():
         assert any(host in text for text in texts), texts
+
+
+def test_a_held_phase_shows_each_requests_time_held_and_its_deadline(tmp_path, figures):
+    """Issue 28 item 10: an outbound-stage phase ("held": True) draws, over its bars, one dot
+    per request at (when it was sent, seconds held) on a right-hand axis, a diamond for a
+    request to another view, and its deadline as a dashed line; the new outcomes take their
+    colours in the bars; a phase without "held" gets no such axis."""
+    data = {
+        "phases": [
+            {"key": "a", "label": "plain", "title": "plain phase", "start": 0.0, "end": 2.0, "breaker": True},
+            {
+                "key": "b",
+                "label": "held",
+                "title": "held phase",
+                "start": 2.0,
+                "end": 4.0,
+                "breaker": True,
+                "held": True,
+                "deadline": 1.0,
+                "bands": [
+                    {"name": "rates breaker, shop A", "host": "shop A", "states": [{"t": 2.0, "state": "closed"}]}
+                ],
+            },
+        ],
+        "states": [{"t": 0.0, "state": "closed"}],
+        "requests": [{"t": 0.5, "outcome": "paid"}]
+        + [{"t": 2.1, "outcome": "failed", "held": 4.5}]
+        + [{"t": 2.2 + 0.1 * i, "outcome": "retry_after", "held": 0.01} for i in range(3)]
+        + [
+            {"t": 2.6, "outcome": "bulkhead_full", "held": 0.02},
+            {"t": 2.7, "outcome": "other_view", "held": 2.5, "probe": True},
+        ],
+    }
+    fig = figures(data)
+    held = [ax for ax in fig.axes if ax.get_label().startswith("held:")]
+    assert [ax.get_label() for ax in held] == ["held:2"]
+    offsets = [tuple(round(float(v), 3) for v in point) for c in held[0].collections for point in c.get_offsets()]
+    assert sorted(offsets) == sorted([(2.1, 4.5), (2.2, 0.01), (2.3, 0.01), (2.4, 0.01), (2.6, 0.02), (2.7, 2.5)])
+    markers = [len(c.get_offsets()) for c in held[0].collections]
+    assert markers == [5, 1]  # dots, then the other view's diamond
+    assert [line.get_ydata()[0] for line in held[0].lines] == [1.0]  # the deadline
+    colours = {to_hex(p.get_facecolor()) for p in timeline.panels(fig)[2]["bars"].patches}
+    for outcome in ("failed", "retry_after", "bulkhead_full", "other_view"):
+        assert timeline.OUTCOMES[outcome][1] in colours, outcome

@@ -43,7 +43,7 @@ def test_modes_ok_fail_recover_and_counts(server):
     assert status == 200 and body["charge_id"] == "ch_1" and body["order"] == 7
     assert call(server, "POST", "/control/mode", {"mode": "fail"}) == (
         200,
-        {"mode": "fail", "previous": "ok", "hang_seconds": 10.0},
+        {"mode": "fail", "previous": "ok", "hang_seconds": 10.0, "retry_after": 2.0},
     )
     assert call(server, "POST", "/charge", {})[0] == 503
     assert call(server, "POST", "/control/mode", b"recover")[1]["mode"] == "ok"
@@ -62,6 +62,7 @@ def test_modes_ok_fail_recover_and_counts(server):
         ({"mode": "explode"}, "mode='explode': expected one of ok, fail, hang, recover"),
         ({"mode": "hang", "hang_seconds": 0}, "hang_seconds=0: expected a number of seconds above 0 and at most 60"),
         ({"mode": "hang", "hang_seconds": True}, "hang_seconds=True"),
+        ({"mode": "limit", "retry_after": -1}, "retry_after=-1: expected a number of seconds above 0"),
         (b"{not json", "body is not valid JSON"),
     ],
 )
@@ -71,6 +72,45 @@ def test_bad_control_input_is_a_400_naming_the_problem(server, body, message):
     assert status == 400
     assert message in reply["error"]
     assert server.state.mode == "ok"
+
+
+def call_full(srv, method, path):
+    conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=5.0)
+    try:
+        conn.request(method, path)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), json.loads(response.read() or b"null")
+    finally:
+        conn.close()
+
+
+def test_limit_mode_answers_429_with_retry_after_and_rate_is_counted_apart(server):
+    """Mode ``limit`` answers each counted request 429 with ``Retry-After`` (the seconds it
+    was given); ``/rate`` is a GET counted in ``rate_requests``, not in the charges."""
+    status, _headers, body = call_full(server, "GET", "/rate?order=5")
+    assert status == 200 and body["order"] == "5" and body["rate"] > 0
+    assert call(server, "POST", "/control/mode", {"mode": "limit", "retry_after": 1.5})[1]["retry_after"] == 1.5
+    status, headers, body = call_full(server, "GET", "/rate?order=6")
+    assert status == 429 and headers["Retry-After"] == "1.5"
+    assert call(server, "POST", "/charge", {"order": 7})[0] == 429
+    stats = call(server, "GET", "/control/stats")[1]
+    assert stats["rate_requests"] == 2 and stats["charge_requests"] == 1
+    assert stats["by_outcome"]["limited"] == 2 and stats["by_outcome"]["ok"] == 1
+
+
+def test_call_log_lists_each_counted_request_with_its_order_and_arrival(server):
+    """``/control/calls`` lists every charge, quote and rate request as it arrived, numbered
+    from 0, with its order (the demo tells the shops apart by it); ``since`` skips the first."""
+    before = time.time()
+    call(server, "POST", "/charge", {"order": 1})
+    call(server, "GET", "/rate?order=2")
+    call(server, "GET", "/quote?order=3&amount_cents=100")
+    calls = call(server, "GET", "/control/calls")[1]["calls"]
+    assert [(c["n"], c["kind"], c["order"]) for c in calls] == [(0, "charge", "1"), (1, "rate", "2"), (2, "quote", "3")]
+    assert before <= calls[0]["t"] <= calls[1]["t"] <= calls[2]["t"] <= time.time()
+    assert [c["n"] for c in call(server, "GET", "/control/calls?since=2")[1]["calls"]] == [2]
+    call(server, "POST", "/control/reset")
+    assert call(server, "GET", "/control/calls")[1]["calls"] == []
 
 
 def test_unknown_routes_are_404(server):

@@ -494,3 +494,29 @@ def test_rs3_rs4_httpx_transports_gate_and_bulkhead(clock):
     asyncio.run(main())
     assert len(sent) == 2
     assert stages_of(baldur.get_breaker("async-api")).bulkhead.in_flight() == 0
+
+
+def test_rs3_the_adapters_keep_the_gates_reason_retry_after(clock):
+    """RS-3, section 0: a refusal by the Retry-After gate reaches the caller of the HTTP
+    adapters with reason "retry_after" (the retry stage's own cooldown says "cooldown"), as
+    the adapters' requests/httpx error types, with the seconds left."""
+    inner = FakeAdapter([(429, {"Retry-After": "20"})])
+    session = requests.Session()
+    session.mount("http://", BreakerAdapter("gate-r", adapter=inner, honor_retry_after=True))
+    session.get("http://api.test/x")
+    with pytest.raises(requests.ConnectionError) as caught:
+        session.get("http://api.test/x")
+    assert isinstance(caught.value, RateLimitCooldownError)
+    assert (caught.value.reason, round(caught.value.retry_after)) == ("retry_after", 20)
+    assert "Retry-After" in str(caught.value)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "15"})
+
+    transport = BreakerTransport("gate-x", transport=httpx.MockTransport(handler), honor_retry_after=True)
+    with httpx.Client(transport=transport) as client:
+        client.get("http://a.test/")
+        with pytest.raises(httpx.TransportError) as refused:
+            client.get("http://a.test/")
+    assert isinstance(refused.value, RateLimitCooldownError)
+    assert (refused.value.reason, round(refused.value.retry_after)) == ("retry_after", 15)
