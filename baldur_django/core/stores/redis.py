@@ -190,10 +190,36 @@ class ClusterClient:
 
     def register_script(self, script: str) -> Script:
         """A ``Script`` bound to this wrapper: its SHA is computed now, the cluster is reached
-        on its first call; after a ``NOSCRIPT`` it is loaded on every master and run again."""
+        on its first call; after a ``NOSCRIPT`` it is loaded on every master that answers
+        (:meth:`script_load`) and run again."""
         from redis.commands.core import Script
 
         return Script(cast(Any, self), script)
+
+    def script_load(self, script: str) -> str:
+        """Load *script* on every master that answers and return its SHA. redis-py sends
+        ``SCRIPT LOAD`` to every master at once and fails when one is down; a script is
+        needed only on the masters holding the keys it runs on, and those answer (an
+        operation on a dead master's keys fails on its own, as store trouble).
+
+        Raises:
+            redis.exceptions.ConnectionError / TimeoutError: no master answered.
+        """
+        from redis.exceptions import ConnectionError as Unreachable
+        from redis.exceptions import TimeoutError as TimedOut
+
+        client = self.get_client()
+        sha: str | None = None
+        failure: Exception | None = None
+        for node in client.get_primaries():
+            try:
+                loaded = client.execute_command("SCRIPT LOAD", script, target_nodes=node)
+                sha = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
+            except (Unreachable, TimedOut) as exc:
+                failure = exc
+        if sha is None:
+            raise failure if failure is not None else Unreachable("the cluster has no master")
+        return sha
 
     def close(self) -> None:
         """Close the cluster client's connections, if it was ever built."""
