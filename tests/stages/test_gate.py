@@ -301,6 +301,8 @@ def test_rs3_concurrent_closes_keep_the_latest_end():
 
 
 def test_rs3_meta_the_race_test_fails_without_the_close_lock(monkeypatch):
-    """With the close path's lock replaced by nothing, the same race loses the latest end."""
+    """With the close path's lock replaced by nothing, the same race loses the latest end
+    (within up to ten batches of 30 rounds: the loss needs a thread switch at one exact
+    point, which a loaded machine sometimes withholds for a whole batch)."""
     monkeypatch.setattr(gate_module, "Lock", contextlib.nullcontext)
-    assert lost_rounds(30) > 0
+    assert any(lost_rounds(30) > 0 for _ in range(10))

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -237,7 +239,12 @@ class RedisLevelBackend:
         return decode(raw)
 
     def update(self, change: Change) -> tuple[LevelState | None, LevelState | None]:
-        for _ in range(_CAS_ATTEMPTS):
+        for attempt in range(_CAS_ATTEMPTS):
+            if attempt:
+                # another writer won the last round: a short random pause before the next
+                # read, growing with each lost round, so writers that keep colliding spread
+                # out instead of retrying in step (at most about 0.2 s over all rounds)
+                time.sleep(random.uniform(0.0, 0.001 * attempt))
             try:
                 raw = self.client.get(self.key)
             except Exception as exc:  # redis errors: nothing was stored
