@@ -196,8 +196,23 @@ def protect(
                 return result
         elif not call.__code__.co_flags & NOT_PLAIN:
             return route.run(call)  # anything but the plain CLOSED path: the full wrapper
+    return _through_new_route(service, call, retry, fallback, overrides)
+
+
+def _through_new_route(
+    service: str, call: Callable[[], Any], retry: Any, fallback: Any, overrides: dict[str, Any]
+) -> Any:
+    """:func:`protect` when no stored route matched: every check, then the call through the
+    route they settled. It takes the plain path when it can, as a matched call does, so a
+    healthy service's route never builds its full wrapper."""
     route = protect_route(service, call, retry, fallback, overrides)
-    return route.run(call) if fallback is None else route.run_fallback(call, fallback)
+    if fallback is not None:
+        return route.run_fallback(call, fallback)
+    if type(call) is _FUNCTION:
+        result = route.fast(call)  # never REFUSED: protect_route refused such calls
+        if result is not SLOW:
+            return result
+    return route.run(call)
 
 
 def _same_overrides(overrides: dict[str, Any], route: Route) -> bool:
@@ -259,7 +274,7 @@ async def aprotect(
                 if not factory.__code__.co_flags & _GENERATORS:
                     return await route.run(factory)
             else:
-                # async_wrapper's CLOSED path (never a trial here) with acall_wrappers'
+                # async_wrapper's CLOSED path (never a trial here) with acall_wrapper's
                 # attempt, inlined around the breaker's closures. A generator function
                 # (refused, as in protect()) makes a generator, not a coroutine: it is caught
                 # there, before anything of it ran, and the full way below raises the

@@ -40,8 +40,8 @@ __all__ = [
     "knob_routes",
     "aroutes",
     "knob_aroutes",
-    "call_wrappers",
-    "acall_wrappers",
+    "call_wrapper",
+    "acall_wrapper",
     "protect_route",
     "aprotect_route",
     "breaker_for",
@@ -153,7 +153,9 @@ _AFULL_WAY = (_not_admitted, _never, _never)
 
 class Route:
     """What one full ``protect``/``aprotect`` call settled for its service, reused by the
-    calls that match it (see the comment above). Never changed once stored.
+    calls that match it (see the comment above). Stored whole; the only later change is its
+    full wrappers, built on the first call that needs them (most routes of a healthy
+    service never do, and they are most of a route's memory).
 
     Attributes:
         breaker: the registry's breaker for the service.
@@ -163,13 +165,17 @@ class Route:
             call matches with equal values of the very same types (so ``True`` never
             passes for ``1``); ``key``/``value`` the one override and its value object,
             when there is exactly one.
+        service: the service name the call gave.
+        asynchronous: True for an ``aprotect`` route, False for a ``protect`` route.
         run: ``run(call)``: the full wrapper, no fallback.
         run_fallback: ``run_fallback(call, fallback)``: the full wrapper with *fallback*.
+        built_run, built_fallback: those two wrappers once built, else None (until then
+            ``run`` and ``run_fallback`` are methods that build them).
         inline: True when the plain CLOSED path may run inline (no retry stage).
         fast, afast: that path for ``protect``/``aprotect``
-            (:func:`~baldur_django.core.wrappers.build_inline`); with a retry stage, stand-ins
-            that always send the call the full way (``fast`` answers ``SLOW``, ``afast``'s
-            admission None).
+            (:func:`~baldur_django.core.wrappers.build_inline`), built for the route's own
+            call style only; otherwise stand-ins that always send the call the full way
+            (``fast`` answers ``SLOW``, ``afast``'s admission None).
         core: the breaker's core (what calls nested in this route's frames are matched by).
     """
 
@@ -181,8 +187,12 @@ class Route:
         "kinds",
         "key",
         "value",
+        "service",
+        "asynchronous",
         "run",
         "run_fallback",
+        "built_run",
+        "built_fallback",
         "inline",
         "fast",
         "afast",
@@ -195,7 +205,9 @@ class Route:
         retry: Any,
         policy: RetryPolicy | None,
         overrides: dict[str, Any],
-        wrappers: tuple[Callable[..., Any], Callable[..., Any]],
+        service: str,
+        asynchronous: bool,
+        built: tuple[Callable[..., Any] | None, Callable[..., Any] | None] = (None, None),
     ) -> None:
         self.breaker = breaker
         self.retry = retry
@@ -206,14 +218,37 @@ class Route:
         self.value: Any = None
         if len(overrides) == 1:
             ((self.key, self.value),) = overrides.items()
-        self.run, self.run_fallback = wrappers
+        self.service = service
+        self.asynchronous = asynchronous
+        self.built_run, self.built_fallback = built
+        self.run: Callable[..., Any] = self.built_run or self._first_run
+        self.run_fallback: Callable[..., Any] = self.built_fallback or self._first_run_fallback
         # the plain CLOSED path, built by the breaker (it reads the hot-path fields): only
-        # without a retry stage or any other stage; a route serves protect() or aprotect(),
-        # so both are built
+        # without a retry stage or any other stage
         self.inline = policy is None and build_pipeline(breaker.config, breaker.name) is None
         core = self.core = core_of(breaker)
-        self.fast = build_inline(core) if self.inline else _full_way
-        self.afast = build_ainline(core) if self.inline else _AFULL_WAY
+        self.fast = build_inline(core) if self.inline and not asynchronous else _full_way
+        self.afast = build_ainline(core) if self.inline and asynchronous else _AFULL_WAY
+
+    def build(self, with_fallback: bool) -> Callable[..., Any]:
+        """A new full wrapper of this route, *with_fallback* or without."""
+        if self.asynchronous:
+            return acall_wrapper(self.breaker, self.policy, self.service, with_fallback)
+        return call_wrapper(self.breaker, self.policy, with_fallback)
+
+    # The first call that needs a full wrapper builds it. Two threads that both come first
+    # both build one; either serves (the same breaker and policy).
+    def _first_run(self, call: Callable[[], Any]) -> Any:
+        run = self.built_run
+        if run is None:
+            run = self.built_run = self.run = self.build(False)
+        return run(call)
+
+    def _first_run_fallback(self, call: Callable[[], Any], fallback: Any) -> Any:
+        run = self.built_fallback
+        if run is None:
+            run = self.built_fallback = self.run_fallback = self.build(True)
+        return run(call, fallback)
 
 
 class _NoRoute:
@@ -243,13 +278,13 @@ def _same_overrides(overrides: dict[str, Any], route: Route) -> bool:
     return overrides == route.overrides and [*map(type, overrides.values())] == route.kinds
 
 
-def call_wrappers(breaker: CircuitBreaker, policy: RetryPolicy | None) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The full wrappers of a ``protect()`` route, built once per breaker and policy.
+def call_wrapper(breaker: CircuitBreaker, policy: RetryPolicy | None, with_fallback: bool) -> Callable[..., Any]:
+    """A full wrapper of a ``protect()`` route, built when a call first needs it.
 
     Returns:
-        ``(run, run_fallback)``: ``run(call)`` does what ``sync_wrapper(breaker, call,
-        policy, None)()`` does; ``run_fallback(call, fallback)`` the same with *fallback*
-        (called without arguments) as the fallback.
+        ``run(call)``, which does what ``sync_wrapper(breaker, call, policy, None)()`` does;
+        with *with_fallback*, ``run(call, fallback)``, the same with *fallback* (called
+        without arguments) as the fallback.
     """
     what = f"protect({breaker.name!r})'s call"
 
@@ -262,13 +297,13 @@ def call_wrappers(breaker: CircuitBreaker, policy: RetryPolicy | None) -> tuple[
             raise awaitable_refused(what, value)
         return value
 
-    return sync_wrapper(breaker, attempt, policy, None), sync_wrapper(breaker, attempt, policy, _fallback_second)
+    return sync_wrapper(breaker, attempt, policy, _fallback_second if with_fallback else None)
 
 
-def acall_wrappers(
-    breaker: CircuitBreaker, policy: RetryPolicy | None, service: str
-) -> tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]]:
-    """The full wrappers of an ``aprotect()`` route: as :func:`call_wrappers`, over
+def acall_wrapper(
+    breaker: CircuitBreaker, policy: RetryPolicy | None, service: str, with_fallback: bool
+) -> Callable[..., Awaitable[Any]]:
+    """A full wrapper of an ``aprotect()`` route: as :func:`call_wrapper`, over
     :func:`async_wrapper`; each attempt awaits ``factory()``.
 
     Raises (when awaited):
@@ -284,7 +319,7 @@ def acall_wrappers(
             )
         return await value
 
-    return async_wrapper(breaker, attempt, policy, None), async_wrapper(breaker, attempt, policy, _fallback_second)
+    return async_wrapper(breaker, attempt, policy, _fallback_second if with_fallback else None)
 
 
 # Overrides of these types can be matched by value (equal values of one of these types
@@ -300,7 +335,7 @@ def _stored_route(
     retry: Any,
     policy: RetryPolicy | None,
     overrides: dict[str, Any],
-    build: Callable[[], tuple[Callable[..., Any], Callable[..., Any]]],
+    asynchronous: bool,
 ) -> Route:
     """The route for a call whose every check passed: the stored route's wrappers when its
     breaker and policy are the same, else new ones; stored when later calls can match it.
@@ -309,11 +344,10 @@ def _stored_route(
         table: the route table of the call style, one without overrides, one with.
     """
     route = table.get(service)
+    built: tuple[Callable[..., Any] | None, Callable[..., Any] | None] = (None, None)
     if route is not None and route.breaker is breaker and route.policy == policy:
-        wrappers = (route.run, route.run_fallback)
-    else:
-        wrappers = build()
-    route = Route(breaker, retry, policy, overrides, wrappers)
+        built = (route.built_run, route.built_fallback)
+    route = Route(breaker, retry, policy, overrides, service, asynchronous, built)
     if type(service) is str and all(kind in _EXACT for kind in route.kinds):
         table[service] = route  # one assignment: readers see the old route or this one, whole
         if registry.get(service, create=False) is not breaker:
@@ -336,7 +370,7 @@ def protect_route(service: str, call: Callable[[], Any], retry: Any, fallback: A
     breaker = breaker_for(service, overrides)
     policy = coerce_retry(retry)
     table = knob_routes if overrides else routes
-    return _stored_route(table, service, breaker, retry, policy, overrides, lambda: call_wrappers(breaker, policy))
+    return _stored_route(table, service, breaker, retry, policy, overrides, asynchronous=False)
 
 
 def aprotect_route(
@@ -353,6 +387,4 @@ def aprotect_route(
     breaker = breaker_for(service, overrides)
     policy = coerce_retry(retry)
     table = knob_aroutes if overrides else aroutes
-    return _stored_route(
-        table, service, breaker, retry, policy, overrides, lambda: acall_wrappers(breaker, policy, service)
-    )
+    return _stored_route(table, service, breaker, retry, policy, overrides, asynchronous=True)

@@ -283,14 +283,14 @@ def test_rs10_two_hundred_tasks_never_exceed_the_fleet_limit(client, prefix):
 
 def _hammer(prefix: str, atomic: bool, limit: int = 2, processes: int = 4, calls: int = 60) -> list[tuple]:
     ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
+    start, out = ctx.Barrier(processes + 1), ctx.Queue()  # every worker imported and connected: they race together
     workers = [
         ctx.Process(target=fleet_worker.hammer, args=(prefix, "pay", limit, calls, atomic, start, out))
         for _ in range(processes)
     ]
     for worker in workers:
         worker.start()
-    start.set()
+    start.wait(JOIN)
     results = [out.get(timeout=JOIN) for _ in workers]
     for worker in workers:
         worker.join(JOIN)

@@ -657,11 +657,11 @@ def slots_key(prefix: str) -> str:
 
 def crowd(prefix: str, atomic: bool, processes: int = 4, calls: int = 60) -> list[tuple]:
     ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
+    start, out = ctx.Barrier(processes + 1), ctx.Queue()  # every worker ready: they race together
     workers = [ctx.Process(target=worker.crowd, args=(prefix, atomic, calls, start, out)) for _ in range(processes)]
     for process in workers:
         process.start()
-    start.set()
+    start.wait(JOIN)
     results = [out.get(timeout=JOIN) for _ in workers]
     for process in workers:
         process.join(JOIN)
@@ -744,12 +744,12 @@ def test_rs10_rs4_a_sigkilled_process_s_fleet_slots_come_back_within_the_lease(p
 
 def fleet_budget_run(prefix: str, summed: bool = True) -> list[tuple]:
     ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
     roles = ["call", "retry", "call", "retry"]
+    start, out = ctx.Barrier(len(roles) + 1), ctx.Queue()  # every worker ready: they run together
     workers = [ctx.Process(target=worker.spend, args=(prefix, role, CALLS // 4, summed, start, out)) for role in roles]
     for process in workers:
         process.start()
-    start.set()
+    start.wait(JOIN)
     answers = [out.get(timeout=JOIN) for _ in workers]
     for process in workers:
         process.join(JOIN)
