@@ -42,6 +42,9 @@ from .window import CountWindow, SecondBuckets, TimeWindow
 
 __all__ = ["Machine", "STATES"]
 
+#: ``sync_due`` of a process-local breaker: one float shared by all of them.
+_NEVER = float("inf")
+
 CLOSED = CircuitState.CLOSED
 OPEN = CircuitState.OPEN
 HALF_OPEN = CircuitState.HALF_OPEN
@@ -154,7 +157,7 @@ class Machine(Record):
         self.quiet_permit: Permit | None = None
         self.timing_permit: Permit | None = None
         self.reject_until = 0.0
-        self.sync_due = float("inf")
+        self.sync_due = _NEVER
         self.consecutive = 0
         self.window: CountWindow | TimeWindow = _window_for(config)
         self.lanes = True  # successes may skip the window: count window, no call timing
@@ -390,7 +393,7 @@ class Machine(Record):
             if guard is None:
                 self.sync = LOCAL
                 self.timed = False
-                self.sync_due = float("inf")
+                self.sync_due = _NEVER
             else:
                 self.sync = StoreSync(guard)
                 self.timed = True

@@ -137,7 +137,6 @@ def build_wrapper(
     core: BreakerCore,
     func: Callable[..., Any],
     policy: RetryPolicy | None,
-    trial_policy: RetryPolicy | None,
     fallback: Any,
 ) -> Callable[..., Any]:
     """The wrapper of a ``def`` protected by this breaker (built here because it reads the
@@ -146,8 +145,7 @@ def build_wrapper(
 
     Args:
         func: the protected function.
-        policy: the retry policy, or None for no retry stage.
-        trial_policy: *policy* made one attempt, for trials.
+        policy: the retry policy, or None for no retry stage (a trial makes one attempt).
         fallback: called with the call's arguments when the breaker rejects or the call
             fails, or None.
 
@@ -161,10 +159,10 @@ def build_wrapper(
     # Every variable a closure uses is a cell of its own (40 bytes each, per wrapper): the
     # wrapper keeps cells for what the CLOSED healthy path reads (the core, the call, the
     # policy, the clock, the cascade), and reaches everything the slower branches need
-    # through the core (its fields are slots: one specialised read each) or this module.
+    # through the core (its fields are slots: one specialised read each) or this module
+    # (a trial's one-attempt policy is made per trial: trials are rare).
     cascade = core.cascade
     monotonic = core.mono
-    budgeted = policy is not None and policy.budget_seconds is not None
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if ARMED and deadline_around(core):  # (ARMED: a deadline was ever set) run it staged
@@ -206,11 +204,11 @@ def build_wrapper(
         else:
             mark = core.seq
         retrying = policy is not None and not permit.dry_run
-        if retrying and (permit.trial or budgeted or core.cooldown_until):
-            return _run_sync(core, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback, mark)
-        # With a retry policy and nothing to gate the first attempt, _run_sync() would make
-        # it at once with start=0.0: it is made here, and the engine takes over only when
-        # it did not succeed (continue_sync).
+        if retrying and (permit.trial or policy.budget_seconds is not None or core.cooldown_until):  # type: ignore[union-attr]  # retrying: a policy
+            plan = trial_policy(policy) if permit.trial else policy
+            return _run_sync(core, permit, plan, func, args, kwargs, fallback, mark)
+        # With a retry policy and nothing to gate the first attempt, _run_sync() would make it at
+        # once (start=0.0): it is made here; the engine takes over only when it did not succeed.
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
@@ -255,7 +253,6 @@ def build_awrapper(
     core: BreakerCore,
     func: Callable[..., Awaitable[Any]],
     policy: RetryPolicy | None,
-    trial_policy: RetryPolicy | None,
     fallback: Any,
 ) -> Callable[..., Awaitable[Any]]:
     """The wrapper of an ``async def``: the same steps as :meth:`build_wrapper`, awaiting
@@ -266,7 +263,6 @@ def build_awrapper(
     """
     cascade = core.cascade  # the cells kept, as in build_wrapper
     monotonic = core.mono
-    budgeted = policy is not None and policy.budget_seconds is not None
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         if ARMED and deadline_around(core):  # as in build_wrapper
@@ -306,10 +302,9 @@ def build_awrapper(
         else:
             mark = core.seq
         retrying = policy is not None and not permit.dry_run
-        if retrying and (permit.trial or budgeted or core.cooldown_until):
-            return await _run_async(
-                core, permit, trial_policy if permit.trial else policy, func, args, kwargs, fallback, mark
-            )
+        if retrying and (permit.trial or policy.budget_seconds is not None or core.cooldown_until):  # type: ignore[union-attr]  # retrying: a policy
+            plan = trial_policy(policy) if permit.trial else policy
+            return await _run_async(core, permit, plan, func, args, kwargs, fallback, mark)
         try:  # the first attempt of a retry sequence too, as in sync_wrapper
             result = await func(*args, **kwargs)
         except BaseException as exc:
@@ -458,7 +453,7 @@ def sync_wrapper(
     core = core_of(breaker)
     pipeline = build_pipeline(breaker.config, breaker.name)
     if pipeline is None:
-        return build_wrapper(core, func, policy, trial_policy(policy), fallback)
+        return build_wrapper(core, func, policy, fallback)
     return _staged_def(core, func, policy, fallback, pipeline)
 
 
@@ -474,17 +469,15 @@ def async_wrapper(
     core = core_of(breaker)
     pipeline = build_pipeline(breaker.config, breaker.name)
     if pipeline is None:
-        return build_awrapper(core, func, policy, trial_policy(policy), fallback)
+        return build_awrapper(core, func, policy, fallback)
     return _staged_async(core, func, policy, fallback, pipeline)
 
 
 def _staged_def(
     core: BreakerCore, func: Callable[..., Any], policy: RetryPolicy | None, fallback: Any, pipeline: Pipeline
 ) -> Callable[..., Any]:
-    trials = trial_policy(policy)
-
     def build(attempt: Callable[..., Any]) -> Callable[..., Any]:
-        return build_wrapper(core, attempt, policy, trials, fallback)
+        return build_wrapper(core, attempt, policy, fallback)
 
     return pipeline.around(core, func, build, fallback, retrying=policy is not None)
 
@@ -496,10 +489,8 @@ def _staged_async(
     fallback: Any,
     pipeline: Pipeline,
 ) -> Callable[..., Awaitable[Any]]:
-    trials = trial_policy(policy)
-
     def build(attempt: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        return build_awrapper(core, attempt, policy, trials, fallback)
+        return build_awrapper(core, attempt, policy, fallback)
 
     return pipeline.aaround(core, func, build, fallback, retrying=policy is not None)
 
