@@ -558,6 +558,12 @@ def bench_memory(settings: BenchSettings = DEFAULT) -> ScenarioResult:
     """(f) Memory per breaker at the default configuration (baldur: count window of 100),
     decorated around a function and called once: bytes per breaker, traced with
     ``tracemalloc`` over ``settings.memory_breakers`` breakers of each library."""
+    from baldur_django.core.registry import registry
+
+    # Every run starts from an empty registry, so each measures the same growth: a registry
+    # already holding the other scenarios' breakers put a resize of its tables (300 to 700 B
+    # per breaker) into some runs and not others.
+    registry.clear()
     samples: dict[str, Sample] = {}
     for name, make in _creators(settings).items():
         names = [_service("memory", name) for _ in range(settings.memory_breakers)]
