@@ -321,12 +321,17 @@ def _most(seconds: Any) -> float:
     return round(max(seconds, default=0.0), 3)
 
 
+def _calls(count: int) -> str:
+    """"1 call", "2 calls"."""
+    return f"{count} call" if count == 1 else f"{count} calls"
+
+
 def _say_retry_after(demo: Any, f: dict[str, Any]) -> None:
     for shop, s in f["shops"].items():
         reasons = ", ".join(f"{n} {r}" for r, n in s["reasons"].items()) or "none"
         demo.display.line(
             f"    {demo.stamp()}  shop {shop}: {s['requests']} requests held up to {s['held_max']:.2f} s "
-            f"(median {s['held_median']:.2f} s); the provider counted {s['calls']} calls from it, "
+            f"(median {s['held_median']:.2f} s); the provider counted {_calls(s['calls'])} from it, "
             f"{s['calls_in_retry_after']} within the {RETRY_AFTER:g} s of quiet it asked for at its first 429; "
             f"refused before sending: {reasons}"
         )
@@ -406,7 +411,7 @@ def _other_view(probes: list[dict[str, Any]]) -> dict[str, Any]:
 def _say_bulkhead(demo: Any, f: dict[str, Any]) -> None:
     refused = ", ".join(f"{n} {r}" for r, n in f["refused"].items()) or "none"
     demo.display.line(
-        f"    {demo.stamp()}  shop C: {f['lookups']} lookups, the provider counted {f['calls']} calls; refused "
+        f"    {demo.stamp()}  shop C: {f['lookups']} lookups, the provider counted {_calls(f['calls'])}; refused "
         f"before sending: {refused} (each answered within {f['refused_held_max']:.2f} s); the other view "
         f"answered {f['other_view_answered']} of {f['other_view']} requests, held up to {f['other_view_held_max']:.2f} s "
         f"(median {f['other_view_held_median']:.2f} s)"
@@ -503,7 +508,7 @@ def notes(by_key: dict[str, PhaseResult]) -> list[dict[str, Any]]:
                 {
                     "t": r.started + 0.05,
                     "text": f"{r.sent} requests to shops A and B: held up to {f['held_max']:.2f} s (dots); "
-                    f"the provider counted {f['calls']} calls ("
+                    f"the provider counted {_calls(f['calls'])} ("
                     + ", ".join(f"{s['calls_in_retry_after']} from shop {k}" for k, s in f["shops"].items())
                     + f" within its {RETRY_AFTER:g} s Retry-After)",
                 }
