@@ -861,7 +861,9 @@ class Demo:
         result = PhaseResult(plan.key, plan.title, started=self.now())
         # no planned total where the requests sent are not the plan's count (the fleet phase sends
         # to two shops; an emergency or stage phase's requests depend on what the servers answer)
-        total = 2 * ((plan.count or 0) + plan.extra) if plan.fleet else None if plan.emergency or plan.stage else plan.count
+        total = (
+            2 * ((plan.count or 0) + plan.extra) if plan.fleet else None if plan.emergency or plan.stage else plan.count
+        )
         self.current, self.current_index, self.current_total = result, index, total
         if plan.fleet:
             return self.run_fleet(index, plan, result)
@@ -1422,7 +1424,9 @@ class Demo:
     def run(self) -> tuple[int, dict[str, Any]]:
         d = self.display
         d.line(d.bold("baldur_django demo") + ": a Django shop calling a flaky payments service over real HTTP")
-        d.line(f"  starting six servers: the payments and two carrier stand-ins, shops A, B and C (logs in {self.out_dir}) ...")
+        d.line(
+            f"  starting six servers: the payments and two carrier stand-ins, shops A, B and C (logs in {self.out_dir}) ..."
+        )
         self.start()
         breaker = http_call("GET", self.base + "/breakers/").data["breakers"]["payments"]
         config = self.config = breaker["config"]

@@ -322,7 +322,7 @@ def _most(seconds: Any) -> float:
 
 
 def _calls(count: int) -> str:
-    """"1 call", "2 calls"."""
+    """ "1 call", "2 calls"."""
     return f"{count} call" if count == 1 else f"{count} calls"
 
 
