@@ -400,7 +400,8 @@ class StoreSync:
 
     def _forgot(self, breaker: SyncTarget, answer: Answer, now: float) -> bool:
         """The store answered with a CLOSED, unforced record older than the one this
-        worker last adopted (a server restarted empty, a failover that lost writes) while
+        worker last adopted, or one never written (version 0, even when this worker adopted
+        version 0 before the trip: a server restarted empty, a failover that lost writes) while
         the worker holds an automatic OPEN or HALF_OPEN (open time running or over). Checked
         for every answer read from the store (consult, sweep, probe request, trial outcome).
         The record is not taken as CLOSED: the open is written back as a trip, and the
@@ -408,11 +409,15 @@ class StoreSync:
         worker knows is down). True when it was handled (written back, or the write failed
         and waits for the next consult)."""
         record = answer.record
-        if record.state != "closed" or record.forced is not None or record.version >= self.version:
+        if record.state != "closed" or record.forced is not None:
             return False
-        trigger = breaker.held_open()
+        if record.version >= self.version and record.version > 0:
+            return False  # a close the fleet decided; a record never written (version 0) is none
+        trigger = breaker.held_open()  # (under the state lock: a trip decided by now is pending by now)
         if trigger is None:
             return False
+        if record.version >= self.version and self.pending is not None:
+            return False  # this worker's own trip is on its way to the store: its write announces it
         if not self._write_trip(breaker, trigger, []):
             self._unpushed = trigger
             interval = breaker.config.sync_interval

@@ -273,3 +273,30 @@ def test_st4_open_decided_while_the_store_was_down_is_written_back_to_the_empty_
         dependency()
     assert dependency.calls == ["call"]
     assert store.inner.raw("down-first").state == "open"
+
+
+def test_st4_open_decided_alone_after_adopting_an_empty_record_is_written_back(fresh_registry, monkeypatch, clock):
+    """ST-4 (the chaos test's invariant 9, seed 1536549398): the worker's first call adopts the
+    empty store's fresh CLOSED record (version 0); the store goes down and the worker trips
+    alone; it comes back empty before the open time ends. The call made when the open time is
+    over asks for a probe (no consult is due: the sync interval is longer than the open time)
+    and gets version 0 again, the version the worker holds: a record never written is no
+    close, so it is not taken as CLOSED; the open is written back."""
+    store = SwitchedStore(clock)
+    dependency = worker(fresh_registry, monkeypatch, Emptied(store, store.wipe, lambda n: "?"), "v0-first", sync=30)
+    dependency.down[0] = False
+    assert dependency() == "ok"  # first use: the empty store's version 0 adopted
+    dependency.down[0] = True
+    store.down = True
+    with pytest.raises(DependencyDown):
+        dependency()  # the store does not answer: the worker trips alone
+    with pytest.raises(baldur.CircuitOpenError):
+        dependency()
+    clock.advance(RECOVERY - 2.25)
+    store.wipe()  # back, empty, 2.25 s before the open time ends
+    store.down = False
+    clock.advance(2.25 + 0.1)  # the open time is over
+    with pytest.raises(baldur.CircuitOpenError):
+        dependency()
+    assert dependency.calls == ["call", "call"]
+    assert store.inner.raw("v0-first").state == "open"
