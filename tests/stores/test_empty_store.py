@@ -250,6 +250,22 @@ def test_st4_store_back_empty_before_the_open_time_ends_with_no_consult_since_th
     assert store.inner.raw("empty-alone").state == "open"
 
 
+def trip_alone_then_meet_an_empty_store(dependency, store, clock) -> None:
+    """With *store* down: a failed call trips the worker alone and the next is refused; the
+    store comes back empty 2.25 s before the open time ends; the call made once the open
+    time is over is refused too (the dependency sees no call)."""
+    with pytest.raises(DependencyDown):
+        dependency()
+    with pytest.raises(baldur.CircuitOpenError):
+        dependency()
+    clock.advance(RECOVERY - 2.25)
+    store.wipe()  # back, empty, 2.25 s before the open time ends
+    store.down = False
+    clock.advance(2.25 + 0.1)  # the open time is over
+    with pytest.raises(baldur.CircuitOpenError):
+        dependency()
+
+
 def test_st4_open_decided_while_the_store_was_down_is_written_back_to_the_empty_store(
     fresh_registry, monkeypatch, clock
 ):
@@ -261,16 +277,7 @@ def test_st4_open_decided_while_the_store_was_down_is_written_back_to_the_empty_
     store = SwitchedStore(clock)
     store.down = True
     dependency = worker(fresh_registry, monkeypatch, Emptied(store, store.wipe, lambda n: "?"), "down-first", sync=5)
-    with pytest.raises(DependencyDown):
-        dependency()  # first use: the store does not answer; the worker trips alone
-    with pytest.raises(baldur.CircuitOpenError):
-        dependency()
-    clock.advance(RECOVERY - 2.25)
-    store.wipe()  # back, empty, 2.25 s before the open time ends
-    store.down = False
-    clock.advance(2.25 + 0.1)  # the open time is over
-    with pytest.raises(baldur.CircuitOpenError):
-        dependency()
+    trip_alone_then_meet_an_empty_store(dependency, store, clock)  # first use: no answer
     assert dependency.calls == ["call"]
     assert store.inner.raw("down-first").state == "open"
 
@@ -288,15 +295,6 @@ def test_st4_open_decided_alone_after_adopting_an_empty_record_is_written_back(f
     assert dependency() == "ok"  # first use: the empty store's version 0 adopted
     dependency.down[0] = True
     store.down = True
-    with pytest.raises(DependencyDown):
-        dependency()  # the store does not answer: the worker trips alone
-    with pytest.raises(baldur.CircuitOpenError):
-        dependency()
-    clock.advance(RECOVERY - 2.25)
-    store.wipe()  # back, empty, 2.25 s before the open time ends
-    store.down = False
-    clock.advance(2.25 + 0.1)  # the open time is over
-    with pytest.raises(baldur.CircuitOpenError):
-        dependency()
+    trip_alone_then_meet_an_empty_store(dependency, store, clock)
     assert dependency.calls == ["call", "call"]
     assert store.inner.raw("v0-first").state == "open"
