@@ -10,10 +10,11 @@ they can.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -144,3 +145,21 @@ def run_tasks(bulkhead, tasks: int, calls: int, meter: Meter | None = None, time
 
     asyncio.run(main())
     return meter
+
+
+def run_processes(target: Callable[..., None], arg_lists: list[tuple]) -> list:
+    """One spawned process per tuple of *arg_lists*, each running ``target(*args, start, out)``:
+    they begin together at the *start* barrier once every one of them is ready (imported,
+    connected), so they race; each puts its result on *out*. Returns the results in the order
+    they came, after every process ended with exit code 0."""
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Barrier(len(arg_lists) + 1), ctx.Queue()
+    workers = [ctx.Process(target=target, args=(*args, start, out)) for args in arg_lists]
+    for process in workers:
+        process.start()
+    start.wait(JOIN_SECONDS)
+    results = [out.get(timeout=JOIN_SECONDS) for _ in workers]
+    for process in workers:
+        process.join(JOIN_SECONDS)
+        assert process.exitcode == 0, f"a worker process ended with exit code {process.exitcode}"
+    return results

@@ -29,7 +29,7 @@ from baldur_django.core.testing import FakeClock
 from benchmarks.stores import CommandCounter, counting_client
 from tests.conftest import need_server
 from tests.stages import fleet_worker
-from tests.stages.race_tools import run_tasks, run_threads
+from tests.stages.race_tools import run_processes, run_tasks, run_threads
 
 URL = fleet_worker.REDIS_URL
 JOIN = 120.0
@@ -282,19 +282,7 @@ def test_rs10_two_hundred_tasks_never_exceed_the_fleet_limit(client, prefix):
 
 
 def _hammer(prefix: str, atomic: bool, limit: int = 2, processes: int = 4, calls: int = 60) -> list[tuple]:
-    ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Barrier(processes + 1), ctx.Queue()  # every worker imported and connected: they race together
-    workers = [
-        ctx.Process(target=fleet_worker.hammer, args=(prefix, "pay", limit, calls, atomic, start, out))
-        for _ in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    start.wait(JOIN)
-    results = [out.get(timeout=JOIN) for _ in workers]
-    for worker in workers:
-        worker.join(JOIN)
-    return results
+    return run_processes(fleet_worker.hammer, [(prefix, "pay", limit, calls, atomic)] * processes)
 
 
 def test_rs10_four_processes_never_exceed_the_fleet_limit(client, prefix):

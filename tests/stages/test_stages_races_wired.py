@@ -45,7 +45,7 @@ from baldur_django.core.stores.redis import connect
 from tests.conftest import need_server
 from tests.stages import wired_race_worker as worker
 from tests.stages.budget_helpers import SharedClock, YieldingCounts, run_threads, unlocked
-from tests.stages.race_tools import Meter, fast_switching
+from tests.stages.race_tools import Meter, fast_switching, run_processes
 from tests.stages.test_bulkhead_races import YieldingBulkhead
 from tests.stages.test_fleet_retry_budget import most_in_any_span
 from tests.stores.conftest import reachable
@@ -656,16 +656,7 @@ def slots_key(prefix: str) -> str:
 
 
 def crowd(prefix: str, atomic: bool, processes: int = 4, calls: int = 60) -> list[tuple]:
-    ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Barrier(processes + 1), ctx.Queue()  # every worker ready: they race together
-    workers = [ctx.Process(target=worker.crowd, args=(prefix, atomic, calls, start, out)) for _ in range(processes)]
-    for process in workers:
-        process.start()
-    start.wait(JOIN)
-    results = [out.get(timeout=JOIN) for _ in workers]
-    for process in workers:
-        process.join(JOIN)
-    return results
+    return run_processes(worker.crowd, [(prefix, atomic, calls)] * processes)
 
 
 @pytest.mark.multiprocess
@@ -743,18 +734,8 @@ def test_rs10_rs4_a_sigkilled_process_s_fleet_slots_come_back_within_the_lease(p
 
 
 def fleet_budget_run(prefix: str, summed: bool = True) -> list[tuple]:
-    ctx = multiprocessing.get_context("spawn")
     roles = ["call", "retry", "call", "retry"]
-    start, out = ctx.Barrier(len(roles) + 1), ctx.Queue()  # every worker ready: they run together
-    workers = [ctx.Process(target=worker.spend, args=(prefix, role, CALLS // 4, summed, start, out)) for role in roles]
-    for process in workers:
-        process.start()
-    start.wait(JOIN)
-    answers = [out.get(timeout=JOIN) for _ in workers]
-    for process in workers:
-        process.join(JOIN)
-        assert process.exitcode == 0
-    return answers
+    return run_processes(worker.spend, [(prefix, role, CALLS // 4, summed) for role in roles])
 
 
 @pytest.mark.multiprocess
