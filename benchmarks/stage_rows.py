@@ -8,10 +8,11 @@ Rows (each a ``@protected`` function returning 1, warmed up to the steady CLOSED
   ``adaptive_throttling_k=2.0``, each alone (compared with ``protected, no stage``);
 * ``retry_budget_ratio=0.2`` with a retry policy (compared with ``protected(retry), no stage``).
 
-A deadline set anywhere in a process makes every wrapper read the current deadline from
-then on (the first one arms the process). So that the other rows are measured as in a
-process where no deadline was ever set, the deadline row disarms the process again after
-each of its rounds (it re-arms itself on its next call); the scenario leaves it disarmed.
+A deadline block or a request deadline entered anywhere in a process makes every wrapper
+read the current deadline from then on (it arms the process); the ``deadline`` knob does
+not, so no row disarms anything, and the scenario checks that the process is still
+unarmed at its end (the rows are measured as in a process where no deadline was ever
+entered).
 """
 
 from __future__ import annotations
@@ -66,16 +67,6 @@ def _steady(func: Callable[[], Any], warmup: int) -> None:
         raise RuntimeError(f"{breaker.name}: warm-up did not reach the steady CLOSED state: {snap}")
 
 
-def _disarmed(run: Callable[[int], int]) -> Callable[[int], int]:
-    def runner(n: int) -> int:
-        try:
-            return run(n)
-        finally:
-            ARMED.clear()  # no deadline is current between rounds: see the module's text
-
-    return runner
-
-
 def bench_stages(settings: Any) -> Any:
     """The ``stages`` scenario (see the module's text): median ns over a bare call."""
     from .scenarios import ScenarioResult
@@ -90,9 +81,11 @@ def bench_stages(settings: Any) -> Any:
     for row, func in funcs.items():
         _steady(func, settings.warmup)
         runners[row] = lambda n, f=func: loop_calls(f, n)
-    ARMED.clear()
-    runners[DEADLINE_ROW] = _disarmed(runners[DEADLINE_ROW])
+    if ARMED:
+        raise RuntimeError("a deadline was entered in this process: every row would pay for reading it")
     samples = interleave(runners, baseline="bare", rounds=settings.rounds, n=settings.calls, seed=settings.seed)
+    if ARMED:
+        raise RuntimeError("the deadline row armed the process: its knob must not")
     for row, func in funcs.items():
         snap = func.breaker.snapshot()  # type: ignore[attr-defined]
         if snap["state"] != "closed" or snap["window_failures"]:

@@ -241,8 +241,8 @@ def test_bench_scale_cli_refuses_an_unreachable_redis(capsys):
 def test_bench_stages_rows_each_stage_and_its_goal():
     """RS-9 (exercised): the stages scenario measures the CLOSED success with each outbound
     stage on alone, and the two references, in every round; each stage row has its goal
-    against its reference; the deadline row leaves the process disarmed (no other row, nor
-    a later scenario, pays for a deadline read)."""
+    against its reference; the deadline row's knob leaves the process unarmed (no other
+    row, nor a later scenario, pays for a deadline read)."""
     from baldur_django.core.stages.deadline import ARMED
     from benchmarks.stage_rows import STAGE_ROWS
 

@@ -26,7 +26,7 @@ from ..core.names import name_problem, show_name
 from ..core.registry import registry
 from ..core.retry import RetryPolicy, coerce_retry
 from ..core.routes import Route, aprotect_route, protect_route
-from ..core.stages.deadline import current, enter, leave, time_left
+from ..core.stages.deadline import enter, in_force, leave, time_left
 from ..core.states import CircuitState
 
 __all__ = [
@@ -409,7 +409,7 @@ class Breakers:
             The token to give :func:`~baldur_django.core.stages.deadline.leave`, or None
             (a deadline is in force already, the route does not retry, or no bound).
         """
-        if route.policy is None or current() is not None:
+        if route.policy is None or in_force() is not None:
             return None
         seconds = sequence_bound(timeout)
         if seconds is None:

@@ -427,7 +427,10 @@ class BreakerCore(SharedMachine):
                 )
                 until = now + seconds
                 if until > self.cooldown_until:
+                    first = not self.cooldown_until
                     self.cooldown_until = until
+                    if first:
+                        self.epoch = object()  # retry policies' first attempts are gated from now on
                 if evaluate and self.state is CLOSED:
                     self.check_cascade(now, events)
         self.settle(events)

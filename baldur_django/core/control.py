@@ -191,6 +191,7 @@ def reset(core: BreakerCore) -> None:
             core.window.clear()
             core.cascade.clear()
             core.cooldown_until = 0.0
+            core.epoch = object()  # the stage lanes may take retry policies' first attempts again
             core.dry_run_rejections = 0
             events.append(
                 Reset(

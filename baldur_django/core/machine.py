@@ -99,6 +99,10 @@ class Machine(Record):
       configuration's, swapped whole on reconfiguration; empty with a result predicate).
     * ``seq``: outcomes counted off the healthy lane, read when a call begins so a call
       around a nested one through the same breaker records nothing more.
+    * ``epoch``: an object replaced (after the change it stands for) whenever the
+      configuration or the store link changes, or a 429 cooldown first starts or is reset:
+      the stage lanes (``stages/lanes.py``) run only on a route built in the current epoch,
+      one identity test per call.
 
     Times: every time is monotonic seconds (``opened_at``, ``open_until``,
     ``force_expires_at``, ``updated_at``, lease expiries, ``reject_until``, ``sync_due``).
@@ -115,7 +119,7 @@ class Machine(Record):
         "cascade", "cooldown_until", "seq", "dry_run_rejections", "wall_offset",
         "m_failure", "m_rate_limited", "m_ignored", "m_uncounted", "m_noted",
         "blocked_open", "blocked_half_open", "blocked_frozen", "transitions", "inherited",
-        "outbox", "drain", "drainer", "__dict__", "__weakref__",
+        "outbox", "drain", "drainer", "epoch", "__dict__", "__weakref__",
     )  # fmt: skip
 
     state: CircuitState  # the record's state, always the enum member here
@@ -165,6 +169,7 @@ class Machine(Record):
         self.timing = False  # the slow-call trigger is on; set by configure_lanes()
         self.cascade = SecondBuckets(config.cascade_window)
         self.cooldown_until = 0.0
+        self.epoch = object()  # see the class docstring
         self.seq = 0
         self.dry_run_rejections = 0
         self.wall_offset: float | None = None  # Unix minus monotonic seconds, at the last new version
@@ -398,6 +403,7 @@ class Machine(Record):
                 self.sync = StoreSync(guard)
                 self.timed = True
                 self.sync_due = float("-inf")
+            self.epoch = object()  # after the link it stands for
             self.refresh_fast()
 
     def reconfigure(self, config: BreakerConfig) -> None:
@@ -415,6 +421,7 @@ class Machine(Record):
             if config.cascade_window != self.cascade.span:
                 self.cascade.span = config.cascade_window
             self.config = config
+            self.epoch = object()  # after the configuration it stands for
             self.configure_lanes()
             self.refresh_fast()
 

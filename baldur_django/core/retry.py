@@ -31,7 +31,7 @@ from .errors import CallRefusedError, CircuitOpenError, ConfigError, DeadlineExc
 from .events import CallRejected, Retrying, bus
 from .nesting import Mark, settled_elsewhere
 from .retry_target import RetryPermit, RetryTarget
-from .stages.deadline import current as current_deadline
+from .stages.deadline import in_force as deadline_in_force
 from .stages.refusals import count_deadline
 
 if TYPE_CHECKING:
@@ -365,7 +365,7 @@ class _Sequence(Generic[_P]):
         self.deadline = None if policy.budget_seconds is None else start + policy.budget_seconds
         # the call's deadline, moved onto the breaker's clock; the budget's end is the
         # earlier of the two
-        found = current_deadline()
+        found = deadline_in_force()
         self.call_deadline = None if found is None else self.now() + found.left()
         if self.call_deadline is not None and (self.deadline is None or self.call_deadline < self.deadline):
             self.deadline = self.call_deadline

@@ -479,7 +479,7 @@ def _staged_def(
     def build(attempt: Callable[..., Any]) -> Callable[..., Any]:
         return build_wrapper(core, attempt, policy, fallback)
 
-    return pipeline.around(core, func, build, fallback, retrying=policy is not None)
+    return pipeline.around(core, func, build, fallback, policy=policy)
 
 
 def _staged_async(

@@ -35,7 +35,7 @@ from ..classify import SUCCESS, exception_is_rate_limit, exception_status, statu
 from ..errors import BulkheadFullError, CallRefusedError, RateLimitCooldownError, ThrottledError
 from ..events import CallRejected, bus
 from ..states import CircuitState
-from .deadline import current
+from .deadline import in_force
 from .gate import UNAVAILABLE
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def refused(core: BreakerCore, refusal: CallRefusedError) -> StageRefused:
 
 
 def _time_left() -> float | None:
-    found = current()
+    found = in_force()
     return None if found is None else max(0.0, found.left())
 
 

@@ -19,6 +19,7 @@ import math
 import queue
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ..clock import Clock
@@ -254,6 +255,13 @@ class Bulkhead:
         if type(waiter) is _TaskWaiter:
             return await self._wait_in_task(waiter, wait)
         return waiter
+
+    def lane_steps(self) -> tuple[Callable[[], object], Callable[[bool], None], deque[Any], Callable[[], None]]:
+        """``(take, put, waiters, grant)``: the lock-free steps of :meth:`try_enter` and
+        :meth:`leave` for a fast lane that inlines them. ``take()`` takes a free slot or
+        raises ``queue.Empty`` (take only while ``waiters`` is empty); ``put(True)`` gives
+        one back, and then ``grant()`` is due whenever ``waiters`` is not empty."""
+        return self._take, self._give, self._waiters, self._grant
 
     def leave(self, ticket: object) -> None:
         """Give the slot of *ticket* back (to the longest waiter, if any). Idempotent: a

@@ -8,15 +8,29 @@ knob of a breaker (for its own call), :func:`deadline` (a block of code) and
 ``RequestDeadlineMiddleware`` (a request).
 
 Reading the deadline costs a context-variable read, so the wrappers of a breaker without
-the ``deadline`` knob read it only once any deadline was ever set in the process
-(:data:`ARMED` is then non-empty): until then nothing on the call path changes.
+the ``deadline`` knob read it only once a deadline block or a request deadline was ever
+entered in the process (:data:`ARMED` is then non-empty): until then nothing on the call
+path changes.
+
+The ``deadline`` knob bounds its own call: every attempt, backoff and cooldown wait of it,
+and whatever the call runs in its own thread that asks how much time is left (the HTTP
+adapters, the retry plans of calls nested in it, :func:`time_left`). It does not arm the
+process, so the breaker wrappers of nested calls do not refuse on its account. Setting a
+context variable on every call would cost more than the breaker itself, so a call on a
+deadline lane (``lanes.py``) carries its deadline in its own frame instead (the locals
+``at`` and ``core``; the lane's code is registered with :func:`register_lane`), and
+:func:`in_force` finds it on the interpreter's stack (microseconds, read where time is
+about to be spent: before a retry sequence, a bulkhead wait, an HTTP request). The staged
+way sets the context variable for the knob, as before; a deadline that must follow code
+into other threads or asyncio tasks is given with :func:`deadline`.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from contextvars import ContextVar, Token
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -26,11 +40,12 @@ __all__ = [
     "Deadline",
     "ARMED",
     "current",
+    "in_force",
+    "register_lane",
     "set_deadline",
     "reset_deadline",
     "time_left",
     "enter",
-    "enter_at",
     "leave",
     "deadline",
     "check_seconds",
@@ -78,9 +93,43 @@ set_deadline = _current.set
 reset_deadline = _current.reset
 
 
-def time_left() -> float | None:
-    """Seconds the current deadline leaves (negative once passed), or None without one."""
+#: code objects of the lanes whose frames carry their call's deadline (module's text)
+_LANE_CODES: set[CodeType] = set()
+
+
+def register_lane(code: CodeType) -> None:
+    """Mark *code* as a lane's: while one of its frames runs, its locals ``at`` (the
+    call's deadline, monotonic seconds on ``core.clock``) and ``core`` (the breaker core)
+    give the deadline :func:`in_force` finds."""
+    _LANE_CODES.add(code)
+
+
+def in_force() -> Deadline | None:
+    """The deadline in force here: the earliest of the context variable's (a deadline
+    block, a request, a staged call's knob) and of the calls on deadline lanes running
+    further up this thread's stack; None without any. Walks the stack only once a deadline
+    lane exists in the process."""
     found = _current.get()
+    if not _LANE_CODES:
+        return found
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in _LANE_CODES:
+            local = frame.f_locals
+            at = local.get("at")  # none while the lane hands its call to the staged way
+            if at is not None:
+                core = local["core"]
+                carried = Deadline(at, core.clock, core)
+                if found is None or carried.left() < found.left():
+                    found = carried
+        frame = frame.f_back  # type: ignore[assignment]
+    return found
+
+
+def time_left() -> float | None:
+    """Seconds the deadline in force leaves (negative once passed), or None without one
+    (see :func:`in_force`)."""
+    found = in_force()
     return None if found is None else found.left()
 
 
@@ -108,14 +157,6 @@ def enter(seconds: float, clock: Clock = SYSTEM_CLOCK) -> Token[Deadline | None]
     found = _current.get()
     if found is not None and found.left() <= seconds:
         new = found  # the earliest deadline wins
-    return _current.set(new)
-
-
-def enter_at(new: Deadline) -> Token[Deadline | None]:
-    """Make *new* the current deadline, as it is (the caller chose it, the earliest one).
-    Pair with :func:`leave`."""
-    if not ARMED:
-        ARMED.append(True)
     return _current.set(new)
 
 

@@ -107,6 +107,10 @@ class FleetRetryBudget:
 
     Raises:
         ConfigError: *ratio* or *min_per_second* is not a finite number of at least 0.
+
+    Attributes:
+        counts (CallCounts): this process's calls and retries, read and stepped as
+            :class:`~.budget.RetryBudget`'s are.
     """
 
     scope = "fleet"
@@ -141,7 +145,7 @@ class FleetRetryBudget:
         """Empty counts and fresh locks (at creation, and in a forked child)."""
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()  # one flush at a time
-        self._counts = CallCounts(self._lock)
+        self.counts = CallCounts(self._lock)
         #: (fleet calls, fleet retries, monotonic time read) of the last answer, or None
         self._fleet: tuple[int, int, float] | None = None
         self._sent = (0, 0)  # this process's (calls, retries) totals the fleet has had
@@ -155,7 +159,7 @@ class FleetRetryBudget:
 
     def note_call(self) -> None:
         """Count one call of the service (its first attempt is beginning). No I/O."""
-        counts = self._counts
+        counts = self.counts
         end, counter = counts.live
         now = self._now()
         if now < end:
@@ -175,7 +179,7 @@ class FleetRetryBudget:
         if not self._joined:
             self._join()
         now = self._now()
-        counts = self._counts
+        counts = self.counts
         with self._lock:
             counts.advance(now)
             calls, retries = self._view(now)
@@ -191,7 +195,7 @@ class FleetRetryBudget:
         """Retries the fleet's budget allows now, as this process knows it; spends nothing."""
         now = self._now()
         with self._lock:
-            self._counts.advance(now)
+            self.counts.advance(now)
             calls, retries = self._view(now)
         return max(0.0, self.ratio * calls + self.floor - retries)
 
@@ -207,7 +211,7 @@ class FleetRetryBudget:
 
     def _view(self, now: float) -> tuple[int, int]:
         """(calls, retries) to judge by. Caller holds the lock."""
-        counts = self._counts
+        counts = self.counts
         fleet = self._fleet
         if fleet is None or not self._fresh(now):
             return counts.window_calls(), counts.spent
@@ -229,7 +233,7 @@ class FleetRetryBudget:
         """
         with self._flush_lock:
             with self._lock:
-                calls, retries = self._counts.total_calls(), self._counts.total_retries
+                calls, retries = self.counts.total_calls(), self.counts.total_retries
                 sent_calls, sent_retries = self._sent
             pinned = "" if self._store_clock is None else repr(float(self._store_clock()))
             args = [calls - sent_calls, retries - sent_retries, WINDOW_SECONDS, pinned]
@@ -258,7 +262,7 @@ class FleetRetryBudget:
         """
         now = self._now()
         with self._lock:
-            pending = (self._counts.total_calls(), self._counts.total_retries) != self._sent
+            pending = (self.counts.total_calls(), self.counts.total_retries) != self._sent
         if pending:
             self._busy_at = now
         elif now - self._busy_at >= WINDOW_SECONDS:

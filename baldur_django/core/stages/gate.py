@@ -95,9 +95,15 @@ class RetryAfterGate:
     Raises:
         ConfigError: *max_seconds* is not a positive number, or *rate_limit_codes* is not
             a set of integers.
+
+    Attributes:
+        until (float): the monotonic time (seconds) the gate opens at; in the past (minus
+            infinity at first) while it is open. Only grows, under the gate's lock; a fast
+            lane reads it lock-free and refuses nothing itself (it sends a call through
+            :meth:`check` whenever ``until`` is ahead of its clock).
     """
 
-    __slots__ = ("service", "max_seconds", "rate_limit_codes", "_clock", "_end", "_lock", "_refused")
+    __slots__ = ("service", "max_seconds", "rate_limit_codes", "_clock", "until", "_lock", "_refused")
 
     def __init__(
         self,
@@ -117,7 +123,7 @@ class RetryAfterGate:
         self.max_seconds = seconds
         self.rate_limit_codes = codes
         self._clock = clock
-        self._end = _NEVER  # monotonic seconds; in the past while the gate is open
+        self.until = _NEVER  # monotonic seconds; in the past while the gate is open
         self._lock = Lock()
         self._refused = itertools.count()  # stepped on the refusal path only (one atomic next())
 
@@ -137,7 +143,7 @@ class RetryAfterGate:
                 ``remaining`` / ``retry_after`` = seconds until it opens).
         """
         now = self._clock.monotonic()
-        end = self._end
+        end = self.until
         if end <= now or forced_closed:
             return
         next(self._refused)
@@ -145,7 +151,7 @@ class RetryAfterGate:
 
     def remaining(self) -> float:
         """Seconds until the gate opens; 0.0 while it is open."""
-        return max(0.0, self._end - self._clock.monotonic())
+        return max(0.0, self.until - self._clock.monotonic())
 
     def refused(self) -> int:
         """The calls :meth:`check` refused since the gate was made."""
@@ -154,7 +160,7 @@ class RetryAfterGate:
     def end(self) -> float | None:
         """The monotonic time (seconds, this process's clock) the gate opens at, or None
         while it is open."""
-        end = self._end
+        end = self.until
         return end if end > self._clock.monotonic() else None
 
     # ------------------------------------------------------------------ closing
@@ -170,7 +176,7 @@ class RetryAfterGate:
         """
         until = _check_seconds("until", until)
         with self._lock:
-            self._end = max(self._end, min(until, self._clock.monotonic() + self.max_seconds))
+            self.until = max(self.until, min(until, self._clock.monotonic() + self.max_seconds))
         return self.remaining()
 
     def close_for(self, seconds: float) -> float:

@@ -35,11 +35,14 @@ of an attempt made for exactly the stages that are on, their methods bound once;
 reconfiguration (or a new store link) builds the next route on the following call, so no
 call looks the stages up or loops over them. A deadline set by
 :func:`~.deadline.deadline` or the request middleware reaches the calls of breakers without
-a pipeline too: their wrapper tests :data:`~.deadline.ARMED` (empty until a deadline was
-ever set) and, while a deadline is current, runs the call through ``run_staged`` of
+a pipeline too: their wrapper tests :data:`~.deadline.ARMED` (empty until such a deadline
+was ever entered) and, while a deadline is current, runs the call through ``run_staged`` of
 :mod:`..wrappers` (the deadline stage around a wrapper of the same call). A deadline a
 staged call entered is marked with its breaker, so the breaker's own wrapper inside runs
-the call as usual.
+the call as usual; a ``deadline`` knob's arms nothing (see :mod:`.deadline`).
+
+A call site with one stage alone (or the ``deadline`` knob alone) also gets a lane in front
+of its staged wrapper (:mod:`.lanes`): its CLOSED healthy calls in one frame.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from ..calls import BreakerCore
 from ..config import BreakerConfig
 from ..errors import CallRefusedError, DeadlineExceededError, RateLimitCooldownError
 from ..events import CallRejected, bus
+from ..retry import RetryPolicy
 from ..runner import acall_fallback, call_fallback
 from .admission import (
     StageRefused,
@@ -65,8 +69,9 @@ from .admission import (
     check_gate,
     refused,
 )
-from .deadline import ARMED, Deadline, current, enter_at, reset_deadline, set_deadline
+from .deadline import ARMED, Deadline, current, reset_deadline, set_deadline
 from .deadline import leave as leave_deadline
+from .lanes import BULKHEAD, NO_LANE, build_lane, config_kind, lane_kind
 from .refusals import count_deadline
 from .service import ServiceStages, service_stages, wants_stages
 
@@ -78,16 +83,35 @@ class _Route:
     of the attempt built for the service's stages then, and the stages the outer wrapper
     runs itself (rebuilt when the configuration or the store link changes)."""
 
-    __slots__ = ("config", "sync", "inner", "held", "gate", "fleet_gate", "note_call")
+    __slots__ = (
+        "epoch", "config", "sync", "inner", "attempt", "held", "gate", "fleet_gate", "note_call",
+        "kind", "throttle", "counts", "take", "put", "waiters", "grant",
+    )  # fmt: skip
 
-    def __init__(self, core: BreakerCore, inner: Callable[..., Any], held: ServiceStages | None) -> None:
+    def __init__(
+        self,
+        core: BreakerCore,
+        inner: Callable[..., Any],
+        attempt: Callable[..., Any],
+        held: ServiceStages | None,
+        deadline: float | None,
+    ) -> None:
+        self.epoch = core.epoch  # read first: a change made after it makes this route stale
         self.config = core.config
         self.sync: object = core.sync
         self.inner = inner
+        self.attempt = attempt
         self.held = held
         self.gate = None if held is None else held.gate
         self.fleet_gate = held is not None and held.fleet_gate
         self.note_call = None if held is None or held.budget is None else held.budget.note_call
+        # what a lane (.lanes) reads: its kind (None: no lane runs on this route), its stage
+        self.kind = None if core.timed else lane_kind(held, deadline)
+        self.throttle = None if held is None else held.throttle
+        self.counts = None if held is None or held.budget is None else held.budget.counts
+        self.take = self.put = self.waiters = self.grant = None
+        if self.kind == BULKHEAD:
+            self.take, self.put, self.waiters, self.grant = held.bulkhead.lane_steps()  # type: ignore[union-attr]
 
 
 class Pipeline:
@@ -102,12 +126,17 @@ class Pipeline:
             bulkhead or retry budget) when the call site was built.
     """
 
-    __slots__ = ("service", "deadline", "staged", "_held", "_route")
+    __slots__ = ("service", "deadline", "staged", "lane_kind", "retrying", "lane", "_held", "_route")
 
-    def __init__(self, service: str, deadline: float | None, *, staged: bool = False) -> None:
+    def __init__(
+        self, service: str, deadline: float | None, *, staged: bool = False, lane_kind: str | None = None
+    ) -> None:
         self.service = service
         self.deadline = deadline
         self.staged = staged
+        self.lane_kind = lane_kind
+        self.retrying = False  # the lane's call site has a retry policy (set by around())
+        self.lane: Any = NO_LANE
         self._held: ServiceStages | None = None
         self._route: _Route | None = None
 
@@ -121,6 +150,7 @@ class Pipeline:
 
     def enter(self, core: BreakerCore) -> Token[Deadline | None] | DeadlineExceededError | None:
         """Make the call's deadline current (its knob's, unless the current one is earlier).
+        A knob's deadline arms nothing (see :mod:`.deadline`).
 
         Returns:
             The token to :func:`~.deadline.leave` with; None when the call has no deadline;
@@ -132,11 +162,11 @@ class Pipeline:
             if seconds is None:
                 return None
             clock = core.clock  # the knob alone (the usual case): nothing to compare
-            return enter_at(Deadline(clock.monotonic() + seconds, clock, core))
+            return set_deadline(Deadline(clock.monotonic() + seconds, clock, core))
         left = found.left()
         if seconds is not None and seconds < left:
             clock = core.clock
-            return enter_at(Deadline(clock.monotonic() + seconds, clock, core))
+            return set_deadline(Deadline(clock.monotonic() + seconds, clock, core))
         if left <= 0:
             count_deadline(core)  # the refusal path only
             if bus.wants_rejections():  # tracing: a refusal, as the retry stage's are published
@@ -144,7 +174,7 @@ class Pipeline:
             return DeadlineExceededError(self.service)
         if found.owner is not core:  # marked: the breaker's own wrapper below runs the call
             found = Deadline(found.at, found.clock, core)
-        return enter_at(found)
+        return set_deadline(found)
 
     def route(
         self, core: BreakerCore, build: Callable[[Callable[..., Any]], Callable[..., Any]], attempt: Any
@@ -160,7 +190,10 @@ class Pipeline:
         if route is not None and route.config is core.config and route.sync is core.sync:
             return route
         held = self.stages(core)
-        route = self._route = _Route(core, build(attempt(held)), held)
+        made = attempt(held)
+        route = self._route = _Route(core, build(made), made, held, self.deadline)
+        laned = route.kind is not None and route.kind == self.lane_kind
+        self.lane = route if laned and not (self.retrying and core.cooldown_until) else NO_LANE
         return route
 
     def around(
@@ -170,20 +203,37 @@ class Pipeline:
         build: Callable[[Callable[..., Any]], Callable[..., Any]],
         fallback: Any,
         *,
-        retrying: bool = False,
+        policy: RetryPolicy | None = None,
     ) -> Callable[..., Any]:
         """The wrapper of a ``def`` with stages: the deadline, the budget's count and the
         gate around the breaker's own wrapper (*build*) of the attempt (module's text).
+        A call site with one load-aware stage gets the lane of that stage in front of it
+        (:mod:`.lanes`).
 
         Args:
             func: the protected function; fallback: answers a refusal, or None.
             build: ``build(attempt)``: the breaker's wrapper of *attempt* (again after a
-                reconfiguration); retrying: a retry policy is set (retries check the gate).
+                reconfiguration); policy: the retry policy, or None (retries check the gate).
 
         Returns:
             A function with *func*'s signature; it raises DeadlineExceededError (or another
             stage's refusal) when no fallback is given.
         """
+        staged = self._around(core, func, build, fallback, retrying=policy is not None)
+        if self.lane_kind is None:
+            return staged
+        self.retrying = policy is not None
+        return build_lane(self.lane_kind, self, core, func, policy, fallback, staged)
+
+    def _around(
+        self,
+        core: BreakerCore,
+        func: Callable[..., Any],
+        build: Callable[[Callable[..., Any]], Callable[..., Any]],
+        fallback: Any,
+        *,
+        retrying: bool,
+    ) -> Callable[..., Any]:
         seconds = self.deadline
         clock = core.clock
         mono = clock.monotonic
@@ -196,9 +246,7 @@ class Pipeline:
             if route is None or route.config is not core.config or route.sync is not core.sync:
                 route = self.route(core, build, attempt)
             if seconds is not None and current() is None:  # the knob alone: nothing to compare
-                if not ARMED:
-                    ARMED.append(True)
-                token: Any = set_deadline(Deadline(mono() + seconds, clock, core))
+                token: Any = set_deadline(Deadline(mono() + seconds, clock, core))  # (arms nothing)
             elif ARMED:
                 token = self.enter(core)
                 if type(token) is DeadlineExceededError:
@@ -330,4 +378,4 @@ def build_pipeline(config: BreakerConfig, service: str) -> Pipeline | None:
     staged = wants_stages(config)
     if config.deadline is None and not staged:
         return None
-    return Pipeline(service, config.deadline, staged=staged)
+    return Pipeline(service, config.deadline, staged=staged, lane_kind=config_kind(config))

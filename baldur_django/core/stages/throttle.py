@@ -45,28 +45,31 @@ class Second:
     """The current second's counts, and the window's totals before it.
 
     ``requests`` and ``accepts`` are ``itertools.count`` objects: ``next()`` on one is a
-    single atomic C call, so a call is counted without a lock. ``accepted`` is the accepts
-    counted so far as the latest :meth:`AdaptiveThrottle.accepted` saw them (a plain store:
-    a racing thread may leave it one or two behind for a moment, never ahead).
-    ``base_requests`` and ``base_accepts`` are the totals of the window's earlier seconds,
-    fixed when this second began, so one read of the throttle's current :class:`Second`
-    gives a consistent view.
+    single atomic C call, so a call is counted without a lock. ``base_requests`` and
+    ``base_accepts`` are the totals of the window's earlier seconds, fixed when this second
+    began, so one read of the throttle's current :class:`Second` gives a consistent view.
+    ``free`` is how many requests of this second pass without any chance of a refusal,
+    whatever this second's accepts: ``floor(k * base_accepts - base_requests)`` (below 0
+    when the earlier seconds alone already ask for the dice). A request numbered at most
+    ``free`` in its second is admitted with one comparison; any later one is weighed with
+    the exact counts (:meth:`AdaptiveThrottle.refuses`).
 
     Args:
         end (float): the monotonic second at which this one ends.
         base_requests (int): requests of the window's earlier seconds.
         base_accepts (int): accepts of the window's earlier seconds.
+        k (float): the throttle's multiplier K.
     """
 
-    __slots__ = ("end", "requests", "accepts", "accepted", "base_requests", "base_accepts")
+    __slots__ = ("end", "requests", "accepts", "base_requests", "base_accepts", "free")
 
-    def __init__(self, end: float, base_requests: int, base_accepts: int) -> None:
+    def __init__(self, end: float, base_requests: int, base_accepts: int, k: float) -> None:
         self.end = end
         self.requests = itertools.count()
         self.accepts = itertools.count()
-        self.accepted = 0
         self.base_requests = base_requests
         self.base_accepts = base_accepts
+        self.free = _floor(k * base_accepts - base_requests)
 
 
 class AdaptiveThrottle:
@@ -86,10 +89,16 @@ class AdaptiveThrottle:
     Raises:
         ConfigError: *k* or *window* is not a finite number in range (the message names
             ``adaptive_throttling_k`` / ``adaptive_throttling_window``).
+
+    Attributes:
+        live (Second): the current second; replaced (never changed in place, but for its
+            counters) when a second ends. A fast lane reads it lock-free:
+            one read gives a consistent view, and a second that has ended
+            (``now >= live.end``) is rolled by :meth:`admit` or :meth:`accepted`.
     """
 
     __slots__ = (
-        "service", "k", "window", "_now", "_rand", "_lock", "_live", "_head", "_requests", "_accepts", "_refused",
+        "service", "k", "window", "_now", "_rand", "_lock", "live", "_head", "_requests", "_accepts", "_refused",
     )  # fmt: skip
 
     def __init__(
@@ -105,7 +114,7 @@ class AdaptiveThrottle:
         self._requests = [0] * seconds  # per closed second of the window (the current one: 0)
         self._accepts = [0] * seconds
         self._head = _NEVER  # the current second
-        self._live = Second(float("-inf"), 0, 0)  # ended before any call: the first one rolls
+        self.live = Second(float("-inf"), 0, 0, self.k)  # ended before any call: the first one rolls
         self._refused = itertools.count()  # stepped when admit() refuses, never on an admission
 
     def admit(self) -> bool:
@@ -116,15 +125,33 @@ class AdaptiveThrottle:
             ``ThrottledError``). The request is counted either way.
         """
         now = self._now()
-        live = self._live
+        live = self.live
         if now >= live.end:
             live = self._roll(now)
-        requests = live.base_requests + next(live.requests)  # those before this one
-        excess = requests - self.k * (live.base_accepts + live.accepted)
+        n = next(live.requests)  # this second's requests before this one
+        return n <= live.free or not self.refuses(live, n)
+
+    def refuses(self, live: Second, n: int) -> bool:
+        """Weigh a request counted already as number *n* of the second *live*, past its
+        ``free`` requests: the exact counts, and the dice when there is an excess. When
+        *live* has ended meanwhile, the window as of now decides (the request stays counted
+        in *live*).
+
+        Returns:
+            bool: True when the request is refused (counted among the refusals), with
+            probability ``max(0, (requests - k * accepts) / (requests + 1))`` over the
+            requests before it.
+        """
+        now = self._now()
+        if now >= live.end:  # weighed against the window as of now (counted where it was)
+            live = self._roll(now)
+            n = count_of(live.requests)
+        requests = live.base_requests + n
+        excess = requests - self.k * (live.base_accepts + count_of(live.accepts))
         if excess <= 0 or self._rand() >= excess / (requests + 1):
-            return True
+            return False
         next(self._refused)
-        return False
+        return True
 
     def refused(self) -> int:
         """The calls :meth:`admit` refused since the throttle was made."""
@@ -133,10 +160,10 @@ class AdaptiveThrottle:
     def accepted(self) -> None:
         """Count one accept: a call this throttle admitted has succeeded."""
         now = self._now()
-        live = self._live
+        live = self.live
         if now >= live.end:
             live = self._roll(now)
-        live.accepted = next(live.accepts) + 1
+        next(live.accepts)
 
     def probability(self) -> float:
         """The probability the next call is refused, ``max(0, (requests - k * accepts) /
@@ -147,7 +174,7 @@ class AdaptiveThrottle:
     def counts(self) -> tuple[int, int]:
         """``(requests, accepts)`` in the window as of now."""
         now = self._now()
-        live = self._live
+        live = self.live
         if now >= live.end:
             live = self._roll(now)
         return (
@@ -159,7 +186,7 @@ class AdaptiveThrottle:
         """Close the current second and start the one of *now* (under the lock, once a
         second); the seconds that left the window leave the totals. Returns the new one."""
         with self._lock:
-            live = self._live
+            live = self.live
             if now < live.end:
                 return live  # another thread rolled first
             second = _floor(now)
@@ -181,7 +208,7 @@ class AdaptiveThrottle:
                     accepts -= self._accepts[j]
                     self._requests[j] = self._accepts[j] = 0
             self._head = second
-            self._live = live = Second(float(second + 1), requests, accepts)
+            self.live = live = Second(float(second + 1), requests, accepts, self.k)
             return live
 
     def __repr__(self) -> str:
