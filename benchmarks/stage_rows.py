@@ -81,8 +81,7 @@ def bench_stages(settings: Any) -> Any:
     for row, func in funcs.items():
         _steady(func, settings.warmup)
         runners[row] = lambda n, f=func: loop_calls(f, n)
-    if ARMED:
-        raise RuntimeError("a deadline was entered in this process: every row would pay for reading it")
+    ARMED.clear()  # as in a process where no deadline was ever entered (a test may have armed it)
     samples = interleave(runners, baseline="bare", rounds=settings.rounds, n=settings.calls, seed=settings.seed)
     if ARMED:
         raise RuntimeError("the deadline row armed the process: its knob must not")

@@ -44,6 +44,7 @@ __all__ = ["Machine", "STATES"]
 
 #: ``sync_due`` of a process-local breaker: one float shared by all of them.
 _NEVER = float("inf")
+_FIRST_EPOCH = object()  # every breaker's epoch until its first change (compared per breaker only)
 
 CLOSED = CircuitState.CLOSED
 OPEN = CircuitState.OPEN
@@ -169,7 +170,7 @@ class Machine(Record):
         self.timing = False  # the slow-call trigger is on; set by configure_lanes()
         self.cascade = SecondBuckets(config.cascade_window)
         self.cooldown_until = 0.0
-        self.epoch = object()  # see the class docstring
+        self.epoch = _FIRST_EPOCH  # see the class docstring (shared until it first changes)
         self.seq = 0
         self.dry_run_rejections = 0
         self.wall_offset: float | None = None  # Unix minus monotonic seconds, at the last new version

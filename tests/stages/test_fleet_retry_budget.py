@@ -26,7 +26,7 @@ import pytest
 
 from baldur_django.core.stages import fleet_budget as fleet_module
 from baldur_django.core.stages.budget import WINDOW_SECONDS
-from baldur_django.core.stages.fleet_budget import FLUSH_SECONDS, FleetRetryBudget
+from baldur_django.core.stages.fleet_budget import FLUSH_SECONDS, SETTLE_SECONDS, FleetRetryBudget
 from baldur_django.core.stores.redis import connect
 from baldur_django.core.testing import FakeClock
 from tests.conftest import need_server
@@ -130,6 +130,27 @@ def test_rs5_fleet_overshoot_is_what_a_process_had_not_seen(redis_prefix):
     assert not a.try_retry() and not b.try_retry()
     assert a.left() == b.left() == 0.0
     assert a.exhausted == 2 and b.exhausted == 2
+
+
+def test_rs10_after_a_beat_s_read_each_process_sees_every_count_of_that_beat(redis_prefix):
+    """RS-10, RS-5 fleet: on a beat, the process that flushes first cannot see the counts
+    the others send after it; the read that follows the beat (refresh, which sends
+    nothing) brings them in, so each process then decides with the whole fleet's counts
+    up to the beat, and what it has not seen is one interval's traffic at most."""
+    a, b = budget(redis_prefix), budget(redis_prefix)
+    for _ in range(500):
+        a.note_call()
+        b.note_call()
+    assert a.flush() and b.flush()  # the beat: a's script ran first
+    assert a.left() == pytest.approx(50.0)  # its own 500 calls only
+    assert b.left() == pytest.approx(100.0)
+    for _ in range(100):
+        a.note_call()  # counted after the beat: a's own, not sent by the read
+    assert a.refresh() and b.refresh()
+    assert a.left() == pytest.approx(110.0)  # the fleet's 1,000 at the beat, plus its 100 since
+    assert b.left() == pytest.approx(100.0)  # a's 100 since the beat are not the fleet's yet
+    assert a.flush() and b.refresh()
+    assert b.left() == pytest.approx(110.0)
 
 
 def test_rs5_fleet_budget_on_a_redis_cluster(redis_cluster):
@@ -239,8 +260,9 @@ def test_rs5_the_background_flusher_shares_the_counts(redis_prefix):
     assert a.left() == pytest.approx(40.1)
     wait_for(lambda: counter.names.get("evalsha", 0) >= 4, timeout=30, what="four flushes")
     elapsed = time.monotonic() - started
-    flushes = counter.names["evalsha"]
-    assert flushes <= 1 + elapsed / FLUSH_SECONDS  # the first at once, then one per interval at most
+    asked = counter.names["evalsha"]
+    # the first flush at once, then per beat at most one flush and one read of the totals
+    assert asked <= 1 + 2 * (1 + elapsed / FLUSH_SECONDS)
 
 
 def test_rs5_a_forked_child_counts_from_zero_and_flushes_on_its_own(redis_prefix):
@@ -252,6 +274,14 @@ def test_rs5_a_forked_child_counts_from_zero_and_flushes_on_its_own(redis_prefix
     assert parent.flush()
     for _ in range(50):
         parent.note_call()  # not sent yet when the child is forked (or sent by the parent)
+
+    def calls_sent() -> int:
+        client = connect(URL, socket_timeout=2.0)
+        try:
+            return sum(int(v) for k, v in client.hgetall(parent.key).items() if k.startswith(b"c"))
+        finally:
+            client.close()
+
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         code = 1
@@ -259,17 +289,15 @@ def test_rs5_a_forked_child_counts_from_zero_and_flushes_on_its_own(redis_prefix
             for _ in range(7):
                 parent.note_call()
             wait_for(parent.using_fleet, timeout=30, what="the child's own flush")
+            # all 7 sent by the child's flusher (the parent's 50 may have been sent too)
+            wait_for(lambda: calls_sent() in (107, 157), timeout=30, what="the child's 7 calls")
             code = 0
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert parent.flush()
-    client = connect(URL, socket_timeout=2.0)
-    fields = client.hgetall(parent.key)
-    calls = sum(int(v) for k, v in fields.items() if k.startswith(b"c"))
-    assert calls == 157  # 150 of the parent, 7 of the child, none twice
-    client.close()
+    assert calls_sent() == 157  # 150 of the parent, 7 of the child, none twice
 
 
 # ------------------------------------------------------------------- RS-10 concurrency
@@ -374,8 +402,8 @@ def test_rs10_four_processes_stay_within_the_fleet_budget(redis_prefix):
     before the fork, as with gunicorn --preload): two only call, two call and retry. Their
     10,000 calls fund ratio * calls + floor retries for the fleet: the retrying workers get
     nearly all of them (alone, each could have had only a fifth of its own 2,500 calls plus
-    its floor), and never more than that plus the retries made in the flush intervals a
-    worker had not seen yet (two: what the others had not sent, and what it had not read)."""
+    its floor), and never more than that plus the retries the others made in one flush
+    interval (and the settle time): what a worker had not seen since the last beat."""
     ratio, per_second = 0.2, 1.0
     b = budget(redis_prefix, ratio=ratio, per_second=per_second, background=True)
     b.note_call()  # the parent's flusher runs when the workers are forked
@@ -402,12 +430,71 @@ def test_rs10_four_processes_stay_within_the_fleet_budget(redis_prefix):
     per_worker = [times for role, times in answers if role == "retry"]
     grants = sum(len(times) for times in per_worker)
     budget_total = ratio * CALLS + per_second * WINDOW_SECONDS
-    # what a worker may not have seen when it decided: the others' retries of two flush
-    # intervals (not yet sent by them, not yet read by it), plus a flush's own time
+    # what a worker may not have seen when it decided: the others' retries since the last
+    # beat (one flush interval, and the settle time before the beat's read)
     unseen = max(
-        most_in_any_span([t for j, times in enumerate(per_worker) if j != i for t in times], 3 * FLUSH_SECONDS)
+        most_in_any_span(
+            [t for j, times in enumerate(per_worker) if j != i for t in times], FLUSH_SECONDS + SETTLE_SECONDS
+        )
         for i in range(len(per_worker))
     )
     alone = 2 * (ratio * CALLS / 4 + per_second * WINDOW_SECONDS)
     assert grants <= budget_total + unseen, (grants, budget_total, unseen)
     assert grants >= 0.95 * budget_total > alone
+
+
+class _BeatClock:
+    """Stands in for the module's ``time``: a wall clock that moves only when slept on."""
+
+    def __init__(self, start: float, flusher: object, steps: int) -> None:
+        self.now = start
+        self.flusher = flusher
+        self.steps = steps
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.steps -= 1
+        if self.steps <= 0:
+            self.flusher.budgets.clear()  # type: ignore[attr-defined]  # the flusher's budgets
+
+
+class _Recorder:
+    """A fleet budget's flush and read, recorded with the time they were made at."""
+
+    def __init__(self, clock: _BeatClock) -> None:
+        self.clock = clock
+        self.service = "svc"
+        self.seen: list[tuple[str, float]] = []
+
+    def flush_if_due(self) -> bool:
+        self.seen.append(("flush", self.clock.now))
+        return True
+
+    def refresh(self) -> bool:
+        self.seen.append(("read", self.clock.now))
+        return True
+
+
+def test_rs10_the_flusher_keeps_the_beat_and_reads_again_after_it(monkeypatch):
+    """RS-10, RS-5 fleet: the flusher flushes at once, then on the multiples of
+    FLUSH_SECONDS of the wall clock (the same moments in every process), and reads the
+    totals again SETTLE_SECONDS after each such flush, once the others' flushes of that
+    beat have landed."""
+    flusher = fleet_module._Flusher()
+    clock = _BeatClock(1000.37, flusher, steps=8)
+    budget = _Recorder(clock)
+    flusher.budgets.add(budget)  # type: ignore[arg-type]  # a stand-in budget
+    monkeypatch.setattr(fleet_module, "time", clock)
+    flusher._run()
+    kinds = [kind for kind, _ in budget.seen]
+    assert kinds == ["flush", "flush", "read", "flush", "read", "flush", "read", "flush", "read"]
+    at = [round(t, 6) for _, t in budget.seen]
+    assert at[0] == 1000.37
+    beats = at[1::2]
+    assert beats == [1000.5, 1001.0, 1001.5, 1002.0]
+    assert [round(read - beat, 6) for beat, read in zip(beats, at[2::2], strict=True)] == [
+        fleet_module.SETTLE_SECONDS
+    ] * 4

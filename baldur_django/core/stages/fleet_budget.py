@@ -7,15 +7,17 @@ background thread sends them in batches: at most every :data:`FLUSH_SECONDS` sec
 script adds what this process counted since its last flush to the service's per-second
 fleet counts (a hash whose fields are ``c<second>`` and ``r<second>``, seconds of Redis
 ``TIME``, fields older than the window dropped, the key expiring after two windows of
-silence) and answers the fleet's totals over the window. Until the next flush the process
+silence) and answers the fleet's totals over the window. Until the next answer the process
 decides from those totals plus its own counts since.
 
-The bound: a process does not see the retries the other processes made since their last
-flush (at most one flush interval's worth), nor those made since its own last read (at most
-one more interval), so in the worst case every process spends what it saw left. The fleet's
-retries stay within the budget plus the retries the other processes make in those flush
-intervals: one interval's traffic when the processes flush at about the same moments, two
-at worst.
+The flushes keep a beat: every process flushes at the same moments, the multiples of
+:data:`FLUSH_SECONDS` of the wall clock, and reads the totals again :data:`SETTLE_SECONDS`
+later, once the other processes' flushes of that beat have landed (the read sends
+nothing). So the totals a process decides by hold every process's counts up to the last
+beat, and what it has not seen is what the others made since: the fleet's retries stay
+within the budget plus the others' retries of one flush interval (and the settle time).
+Without the beat a process could also miss what the others made before their last
+flush, while it read: two intervals' worth.
 
 Before its first answer, when the last answer is older than :data:`STALE_SECONDS` (the
 flusher was held up, or the process was idle), and while Redis does not answer, a process
@@ -45,10 +47,13 @@ from ..stores.base import safe_key
 from ..stores.redis import store_errors
 from .budget import WINDOW_SECONDS, CallCounts, Exhaustion, checked_number, room
 
-__all__ = ["FleetRetryBudget", "FLUSH_SECONDS", "STALE_SECONDS", "flush_all"]
+__all__ = ["FleetRetryBudget", "FLUSH_SECONDS", "SETTLE_SECONDS", "STALE_SECONDS", "flush_all", "refresh_all"]
 
-#: Seconds between two flushes of one process (its counts reach the fleet this often).
+#: Seconds between two flushes of one process (its counts reach the fleet this often); the
+#: flushes fall on the multiples of it of the wall clock.
 FLUSH_SECONDS = 0.5
+#: Seconds after a beat's flush at which a process reads the fleet's totals again.
+SETTLE_SECONDS = 0.1
 #: Fleet totals older than this (seconds) are not trusted: the process decides alone.
 STALE_SECONDS = 4 * FLUSH_SECONDS
 
@@ -235,11 +240,8 @@ class FleetRetryBudget:
             with self._lock:
                 calls, retries = self.counts.total_calls(), self.counts.total_retries
                 sent_calls, sent_retries = self._sent
-            pinned = "" if self._store_clock is None else repr(float(self._store_clock()))
-            args = [calls - sent_calls, retries - sent_retries, WINDOW_SECONDS, pinned]
             try:
-                answer = self._script(keys=[self.key], args=args)
-                totals = (int(answer[0]), int(answer[1]))
+                totals = self._ask(calls - sent_calls, retries - sent_retries)
             except store_errors() as exc:
                 with self._lock:
                     self._sent = (calls, retries)
@@ -251,6 +253,31 @@ class FleetRetryBudget:
                 self._sent = (calls, retries)
                 self._fleet = (totals[0], totals[1], read_at)
             self._store_trouble(None)
+            return True
+
+    def _ask(self, calls: int, retries: int) -> tuple[int, int]:
+        """One round trip: add *calls* and *retries* to the fleet's counts of this second and
+        answer the fleet's (calls, retries) over the window. Raises the store's errors."""
+        pinned = "" if self._store_clock is None else repr(float(self._store_clock()))
+        answer = self._script(keys=[self.key], args=[calls, retries, WINDOW_SECONDS, pinned])
+        return int(answer[0]), int(answer[1])
+
+    def refresh(self) -> bool:
+        """Read the fleet's totals again without sending anything: one Redis round trip
+        (does I/O; never raises for store trouble). This process's counts since its last
+        flush stay its own until the next one.
+
+        Returns:
+            bool: True when Redis answered (False changes nothing).
+        """
+        with self._flush_lock:
+            try:
+                totals = self._ask(0, 0)
+            except store_errors():
+                return False  # the next flush logs the outage
+            read_at = self._now()
+            with self._lock:
+                self._fleet = (totals[0], totals[1], read_at)
             return True
 
     def flush_if_due(self) -> bool:
@@ -295,9 +322,10 @@ class FleetRetryBudget:
 
 
 class _Flusher:
-    """The process's flusher thread: every :data:`FLUSH_SECONDS`, :meth:`flush_if_due` on
-    every fleet budget in use. Started by the first budget that joins; ends when none is
-    left (budgets are held weakly)."""
+    """The process's flusher thread: :meth:`flush_if_due` on every fleet budget in use when
+    it starts, then on every beat (see the module's text), each followed by a read of the
+    totals of the budgets it flushed. Started by the first budget that joins; ends when
+    none is left (budgets are held weakly)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -312,13 +340,16 @@ class _Flusher:
                 self.thread.start()
 
     def _run(self) -> None:
+        flush_all(self.budgets)  # a process joining the fleet learns its totals at once
         while True:
+            time.sleep(FLUSH_SECONDS - time.time() % FLUSH_SECONDS)  # to the next beat
             with self.lock:
                 if not self.budgets:
                     self.thread = None
                     return
-            flush_all(self.budgets)
-            time.sleep(FLUSH_SECONDS)
+            flushed = flush_all(self.budgets)
+            time.sleep(SETTLE_SECONDS)
+            refresh_all(flushed)
 
     def after_fork_in_child(self) -> None:
         self.lock = threading.Lock()
@@ -331,12 +362,25 @@ class _Flusher:
                 _log.exception("circuit_breaker.retry_budget_fork_failed service=%s", budget.service)
 
 
-def flush_all(budgets: weakref.WeakSet[FleetRetryBudget]) -> None:
+def flush_all(budgets: weakref.WeakSet[FleetRetryBudget]) -> list[FleetRetryBudget]:
     """:meth:`FleetRetryBudget.flush_if_due` on each of *budgets*; an error in one is logged
-    and the others still flush."""
+    and the others still flush. Returns the budgets that flushed."""
+    flushed = []
     for budget in list(budgets):
         try:
-            budget.flush_if_due()
+            if budget.flush_if_due():
+                flushed.append(budget)
+        except Exception:
+            _log.exception("circuit_breaker.retry_budget_flush_failed service=%s", budget.service)
+    return flushed
+
+
+def refresh_all(budgets: list[FleetRetryBudget]) -> None:
+    """:meth:`FleetRetryBudget.refresh` on each of *budgets*; an error in one is logged and
+    the others still read."""
+    for budget in budgets:
+        try:
+            budget.refresh()
         except Exception:
             _log.exception("circuit_breaker.retry_budget_flush_failed service=%s", budget.service)
 
