@@ -18,12 +18,12 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .backends.models import BreakerLock, BreakerRecord  # tables of the database backend
+from .backends.models import BreakerLock, BreakerRecord, GateEnd  # tables of the database backend
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-__all__ = ["Breaker", "BreakerAudit", "BreakerRecord", "BreakerLock", "FORCE_PERMISSION"]
+__all__ = ["Breaker", "BreakerAudit", "BreakerRecord", "BreakerLock", "GateEnd", "FORCE_PERMISSION"]
 
 #: The permission an admin user needs to force or release a breaker.
 FORCE_PERMISSION = "baldur_django.force_circuit"

@@ -41,8 +41,8 @@ shops A and B, 14 and 15 on shop C):
    answers 429 with ``Retry-After: 2``; the documentation's retry example holds each
    retried web request for the pauses, and a call site without retry keeps calling;
 13. the same with a 1 s request deadline (``RequestDeadlineMiddleware``) and
-   ``honor_retry_after``: no request held past it, one call per shop process within the
-   provider's Retry-After (the database store keeps the gate per process);
+   ``honor_retry_after``: no request held past it, one call of the fleet within the
+   provider's Retry-After (the database store keeps the gate for the fleet);
 14. the rates API hangs: on shop C's 4 request threads, a burst of lookups takes every
    thread and a view that calls nothing waits behind them;
 15. the same with a bulkhead (``max_concurrent_calls=2, max_wait=0.0``): the excess is

@@ -239,6 +239,66 @@ class DatabaseStore:
 
         return self._guarded("prune", work)
 
+    # ---------------------------------------------------------------- the fleet's Retry-After gates
+    def close_gate(self, service: str, seconds: float) -> float:
+        """Keep *service*'s Retry-After gate closed at least *seconds* from now on the
+        database clock, keeping a later end already stored (one transaction that locks the
+        service's row; the fleet gate store protocol of ``core/stages/fleet_gate.py``).
+
+        Returns:
+            Seconds left until the stored end after the write.
+
+        Raises:
+            StoreUnavailable: the database did not answer.
+        """
+        from .models import GateEnd
+
+        key = safe_key(service)
+        table = GateEnd._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
+
+        def work() -> float:
+            for attempt in range(3):
+                try:
+                    with transaction.atomic(using=self.alias):
+                        with connections[self.alias].cursor() as cursor:
+                            self._write_lock(cursor, table, key)
+                        now = db_now(self.alias)
+                        rows = GateEnd.objects.using(self.alias)
+                        row = rows.select_for_update().filter(key=key).first()
+                        if row is None:
+                            rows.create(key=key, name=service, until=now + seconds)
+                            return seconds
+                        if row.until < now + seconds:
+                            row.until = now + seconds
+                            row.save(update_fields=["until"])
+                        return max(0.0, row.until - now)
+                except IntegrityError:  # another worker created the row first: lock it now
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        return self._guarded("gate write", work)
+
+    def gates_left(self, services: list[str] | tuple[str, ...]) -> dict[str, float]:
+        """Seconds left of each closed gate among *services*, on the database clock (the
+        open ones are absent); one query for all of them.
+
+        Raises:
+            StoreUnavailable: the database did not answer.
+        """
+        from .models import GateEnd
+
+        if not services:
+            return {}
+        names = {safe_key(service): service for service in services}
+
+        def work() -> dict[str, float]:
+            now = db_now(self.alias)
+            found = GateEnd.objects.using(self.alias).filter(key__in=list(names), until__gt=now)
+            return {names[key]: until - now for key, until in found.values_list("key", "until")}
+
+        return self._guarded("gate read", work)
+
     def lock(self, name: str, *, ttl_seconds: float) -> str | None:
         from .models import BreakerLock
 

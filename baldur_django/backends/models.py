@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-__all__ = ["BreakerRecord", "BreakerLock"]
+__all__ = ["BreakerRecord", "BreakerLock", "GateEnd"]
 
 
 class BreakerRecord(models.Model):
@@ -37,3 +37,20 @@ class BreakerLock(models.Model):
     class Meta:
         verbose_name = "fleet lock"
         default_permissions = ()
+
+
+class GateEnd(models.Model):
+    """Where a service's Retry-After gate ends for the whole fleet: ``until`` is the
+    database clock's Unix time (a past one: the gate is open). ``key`` is
+    :func:`baldur_django.core.stores.base.safe_key` of the breaker's name."""
+
+    key: models.CharField[str, str] = models.CharField(max_length=80, unique=True)
+    name: models.TextField[str, str] = models.TextField()
+    until: models.FloatField[float, float] = models.FloatField()
+
+    class Meta:
+        verbose_name = "Retry-After gate"
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return self.name

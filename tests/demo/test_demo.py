@@ -313,8 +313,9 @@ def test_rs2_rs3_a_429_holds_web_requests_until_a_deadline_and_the_gate_stop_it(
     docs' retry example the retried requests are held for the cooldowns (at least the
     Retry-After) and the call site without retry keeps calling during the quiet; with a
     request deadline and honor_retry_after no request is held past its deadline, every one
-    is answered by the fallback, and exactly one call per shop process reaches the provider
-    within its Retry-After (the database store keeps the gate per process)."""
+    is answered by the fallback, and one call of the fleet reaches the provider within its
+    Retry-After (the database store keeps the gate for the fleet; a shop that read the store
+    just before the gate closed may make one of its own, never more)."""
     _result, summary = demo_run
     before = summary["phases"]["retry_after_docs"]["stages"]
     after = summary["phases"]["retry_after_guarded"]["stages"]
@@ -324,11 +325,11 @@ def test_rs2_rs3_a_429_holds_web_requests_until_a_deadline_and_the_gate_stop_it(
         assert b["held_max_by_call_site"]["retry"] >= retry_after
         assert b["calls"] > b["requests"] and b["calls_in_retry_after"] >= 2
         assert a["held_max"] <= deadline + 0.25
-        assert a["calls"] == a["calls_in_retry_after"] == 1
+        assert a["calls_in_retry_after"] <= 1
         assert a["fallback"] == a["requests"] > 1
         assert set(a["reasons"]) <= {"retry_after", "cooldown"} and a["reasons"].get("retry_after", 0) >= 1
-    assert after["calls"] == 2 < before["calls"]
-    assert after["gate_scope"].startswith("process")
+    assert 1 <= after["fleet_calls_in_retry_after"] <= 2 and after["calls"] <= 2 < before["calls"]
+    assert after["gate_scope"].startswith("fleet")
 
 
 def test_rs4_a_bulkhead_refuses_the_excess_fast_and_other_views_keep_answering(demo_run):

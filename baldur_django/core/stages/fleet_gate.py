@@ -9,7 +9,9 @@ until then; a write can also be announced (``FleetGate(..., announce=)``) for a
 propagation channel to pass on at once. The per-call check stays the local, lock-free
 one: no store I/O on a call.
 
-The store side is a tiny protocol, :class:`GateStore`, with two implementations:
+The store side is a tiny protocol, :class:`GateStore`, with two implementations here and
+a third in the Django layer (the ``database`` backend's store keeps the ends in a table,
+on the database clock, with a row lock per write):
 
 * :class:`MemoryGateStore` - a dict under a lock, for tests and the memory backend;
 * :class:`RedisGateStore` - one key per service, ``<prefix>:gate:{<name>}`` (the hash tag
@@ -32,7 +34,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..clock import Clock
 from ..errors import ConfigError
@@ -43,6 +45,7 @@ from .gate import RetryAfterGate
 __all__ = ["GateStore", "MemoryGateStore", "RedisGateStore", "FleetGate", "gate_ends"]
 
 
+@runtime_checkable
 class GateStore(Protocol):
     """Where the fleet's Retry-After gates are kept. Times are seconds.
 

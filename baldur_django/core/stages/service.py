@@ -11,8 +11,10 @@ The holders are kept beside the breakers (a weak map keyed by the breaker's core
 on them: a breaker dropped by the registry takes its stages with it.
 
 Scope ``"fleet"`` (bulkhead, retry budget) and the gate of a breaker sharing a Redis store
-use the client and key prefix of that store; without a Redis store the stage keeps to this
-worker (logged once per service and configuration, as ``circuit_breaker.stage_scope_worker``).
+use the client and key prefix of that store; without a Redis store the bulkhead and the
+budget keep to this worker (logged once per service and configuration, as
+``circuit_breaker.stage_scope_worker``). The gate of a breaker sharing a store that keeps
+gates itself (the database store: a :class:`~.fleet_gate.GateStore`) is the fleet's too.
 A fleet gate is learnt by reading the store: the first call after each sync interval
 (``BALDUR_CB_SYNC_INTERVAL_SECONDS``) past the previous read asks the store for the
 service's gate end (one round trip; :meth:`ServiceStages.learn`).
@@ -32,7 +34,7 @@ from ..stores.base import StoreUnavailable
 from .budget import RetryBudget
 from .bulkhead import Bulkhead
 from .fleet_bulkhead import FleetBulkhead
-from .fleet_gate import FleetGate, RedisGateStore, gate_ends
+from .fleet_gate import FleetGate, GateStore, RedisGateStore, gate_ends
 from .gate import RetryAfterGate
 from .throttle import AdaptiveThrottle
 
@@ -58,7 +60,7 @@ def wants_stages(config: BreakerConfig) -> bool:
 def redis_of(core: BreakerCore) -> tuple[Any, str] | None:
     """The redis-py client and key prefix of the Redis store *core* shares its state
     through, or None (memory backend, database store, no store)."""
-    store = getattr(getattr(core.sync, "guard", None), "store", None)
+    store = _store_of(core)
     client = getattr(store, "client", None)
     if client is None or getattr(store, "backend", None) != "redis":
         return None
@@ -72,7 +74,7 @@ class ServiceStages:
         service (str): the breaker's name.
         config (BreakerConfig): the configuration they were built from.
         sync (object): the breaker's store link at that time (compared by identity).
-        gate: ``RetryAfterGate`` (``FleetGate`` with a Redis store) or None.
+        gate: ``RetryAfterGate`` (``FleetGate`` with a Redis or database store) or None.
         throttle: ``AdaptiveThrottle`` or None.
         bulkhead: ``Bulkhead`` or ``FleetBulkhead`` (``bulkhead_scope="fleet"``) or None.
         budget: ``RetryBudget`` or ``FleetRetryBudget`` (``retry_budget_scope="fleet"``) or None.
@@ -155,10 +157,18 @@ def _gate(core: BreakerCore, config: BreakerConfig, redis: tuple[Any, str] | Non
     if not config.honor_retry_after:
         return None
     local = RetryAfterGate(core.name, core.clock, config.max_cooldown, rate_limit_codes=config.rate_limit_codes)
-    if redis is None:
-        return local
-    client, prefix = redis
-    return FleetGate(local, RedisGateStore(client, prefix))
+    if redis is not None:
+        client, prefix = redis
+        return FleetGate(local, RedisGateStore(client, prefix))
+    store = _store_of(core)
+    if isinstance(store, GateStore):  # the database store keeps the fleet's gates in a table
+        return FleetGate(local, store)
+    return local
+
+
+def _store_of(core: BreakerCore) -> object:
+    """The store *core* shares its state through, or None."""
+    return getattr(getattr(core.sync, "guard", None), "store", None)
 
 
 def _bulkhead(
