@@ -109,32 +109,36 @@ class DatabaseStore:
         table = BreakerRecord._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
         held = frozen  # Level 3 holds automatic steps: the caller's reading
 
-        def work() -> Answer:
-            for attempt in range(3):
-                try:
-                    with transaction.atomic(using=self.alias):
-                        with connections[self.alias].cursor() as cursor:
-                            self._write_lock(cursor, table, key)
-                        now = db_now(self.alias)
-                        row = BreakerRecord.objects.using(self.alias).select_for_update().filter(key=key).first()
-                        if row is None and not touch:
-                            return run(op, decode(None), now, *args, frozen=held)  # a task's read registers nothing
-                        if row is None:
-                            row = BreakerRecord.objects.using(self.alias).create(
-                                key=key, name=name, record="", last_seen=now
-                            )
-                        answer = run(op, decode(row.record or None), now, *args, frozen=held)
-                        row.record = encode(answer.record)
-                        if touch:
-                            row.last_seen = now
-                        row.save(update_fields=["record", "last_seen"])
-                        return answer
-                except IntegrityError:
-                    if attempt == 2:
-                        raise
-            raise AssertionError("unreachable")  # pragma: no cover
+        def step() -> Answer:
+            now = db_now(self.alias)
+            row = BreakerRecord.objects.using(self.alias).select_for_update().filter(key=key).first()
+            if row is None and not touch:
+                return run(op, decode(None), now, *args, frozen=held)  # a task's read registers nothing
+            if row is None:
+                row = BreakerRecord.objects.using(self.alias).create(key=key, name=name, record="", last_seen=now)
+            answer = run(op, decode(row.record or None), now, *args, frozen=held)
+            row.record = encode(answer.record)
+            if touch:
+                row.last_seen = now
+            row.save(update_fields=["record", "last_seen"])
+            return answer
 
-        return self._guarded(op, work)
+        return self._guarded(op, lambda: self._locked(table, key, step))
+
+    def _locked(self, table: str, key: str, step: Callable[[], T]) -> T:
+        """Run *step* in one transaction that first takes the write lock of *key*'s row of
+        *table* (on SQLite, the database's); again, up to three times in all, when another
+        writer created the row meanwhile (``IntegrityError``)."""
+        for attempt in range(3):
+            try:
+                with transaction.atomic(using=self.alias):
+                    with connections[self.alias].cursor() as cursor:
+                        self._write_lock(cursor, table, key)
+                    return step()
+            except IntegrityError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # ---------------------------------------------------------------- protocol
     def load(self, name: str, *, frozen: bool = False) -> Answer:
@@ -256,28 +260,19 @@ class DatabaseStore:
         key = safe_key(service)
         table = GateEnd._meta.db_table  # noqa: SLF001, RUF100 - Django documents Model._meta as public API
 
-        def work() -> float:
-            for attempt in range(3):
-                try:
-                    with transaction.atomic(using=self.alias):
-                        with connections[self.alias].cursor() as cursor:
-                            self._write_lock(cursor, table, key)
-                        now = db_now(self.alias)
-                        rows = GateEnd.objects.using(self.alias)
-                        row = rows.select_for_update().filter(key=key).first()
-                        if row is None:
-                            rows.create(key=key, name=service, until=now + seconds)
-                            return seconds
-                        if row.until < now + seconds:
-                            row.until = now + seconds
-                            row.save(update_fields=["until"])
-                        return max(0.0, row.until - now)
-                except IntegrityError:  # another worker created the row first: lock it now
-                    if attempt == 2:
-                        raise
-            raise AssertionError("unreachable")  # pragma: no cover
+        def step() -> float:
+            now = db_now(self.alias)
+            rows = GateEnd.objects.using(self.alias)
+            row = rows.select_for_update().filter(key=key).first()
+            if row is None:
+                rows.create(key=key, name=service, until=now + seconds)
+                return seconds
+            if row.until < now + seconds:
+                row.until = now + seconds
+                row.save(update_fields=["until"])
+            return max(0.0, row.until - now)
 
-        return self._guarded("gate write", work)
+        return self._guarded("gate write", lambda: self._locked(table, key, step))
 
     def gates_left(self, services: list[str] | tuple[str, ...]) -> dict[str, float]:
         """Seconds left of each closed gate among *services*, on the database clock (the

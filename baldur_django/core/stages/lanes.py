@@ -257,12 +257,14 @@ def build_lane(
     """
     if policy is not None and policy.budget_seconds is not None:
         return slow
-    builds = {BULKHEAD: _bulkhead_lane, THROTTLE: _throttle_lane, BUDGET: _budget_lane, GATE: _gate_lane}
-    if kind == DEADLINE:
-        lane = _deadline_lane(pipe, core, func, (policy, fallback), slow)
-        register_lane(lane.__code__)  # its frames carry their call's deadline (see .deadline)
+    if kind == BULKHEAD:
+        lane = _bulkhead_lane(pipe, core, func, (policy, fallback), slow)
+    elif kind == THROTTLE:
+        lane = _throttle_lane(pipe, core, func, (policy, fallback), slow)
     else:
-        lane = builds[kind](pipe, core, func, (policy, fallback), slow)
+        lane = _clock_lane(kind, pipe, core, func, (policy, fallback), slow)
+        if kind == DEADLINE:
+            register_lane(lane.__code__)  # its frames carry their call's deadline (see .deadline)
     register(lane.__code__, _core_of)  # its frames run calls (see core/nesting.py)
     return lane
 
@@ -346,68 +348,13 @@ def _throttle_lane(pipe: Any, core: BreakerCore, func: Any, site: tuple[Any, Any
     return lane
 
 
-def _budget_lane(pipe: Any, core: BreakerCore, func: Any, site: tuple[Any, Any], slow: Any) -> Callable[..., Any]:
-    policy, fallback = site
-    cascade = core.cascade
-    monotonic = core.mono
-
-    def lane(*args: Any, **kwargs: Any) -> Any:
-        route = pipe.lane
-        permit = core.quiet_permit
-        if permit is None or route.epoch is not core.epoch or ARMED:
-            return slow(*args, **kwargs)
-        end, counter = route.counts.live  # as RetryBudget.note_call()
-        if monotonic() >= end:
-            return slow(*args, **kwargs)  # a new second: the budget rolls its window there
-        next(counter)
-        mark = core.seq
-        try:
-            result = func(*args, **kwargs)
-        except BaseException as exc:
-            failed = Raised(exc)
-        else:
-            if type(result) not in core.plain_types:
-                return finish_returned(route, core, permit, mark, result, False, policy, fallback, args, kwargs)
-            if permit is not core.healthy_permit or monotonic() >= cascade.bucket_end:
-                return finish_success(core, permit, mark, result)
-            next(cascade.counter)
-            return result
-        return finish_raised(route, core, permit, mark, failed, policy, fallback, args, kwargs)
-
-    return lane
-
-
-def _gate_lane(pipe: Any, core: BreakerCore, func: Any, site: tuple[Any, Any], slow: Any) -> Callable[..., Any]:
-    policy, fallback = site
-    cascade = core.cascade
-    monotonic = core.mono
-
-    def lane(*args: Any, **kwargs: Any) -> Any:
-        route = pipe.lane
-        permit = core.quiet_permit
-        # (the gate closed until later: the slow way refuses the call)
-        if permit is None or route.epoch is not core.epoch or ARMED or route.gate.until > monotonic():
-            return slow(*args, **kwargs)
-        mark = core.seq
-        try:
-            result = func(*args, **kwargs)
-        except BaseException as exc:
-            failed = Raised(exc)
-        else:
-            if type(result) not in core.plain_types:
-                return finish_returned(route, core, permit, mark, result, False, policy, fallback, args, kwargs)
-            if permit is not core.healthy_permit or monotonic() >= cascade.bucket_end:
-                return finish_success(core, permit, mark, result)
-            next(cascade.counter)
-            return result
-        return finish_raised(route, core, permit, mark, failed, policy, fallback, args, kwargs)
-
-    return lane
-
-
-def _deadline_lane(pipe: Any, core: BreakerCore, func: Any, site: tuple[Any, Any], slow: Any) -> Callable[..., Any]:
+def _clock_lane(kind: str, pipe: Any, core: BreakerCore, func: Any, site: tuple[Any, Any], slow: Any) -> Any:
+    """The lane of a stage whose step before the call is a clock read: the budget counts
+    the call in its current second, the gate lets the call through once its end has
+    passed, the deadline's call gets its deadline (a local of this frame)."""
     policy, fallback = site
     seconds = pipe.deadline
+    budget, gate = kind == BUDGET, kind == GATE
     cascade = core.cascade
     monotonic = core.mono
 
@@ -416,7 +363,17 @@ def _deadline_lane(pipe: Any, core: BreakerCore, func: Any, site: tuple[Any, Any
         permit = core.quiet_permit
         if permit is None or route.epoch is not core.epoch or ARMED:
             return slow(*args, **kwargs)
-        at = monotonic() + seconds  # noqa: F841 - the call's deadline: deadline.in_force() reads it here
+        now = monotonic()
+        if budget:
+            end, counter = route.counts.live  # as RetryBudget.note_call()
+            if now >= end:
+                return slow(*args, **kwargs)  # a new second: the budget rolls its window there
+            next(counter)
+        elif gate:
+            if route.gate.until > now:
+                return slow(*args, **kwargs)  # the gate is closed: the slow way refuses the call
+        else:
+            at = now + seconds  # noqa: F841 - the call's deadline: deadline.in_force() reads it here
         mark = core.seq
         try:
             result = func(*args, **kwargs)
