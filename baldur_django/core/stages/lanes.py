@@ -16,12 +16,13 @@ The lane decides nothing on its own. It hands the call to the staged way (``slow
 pipeline's wrapper, which runs it in full) before anything happened whenever its fast
 case does not hold:
 
-* the breaker is not on its quiet CLOSED lane (``core.quiet_permit``; a shared store's
-  consult is due), or a deadline is current;
-* the breaker's configuration or store link changed since the route was built (the
-  pipeline builds the next one), or the route's stages are not the lane's one stage;
-* with a retry policy, the first attempt is gated (a 429 cooldown was seen, or the policy
-  has a time budget);
+* the breaker is not on its quiet CLOSED lane (``core.quiet_permit``), or a deadline block
+  or request deadline was ever entered in the process (:data:`.deadline.ARMED`);
+* the route was not built in the breaker's current epoch (its configuration or store link
+  changed, or a 429 cooldown started: the pipeline builds the next route), or the route
+  has no lane: its stages are not the lane's one stage, the breaker shares a store (its
+  consults fall due), or a 429 cooldown gates a retry policy's first attempts (a policy
+  with a time budget gets no lane at all);
 * the stage itself would wait or decide: a waiter for a bulkhead slot or no free slot;
   the gate is closed; the budget's second has ended.
 
