@@ -43,10 +43,23 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (32768 when unknown)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def cluster_port(taken: list[int]) -> int:
-    """A free port P whose cluster bus port P + 10000 is free too (so P stays below 55536)."""
+    """A free port P whose cluster bus port P + 10000 is free too, both below the ports the
+    kernel gives outgoing connections: a port in that range can be taken by any connection
+    between this check and the node's bind (a node that cannot bind exits with 1)."""
+    high = _ephemeral_low() - 10000 - 1
+    low, high = (10000, high) if high > 11000 else (20000, 55000)
     for _ in range(200):
-        port = random.randint(20000, 55000)
+        port = random.randint(low, high)
         if port not in taken and _bindable(port) and _bindable(port + 10000):
             return port
     raise ClusterStartError("no free pair of ports (P, P + 10000) found")
@@ -79,15 +92,20 @@ class LocalCluster:
         """
         if REDIS_SERVER is None or REDIS_CLI is None:
             raise ClusterStartError("redis-server and redis-cli must be installed")
-        self.directory = tempfile.mkdtemp(prefix="baldur-cluster-")
-        try:
-            self._start(timeout)
-        except BaseException as exc:
-            self.stop()
-            if isinstance(exc, ClusterStartError):
-                raise
-            raise ClusterStartError(f"{type(exc).__name__}: {exc}") from exc
-        return self
+        for attempt in range(3):  # a node that lost its port to another process: new ports
+            self.directory = tempfile.mkdtemp(prefix="baldur-cluster-")
+            try:
+                self._start(timeout)
+            except BaseException as exc:
+                self.stop()
+                self.ports = []
+                if isinstance(exc, ClusterStartError) and "exited with" in str(exc) and attempt < 2:
+                    continue
+                if isinstance(exc, ClusterStartError):
+                    raise
+                raise ClusterStartError(f"{type(exc).__name__}: {exc}") from exc
+            return self
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _start(self, timeout: float) -> None:
         assert self.directory is not None and REDIS_SERVER is not None and REDIS_CLI is not None
@@ -99,7 +117,9 @@ class LocalCluster:
 
             def up(port: int = port, process: subprocess.Popen[bytes] = process) -> bool:
                 if process.poll() is not None:
-                    raise ClusterStartError(f"redis-server on port {port} exited with {process.returncode}")
+                    raise ClusterStartError(
+                        f"redis-server on port {port} exited with {process.returncode}: {self._log_tail(port)}"
+                    )
                 return self._ping(port)
 
             wait_for(up, timeout, f"redis-server on port {port} to answer PING")
@@ -114,6 +134,15 @@ class LocalCluster:
                 f"redis-cli --cluster create failed ({created.returncode}): {created.stdout[-800:]!r}"
             )
         wait_for(self.healthy, timeout, "cluster_state:ok on every node", step=0.05)
+
+    def _log_tail(self, port: int) -> str:
+        """The end of the node's log (the directory is removed when the start fails)."""
+        assert self.directory is not None
+        try:
+            with open(os.path.join(self.directory, f"redis-{port}.log"), "rb") as log:
+                return log.read()[-400:].decode("utf-8", "replace").strip()
+        except OSError:
+            return "(no log)"
 
     def _spawn(self, port: int) -> subprocess.Popen[bytes]:
         assert self.directory is not None and REDIS_SERVER is not None
