@@ -27,8 +27,8 @@ into other threads or asyncio tasks is given with :func:`deadline`.
 
 from __future__ import annotations
 
+import inspect
 import math
-import sys
 from contextvars import ContextVar, Token
 from types import CodeType, TracebackType
 from typing import Any
@@ -112,7 +112,7 @@ def in_force() -> Deadline | None:
     found = _current.get()
     if not _LANE_CODES:
         return found
-    frame = sys._getframe(1)
+    frame = inspect.currentframe()  # this function's own frame first (its code is never a lane's)
     while frame is not None:
         if frame.f_code in _LANE_CODES:
             local = frame.f_locals
@@ -122,7 +122,7 @@ def in_force() -> Deadline | None:
                 carried = Deadline(at, core.clock, core)
                 if found is None or carried.left() < found.left():
                     found = carried
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return found
 
 
