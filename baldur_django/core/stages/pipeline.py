@@ -54,10 +54,10 @@ from typing import Any
 
 from ..calls import BreakerCore
 from ..config import BreakerConfig
-from ..errors import CallRefusedError, DeadlineExceededError, RateLimitCooldownError
+from ..errors import DeadlineExceededError, RateLimitCooldownError
 from ..events import CallRejected, bus
 from ..retry import RetryPolicy
-from ..runner import acall_fallback, call_fallback
+from ..runner import acall_fallback
 from .admission import (
     StageRefused,
     aadmit,
@@ -71,7 +71,7 @@ from .admission import (
 )
 from .deadline import ARMED, Deadline, current, reset_deadline, set_deadline
 from .deadline import leave as leave_deadline
-from .lanes import BULKHEAD, NO_LANE, build_lane, config_kind, lane_kind
+from .lanes import BULKHEAD, NO_LANE, build_lane, config_kind, lane_kind, refuse
 from .refusals import count_deadline
 from .service import ServiceStages, service_stages, wants_stages
 
@@ -250,7 +250,7 @@ class Pipeline:
             elif ARMED:
                 token = self.enter(core)
                 if type(token) is DeadlineExceededError:
-                    return _refuse(fallback, args, kwargs, token)
+                    return refuse(fallback, args, kwargs, token)
             else:
                 token = None
             try:
@@ -266,7 +266,7 @@ class Pipeline:
                             raise refused(core, refusal) from None
                 return route.inner(*args, **kwargs)
             except StageRefused as carried:
-                return _refuse(fallback, args, kwargs, carried.refusal)
+                return refuse(fallback, args, kwargs, carried.refusal)
             finally:
                 if token is not None:
                     reset_deadline(token)
@@ -313,13 +313,6 @@ class Pipeline:
                 leave_deadline(token)  # type: ignore[arg-type]  # a Token or None here
 
         return staged
-
-
-def _refuse(fallback: Any, args: tuple[Any, ...], kwargs: dict[str, Any], refusal: CallRefusedError) -> Any:
-    """Raise *refusal*, or answer it with *fallback*."""
-    if fallback is None:
-        raise refusal
-    return call_fallback(fallback, args, kwargs, refusal)
 
 
 def _aattempt(
